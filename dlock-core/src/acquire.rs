@@ -1,0 +1,168 @@
+//! The acquisition lifecycle: reenter, or ask the engine and wait, then hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+
+use crate::hold::Hold;
+use crate::lock::GroupCtx;
+use crate::metrics::{Event, Labels, WAIT_SECONDS, WAITING};
+use crate::{Engine, Error, Guard, LockKey, Mode, OwnerId, Poll, Request};
+
+/// Shortest lease accepted: engines with millisecond expiry need some margin.
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
+
+pub(crate) async fn acquire(
+    ctx: &Arc<GroupCtx>,
+    name: Arc<str>,
+    mode: Mode,
+    wait: Option<Duration>,
+    lease: Duration,
+) -> Result<Guard, Error> {
+    let key = LockKey::new(ctx.group.clone(), name)?;
+    // Checked before reentry too: a nested read would later need an engine downgrade.
+    if mode == Mode::Read && !ctx.engine.engine.supports_read() {
+        return Err(ctx.unsupported("read mode"));
+    }
+    if let Some(hold) = Hold::reenter(ctx, &key, mode)? {
+        ctx.labels.event(mode, Event::Reentered);
+        return Ok(Guard::new(hold, mode));
+    }
+    if lease < MIN_LEASE {
+        return Err(Error::config(
+            "lease",
+            format!("{lease:?} is too short; use at least {MIN_LEASE:?}"),
+        ));
+    }
+    let req = Request {
+        key,
+        owner: OwnerId::random(),
+        mode,
+        lease,
+        waiter_ttl: ctx.settings.waiter_ttl,
+        queue: wait != Some(Duration::ZERO),
+    };
+    ctx.labels.event(mode, Event::Attempt);
+    let since = Instant::now();
+    let granted = {
+        let _waiting = Waiting::start(&ctx.labels, mode);
+        wait_for_grant(ctx, &req, since, wait).await
+    };
+    match granted {
+        Ok(fence) => {
+            ctx.labels.span(WAIT_SECONDS, mode, since.elapsed());
+            ctx.labels.event(mode, Event::Acquired);
+            Ok(Guard::new(
+                Hold::start(ctx.clone(), req, fence, since),
+                mode,
+            ))
+        }
+        Err(e) => {
+            let event = match e {
+                Error::Timeout { .. } => Event::TimedOut,
+                _ => Event::Failed,
+            };
+            ctx.labels.event(mode, event);
+            Err(e)
+        }
+    }
+}
+
+/// Asks until granted or `deadline`; on timeout the request is withdrawn.
+async fn wait_for_grant(
+    ctx: &GroupCtx,
+    req: &Request,
+    since: Instant,
+    wait: Option<Duration>,
+) -> Result<u64, Error> {
+    let deadline = wait.map(|w| since + w);
+    let engine = &ctx.engine.engine;
+    let mut withdraw = Withdraw::arm(engine.clone(), req.clone());
+    let mut pauses = ctx.settings.poll.intervals();
+    let mut answer = engine.acquire(req).await;
+    loop {
+        let wake = match answer.map_err(|e| ctx.engine_error(&req.key, e))? {
+            Poll::Held(fence) => {
+                withdraw.disarm();
+                return Ok(fence);
+            }
+            Poll::Waiting(wake) => wake,
+        };
+        let now = Instant::now();
+        let timed_out = match deadline {
+            _ if !req.queue => true,
+            Some(deadline) => now >= deadline,
+            None => false,
+        };
+        if timed_out {
+            withdraw.disarm();
+            if req.queue {
+                // Awaited, so the queue is clean when the caller sees the timeout.
+                let _ = engine.cancel(req).await;
+            }
+            return Err(Error::Timeout {
+                key: req.key.clone(),
+                waited: since.elapsed(),
+            });
+        }
+        let mut next = now + pauses.next().expect("endless");
+        if let Some(deadline) = deadline {
+            next = next.min(deadline);
+        }
+        tokio::select! {
+            _ = wake => {}
+            _ = sleep_until(next) => {}
+        }
+        answer = engine.poll(req).await;
+    }
+}
+
+/// Withdraws the request in the background if the waiting future is dropped
+/// (caller cancelled) or fails, so no dead waiter or orphan hold is left behind.
+struct Withdraw {
+    armed: Option<(Arc<dyn Engine>, Request)>,
+}
+
+impl Withdraw {
+    fn arm(engine: Arc<dyn Engine>, req: Request) -> Self {
+        Withdraw {
+            armed: Some((engine, req)),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if let Some((engine, req)) = self.armed.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = engine.cancel(&req).await;
+            });
+        }
+    }
+}
+
+/// Counts a request in the `dlock_waiting` gauge for as long as it lives.
+struct Waiting<'a> {
+    labels: &'a Labels,
+    mode: Mode,
+}
+
+impl<'a> Waiting<'a> {
+    fn start(labels: &'a Labels, mode: Mode) -> Self {
+        labels.gauge(WAITING, mode, 1.0);
+        Waiting { labels, mode }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.labels.gauge(WAITING, self.mode, -1.0);
+    }
+}

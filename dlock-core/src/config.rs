@@ -1,0 +1,362 @@
+//! Configuration: a TOML document plus `DLOCK_*` environment overrides,
+//! checked as a whole so a mistake fails at startup naming the field.
+//!
+//! ```toml
+//! [defaults]
+//! engine = "main"
+//! lease = "30s"
+//! wait = "10s"
+//! poll = { strategy = "exponential", initial = "10ms", max = "200ms" }
+//!
+//! [engines.main]
+//! kind = "memory"
+//!
+//! [groups.payment]
+//! engine = "main"
+//! lease = "5s"
+//! ```
+//!
+//! An environment variable `DLOCK_A__B__C=value` sets `a.b.c` (segments are
+//! lower-cased; `__` separates them): `DLOCK_DEFAULTS__LEASE=5s`,
+//! `DLOCK_ENGINES__MAIN__URL=redis://10.0.0.5`. Values that parse as TOML
+//! (numbers, booleans, arrays) keep their type; anything else is a string.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::Error;
+
+/// Name of the engine used when the config defines none.
+pub const IMPLICIT_ENGINE: &str = "memory";
+
+/// The whole configuration. `Config::default()` serves every group from the
+/// embedded memory engine.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub defaults: Defaults,
+    #[serde(default)]
+    pub engines: BTreeMap<String, EngineConfig>,
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupConfig>,
+}
+
+/// Settings for every group unless the group overrides them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    /// The engine for groups not routed elsewhere; may be omitted when there is one engine.
+    pub engine: Option<String>,
+    /// How long an engine keeps a hold without renewal; the watchdog renews every lease/3.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How long `lock()` waits; absent means until granted.
+    #[serde(with = "humantime_serde")]
+    pub wait: Option<Duration>,
+    /// How often a waiter re-checks when no notification arrives.
+    pub poll: Polling,
+    /// How long a silent waiter stays queued on the server before others kick it.
+    #[serde(with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            engine: None,
+            lease: Duration::from_secs(30),
+            wait: None,
+            poll: Polling::default(),
+            waiter_ttl: Duration::from_secs(3),
+        }
+    }
+}
+
+/// The safety-net polling schedule of a waiter (ylock's constant or exponential polling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(tag = "strategy", rename_all = "lowercase", deny_unknown_fields)]
+pub enum Polling {
+    Constant {
+        #[serde(with = "humantime_serde")]
+        interval: Duration,
+    },
+    /// Doubles from `initial` up to `max`.
+    Exponential {
+        #[serde(with = "humantime_serde")]
+        initial: Duration,
+        #[serde(with = "humantime_serde")]
+        max: Duration,
+    },
+}
+
+impl Default for Polling {
+    fn default() -> Self {
+        Polling::Exponential {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(200),
+        }
+    }
+}
+
+impl Polling {
+    /// The longest pause between two polls.
+    pub fn max_interval(self) -> Duration {
+        match self {
+            Polling::Constant { interval } => interval,
+            Polling::Exponential { max, .. } => max,
+        }
+    }
+
+    /// The pauses of one waiter, in order.
+    pub fn intervals(self) -> impl Iterator<Item = Duration> {
+        let (mut next, max) = match self {
+            Polling::Constant { interval } => (interval, interval),
+            Polling::Exponential { initial, max } => (initial, max),
+        };
+        std::iter::from_fn(move || {
+            let now = next;
+            next = (next * 2).min(max);
+            Some(now)
+        })
+    }
+}
+
+/// One engine: its kind and the kind's own settings (checked by the engine).
+#[derive(Debug, Clone, Deserialize)]
+pub struct EngineConfig {
+    pub kind: String,
+    #[serde(flatten)]
+    pub settings: toml::Table,
+}
+
+impl EngineConfig {
+    /// Parses the kind-specific settings of engine `name`; errors name the field
+    /// as `engines.<name>.<field>`.
+    pub fn settings<T: DeserializeOwned>(&self, name: &str) -> Result<T, Error> {
+        from_table(self.settings.clone(), &format!("engines.{name}"))
+    }
+}
+
+/// Per-group overrides.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub engine: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    pub lease: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    pub wait: Option<Duration>,
+}
+
+impl Config {
+    /// Reads a TOML file and applies the process's `DLOCK_*` variables.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::config(
+                "config file",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        Self::parse(&text, std::env::vars())
+    }
+
+    /// Parses a TOML document, applies `DLOCK_*` overrides from `env`, and checks the result.
+    pub fn parse(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, Error> {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let mut message = e.message().to_owned();
+            if let Some(span) = e.span() {
+                let line = text[..span.start].lines().count().max(1);
+                message = format!("line {line}: {message}");
+            }
+            Error::config("config", message)
+        })?;
+        apply_env(&mut table, env)?;
+        let config: Config = from_table(table, "")?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The engine serving groups that are not routed elsewhere.
+    pub fn default_engine(&self) -> &str {
+        match (&self.defaults.engine, self.engines.len()) {
+            (Some(name), _) => name,
+            (None, 1) => self.engines.keys().next().expect("one engine"),
+            (None, _) => IMPLICIT_ENGINE,
+        }
+    }
+
+    /// Checks references and ranges that the types alone cannot.
+    pub fn check(&self) -> Result<(), Error> {
+        let d = &self.defaults;
+        let known = |name: &str| {
+            self.engines.contains_key(name) || (self.engines.is_empty() && name == IMPLICIT_ENGINE)
+        };
+        if d.engine.is_none() && self.engines.len() > 1 {
+            return Err(Error::config(
+                "defaults.engine",
+                "several engines are defined; name the one that serves groups not routed elsewhere",
+            ));
+        }
+        if let Some(name) = &d.engine
+            && !known(name)
+        {
+            return Err(undefined_engine("defaults.engine", name));
+        }
+        check_lease("defaults.lease", d.lease)?;
+        check_polling(d.poll)?;
+        if d.waiter_ttl < d.poll.max_interval() * 3 {
+            return Err(Error::config(
+                "defaults.waiter_ttl",
+                format!(
+                    "{:?} is shorter than 3 poll intervals ({:?}); live waiters would be kicked",
+                    d.waiter_ttl,
+                    d.poll.max_interval() * 3
+                ),
+            ));
+        }
+        for (name, engine) in &self.engines {
+            if name.is_empty() {
+                return Err(Error::config("engines", "an engine name is empty"));
+            }
+            if engine.kind.is_empty() {
+                return Err(Error::config(format!("engines.{name}.kind"), "is empty"));
+            }
+        }
+        for (group, g) in &self.groups {
+            if group.is_empty() {
+                return Err(Error::config("groups", "a group name is empty"));
+            }
+            if let Some(name) = &g.engine
+                && !known(name)
+            {
+                return Err(undefined_engine(&format!("groups.{group}.engine"), name));
+            }
+            if let Some(lease) = g.lease {
+                check_lease(&format!("groups.{group}.lease"), lease)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn undefined_engine(field: &str, name: &str) -> Error {
+    Error::config(
+        field,
+        format!("engine `{name}` is not defined under [engines]"),
+    )
+}
+
+fn check_lease(field: &str, lease: Duration) -> Result<(), Error> {
+    if lease < Duration::from_millis(30) {
+        return Err(Error::config(
+            field,
+            format!("{lease:?} is too short; use at least 30ms"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_polling(poll: Polling) -> Result<(), Error> {
+    match poll {
+        Polling::Constant { interval } if interval.is_zero() => Err(Error::config(
+            "defaults.poll.interval",
+            "must be more than zero",
+        )),
+        Polling::Exponential { initial, .. } if initial.is_zero() => Err(Error::config(
+            "defaults.poll.initial",
+            "must be more than zero",
+        )),
+        Polling::Exponential { initial, max } if max < initial => Err(Error::config(
+            "defaults.poll.max",
+            format!("{max:?} is less than initial ({initial:?})"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Deserializes `table`, reporting the dotted path of a bad field under `prefix`.
+fn from_table<T: DeserializeOwned>(table: toml::Table, prefix: &str) -> Result<T, Error> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let path = e.path().to_string();
+        let field = match (prefix, path.as_str()) {
+            ("", ".") => "config".to_owned(),
+            ("", p) => p.to_owned(),
+            (pre, ".") => pre.to_owned(),
+            (pre, p) => format!("{pre}.{p}"),
+        };
+        Error::config(field, e.into_inner().to_string())
+    })
+}
+
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), Error> {
+    for (var, value) in env {
+        let Some(path) = var.strip_prefix("DLOCK_") else {
+            continue;
+        };
+        let segments: Vec<String> = path.split("__").map(str::to_lowercase).collect();
+        if segments.iter().any(String::is_empty) {
+            return Err(Error::config(
+                var,
+                "empty path segment; use DLOCK_SECTION__KEY",
+            ));
+        }
+        let (last, parents) = segments.split_last().expect("split yields one segment");
+        let mut at = &mut *table;
+        for seg in parents {
+            let entry = at
+                .entry(seg.clone())
+                .or_insert_with(|| toml::Value::Table(Default::default()));
+            at = entry
+                .as_table_mut()
+                .ok_or_else(|| Error::config(var.clone(), format!("`{seg}` is not a table")))?;
+        }
+        at.insert(last.clone(), env_value(&value));
+    }
+    Ok(())
+}
+
+fn env_value(text: &str) -> toml::Value {
+    format!("v = {text}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_intervals_double_up_to_max() {
+        let poll = Polling::Exponential {
+            initial: Duration::from_millis(10),
+            max: Duration::from_millis(35),
+        };
+        let got: Vec<_> = poll.intervals().take(4).map(|d| d.as_millis()).collect();
+        assert_eq!(got, [10, 20, 35, 35]);
+    }
+
+    #[test]
+    fn env_values_keep_toml_types() {
+        assert_eq!(env_value("5"), toml::Value::Integer(5));
+        assert_eq!(env_value("true"), toml::Value::Boolean(true));
+        assert_eq!(env_value("10s"), toml::Value::String("10s".into()));
+        assert_eq!(
+            env_value("redis://h:1"),
+            toml::Value::String("redis://h:1".into())
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! The one error type users see.
+
+use std::time::Duration;
+
+use crate::LockKey;
+
+/// Boxed source error from an engine's client library.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong with a lock. Each variant names the lock or the
+/// engine involved, so the message alone is enough to act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wait timeout ran out before the lock was granted (a wait of zero: it was busy).
+    #[error("lock {key}: not acquired within {waited:?}")]
+    Timeout { key: LockKey, waited: Duration },
+
+    /// The lock was held but is known lost; see [`LostReason`].
+    #[error("lock {key} was lost: {reason}")]
+    Lost { key: LockKey, reason: LostReason },
+
+    /// A task holding the read lock asked for the write lock.
+    #[error(
+        "lock {key}: this task holds it for read and asked for write; \
+         upgrading would deadlock, release the read lock first"
+    )]
+    Upgrade { key: LockKey },
+
+    /// The engine cannot offer what was asked (e.g. read mode on memcached).
+    #[error("engine `{engine}` ({kind}) does not support {feature}")]
+    Unsupported {
+        engine: String,
+        kind: &'static str,
+        feature: &'static str,
+    },
+
+    /// The engine's server could not be reached or answered with a failure.
+    #[error("engine `{engine}` ({kind} at {address}) failed on lock {key}: {source}")]
+    Engine {
+        engine: String,
+        kind: &'static str,
+        address: String,
+        key: LockKey,
+        source: BoxError,
+    },
+
+    /// An engine could not be built or connected at startup.
+    #[error("engine `{engine}` ({kind} at {address}) is unavailable: {source}")]
+    Unavailable {
+        engine: String,
+        kind: &'static str,
+        address: String,
+        source: BoxError,
+    },
+
+    /// The group or name cannot form a lock key.
+    #[error("invalid lock key {key:?}: {reason}")]
+    InvalidKey { key: String, reason: &'static str },
+
+    /// The configuration is wrong; `field` is its dotted path (e.g. `engines.main.url`).
+    #[error("config: {field}: {message}")]
+    Config { field: String, message: String },
+}
+
+/// Why a held lock is known lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The engine refused a renewal or release: the lease was gone or had a new owner.
+    Rejected,
+    /// No renewal succeeded for a whole lease, so the engine may have let it go.
+    LeaseElapsed,
+    /// The engine reported it, e.g. a ZooKeeper session expired.
+    Engine,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Rejected => {
+                "the engine no longer has this holder (lease expired or taken over)"
+            }
+            LostReason::LeaseElapsed => "no renewal succeeded within the lease",
+            LostReason::Engine => "the engine reported the session lost",
+        })
+    }
+}
+
+impl Error {
+    /// A config error at `field`.
+    pub fn config(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Config {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

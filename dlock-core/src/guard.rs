@@ -1,0 +1,122 @@
+//! What an acquisition hands back: proof of holding, released on drop.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::hold::{Exit, Hold};
+use crate::{Error, LockKey, LostReason, Mode};
+
+/// A held lock (write or read). Dropping it releases the hold in the
+/// background; [`release`](Guard::release) does so in place and reports errors.
+/// Nested guards of the same task share one engine-level hold.
+///
+/// Releasing consumes the guard, so a lock cannot be released twice:
+///
+/// ```compile_fail
+/// # async fn demo(lock: dlock_core::Lock) {
+/// let guard = lock.lock().await.unwrap();
+/// guard.release().await.unwrap();
+/// guard.release().await.unwrap(); // error: use of moved value
+/// # }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct Guard {
+    hold: Arc<Hold>,
+    mode: Mode,
+    /// False once `release` has run, so `Drop` does nothing.
+    armed: bool,
+}
+
+impl Guard {
+    pub(crate) fn new(hold: Arc<Hold>, mode: Mode) -> Self {
+        Guard {
+            hold,
+            mode,
+            armed: true,
+        }
+    }
+
+    /// The mode this guard was taken in.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn key(&self) -> &LockKey {
+        &self.hold.req.key
+    }
+
+    /// The fencing token of this hold: strictly greater than every earlier
+    /// holder's. Hand it to storage so it can reject writes from a stale holder.
+    pub fn fence(&self) -> u64 {
+        self.hold.fence
+    }
+
+    /// Whether the lock is already known lost.
+    pub fn is_lost(&self) -> bool {
+        self.hold.lost_reason().is_some()
+    }
+
+    /// Resolves when the lock is known lost (renewal rejected, lease elapsed
+    /// unrenewed, engine session gone); never resolves while the hold is sound.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let mut rx = self.hold.subscribe_lost();
+        async move {
+            let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
+            match reason {
+                Ok(reason) => reason.expect("waited for Some"),
+                // The hold ended without being lost.
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
+
+    /// Releases now. `Err(Lost)` if the lock had been lost meanwhile, so the
+    /// caller learns that its critical section was not protected to the end.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.armed = false;
+        let hold = self.hold.clone();
+        match hold.exit(self.mode) {
+            Exit::Nested => match hold.lost_reason() {
+                Some(reason) => Err(Error::Lost {
+                    key: hold.req.key.clone(),
+                    reason,
+                }),
+                None => Ok(()),
+            },
+            Exit::Downgrade => hold.downgrade().await,
+            Exit::Release => hold.release().await,
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let hold = self.hold.clone();
+        let exit = hold.exit(self.mode);
+        if matches!(exit, Exit::Nested) {
+            return;
+        }
+        // Without a runtime (it is shutting down) the lease frees the lock.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = match exit {
+                    Exit::Downgrade => hold.downgrade().await,
+                    _ => hold.release().await,
+                };
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", self.key())
+            .field("mode", &self.mode)
+            .field("fence", &self.fence())
+            .finish()
+    }
+}

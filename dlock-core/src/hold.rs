@@ -1,0 +1,253 @@
+//! A hold: one engine-level acquisition, shared by every nested guard of the
+//! task that made it. The table of holds is what makes locks reentrant per
+//! async task at zero engine cost.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::lock::GroupCtx;
+use crate::metrics::{Event, HELD, HOLD_SECONDS, RELEASE_SECONDS};
+use crate::{Error, LockKey, LostReason, Mode, Request};
+
+/// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
+/// outside any task (`block_on`, whose future never changes thread).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum TaskKey {
+    Task(tokio::task::Id),
+    Thread(ThreadId),
+}
+
+impl TaskKey {
+    pub fn current() -> Self {
+        match tokio::task::try_id() {
+            Some(id) => TaskKey::Task(id),
+            None => TaskKey::Thread(std::thread::current().id()),
+        }
+    }
+}
+
+/// Where a hold is filed: the engine instance is part of it, so the same name
+/// on two engines is two locks.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Slot {
+    task: TaskKey,
+    engine: usize,
+    key: LockKey,
+}
+
+impl Slot {
+    fn new(task: TaskKey, ctx: &GroupCtx, key: &LockKey) -> Self {
+        Slot {
+            task,
+            // The hold keeps the engine alive, so its address is not reused while filed.
+            engine: Arc::as_ptr(&ctx.engine.engine) as *const () as usize,
+            key: key.clone(),
+        }
+    }
+
+    fn shard(&self) -> MutexGuard<'static, HashMap<Slot, Arc<Hold>>> {
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.hash(&mut hasher);
+        lock(&TABLE[hasher.finish() as usize % SHARDS])
+    }
+}
+
+const SHARDS: usize = 32;
+type Shard = Mutex<HashMap<Slot, Arc<Hold>>>;
+static TABLE: LazyLock<[Shard; SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| Shard::default()));
+
+/// Locks a std mutex, ignoring poison: every critical section here is a few
+/// counter updates that cannot leave the state half-written.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Default)]
+struct Counts {
+    writes: u32,
+    reads: u32,
+}
+
+/// What a guard's exit leaves to do.
+pub(crate) enum Exit {
+    /// Other guards of the hold remain.
+    Nested,
+    /// The last write guard went while read guards remain.
+    Downgrade,
+    /// The last guard went: let go at the engine.
+    Release,
+}
+
+pub(crate) struct Hold {
+    pub ctx: Arc<GroupCtx>,
+    pub req: Request,
+    pub fence: u64,
+    slot: Slot,
+    counts: Mutex<Counts>,
+    lost: watch::Sender<Option<LostReason>>,
+    watchdog: Mutex<Option<AbortHandle>>,
+    /// Serialises downgrade and release; true once released.
+    released: tokio::sync::Mutex<bool>,
+    /// When the granting request was sent: the lease and hold span run from here.
+    pub since: Instant,
+}
+
+impl Hold {
+    /// Finds this task's hold on `key` and enters it again in `mode`.
+    pub fn reenter(ctx: &GroupCtx, key: &LockKey, mode: Mode) -> Result<Option<Arc<Hold>>, Error> {
+        let slot = Slot::new(TaskKey::current(), ctx, key);
+        let table = slot.shard();
+        let Some(hold) = table.get(&slot) else {
+            return Ok(None);
+        };
+        if let Some(reason) = hold.lost_reason() {
+            return Err(Error::Lost {
+                key: key.clone(),
+                reason,
+            });
+        }
+        let mut counts = lock(&hold.counts);
+        match mode {
+            Mode::Write if counts.writes == 0 => return Err(Error::Upgrade { key: key.clone() }),
+            Mode::Write => counts.writes += 1,
+            Mode::Read => counts.reads += 1,
+        }
+        Ok(Some(hold.clone()))
+    }
+
+    /// Files a fresh engine-level hold for the current task.
+    pub fn start(ctx: Arc<GroupCtx>, req: Request, fence: u64, since: Instant) -> Arc<Hold> {
+        let counts = match req.mode {
+            Mode::Write => Counts {
+                writes: 1,
+                reads: 0,
+            },
+            Mode::Read => Counts {
+                writes: 0,
+                reads: 1,
+            },
+        };
+        let hold = Arc::new(Hold {
+            slot: Slot::new(TaskKey::current(), &ctx, &req.key),
+            ctx,
+            req,
+            fence,
+            counts: Mutex::new(counts),
+            lost: watch::Sender::new(None),
+            watchdog: Mutex::new(None),
+            released: tokio::sync::Mutex::new(false),
+            since,
+        });
+        // Two concurrent futures of one task (join!) may both reach the engine;
+        // the first filed serves reentry, the other stays unfiled.
+        if let Entry::Vacant(v) = hold.slot.shard().entry(hold.slot.clone()) {
+            v.insert(hold.clone());
+        }
+        hold.ctx.labels.gauge(HELD, hold.req.mode, 1.0);
+        *lock(&hold.watchdog) = Some(crate::watchdog::spawn(hold.clone()));
+        hold
+    }
+
+    /// A guard in `mode` is gone; says what that leaves to do.
+    pub fn exit(self: &Arc<Self>, mode: Mode) -> Exit {
+        let mut table = self.slot.shard();
+        let mut counts = lock(&self.counts);
+        match mode {
+            Mode::Write => counts.writes -= 1,
+            Mode::Read => counts.reads -= 1,
+        }
+        match (counts.writes, counts.reads) {
+            (0, 0) => {
+                if table.get(&self.slot).is_some_and(|h| Arc::ptr_eq(h, self)) {
+                    table.remove(&self.slot);
+                }
+                drop((counts, table));
+                self.stop_watchdog();
+                Exit::Release
+            }
+            (0, _) if mode == Mode::Write => Exit::Downgrade,
+            _ => Exit::Nested,
+        }
+    }
+
+    fn stop_watchdog(&self) {
+        if let Some(watchdog) = lock(&self.watchdog).take() {
+            watchdog.abort();
+        }
+    }
+
+    /// Lets go at the engine and records the hold's spans.
+    pub async fn release(&self) -> Result<(), Error> {
+        let mut released = self.released.lock().await;
+        *released = true;
+        let started = Instant::now();
+        let result = self.ctx.engine.engine.release(&self.req).await;
+        let (labels, mode) = (&self.ctx.labels, self.req.mode);
+        labels.span(RELEASE_SECONDS, mode, started.elapsed());
+        labels.span(HOLD_SECONDS, mode, self.since.elapsed());
+        labels.gauge(HELD, mode, -1.0);
+        labels.event(mode, Event::Released);
+        match result {
+            Ok(true) => self.ok_unless_lost(),
+            Ok(false) => {
+                self.mark_lost(LostReason::Rejected);
+                self.ok_unless_lost()
+            }
+            Err(e) => Err(self.ctx.engine_error(&self.req.key, e)),
+        }
+    }
+
+    /// Turns the engine-level hold into a read hold.
+    pub async fn downgrade(&self) -> Result<(), Error> {
+        let released = self.released.lock().await;
+        if *released {
+            return Ok(());
+        }
+        match self.ctx.engine.engine.downgrade(&self.req).await {
+            Ok(true) => self.ok_unless_lost(),
+            Ok(false) => {
+                self.mark_lost(LostReason::Rejected);
+                self.ok_unless_lost()
+            }
+            Err(e) => Err(self.ctx.engine_error(&self.req.key, e)),
+        }
+    }
+
+    fn ok_unless_lost(&self) -> Result<(), Error> {
+        match self.lost_reason() {
+            Some(reason) => Err(Error::Lost {
+                key: self.req.key.clone(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the loss once; later reasons are ignored.
+    pub fn mark_lost(&self, reason: LostReason) {
+        let first = self.lost.send_if_modified(|lost| {
+            let first = lost.is_none();
+            lost.get_or_insert(reason);
+            first
+        });
+        if first {
+            self.ctx.labels.event(self.req.mode, Event::Lost);
+        }
+    }
+
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        *self.lost.borrow()
+    }
+
+    pub fn subscribe_lost(&self) -> watch::Receiver<Option<LostReason>> {
+        self.lost.subscribe()
+    }
+}

@@ -1,0 +1,110 @@
+//! Lock identity: a group (the business purpose) and a name within it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::Error;
+
+/// Longest group accepted, in bytes.
+pub const MAX_GROUP_LEN: usize = 255;
+/// Longest name accepted, in bytes. Keys are opaque to dlock; engines escape them.
+pub const MAX_NAME_LEN: usize = 64 * 1024;
+
+/// One lock's identity. Any non-empty text is a valid name: braces, colons,
+/// spaces and unicode are escaped by each engine, never interpreted.
+///
+/// ```
+/// let key = dlock_core::LockKey::new("order", "{tenant}:42").unwrap();
+/// assert_eq!(key.to_string(), "order/{tenant}:42");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockKey {
+    group: Arc<str>,
+    name: Arc<str>,
+}
+
+impl LockKey {
+    /// Checks the parts and builds the key.
+    pub fn new(group: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Result<Self, Error> {
+        let (group, name) = (group.into(), name.into());
+        let problem = if group.is_empty() {
+            Some("the group is empty")
+        } else if group.len() > MAX_GROUP_LEN {
+            Some("the group is longer than 255 bytes")
+        } else if name.is_empty() {
+            Some("the name is empty")
+        } else if name.len() > MAX_NAME_LEN {
+            Some("the name is longer than 64 KiB")
+        } else {
+            None
+        };
+        match problem {
+            Some(reason) => Err(Error::InvalidKey {
+                key: shorten(&group) + "/" + &shorten(&name),
+                reason,
+            }),
+            None => Ok(Self { group, name }),
+        }
+    }
+
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Long names are cut in messages so a 10 KB key does not flood a log line.
+fn shorten(text: &str) -> String {
+    const SHOWN: usize = 64;
+    if text.len() <= SHOWN {
+        return text.to_owned();
+    }
+    let cut = (0..=SHOWN)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}…({} bytes)", &text[..cut], text.len())
+}
+
+impl fmt::Display for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", shorten(&self.group), shorten(&self.name))
+    }
+}
+
+impl fmt::Debug for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockKey({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_empty_and_oversized_parts() {
+        for (group, name) in [
+            ("", "a"),
+            ("g", ""),
+            (&*"g".repeat(256), "a"),
+            ("g", &*"n".repeat(MAX_NAME_LEN + 1)),
+        ] {
+            let err = LockKey::new(group, name).unwrap_err();
+            assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_shortened_on_char_boundaries() {
+        let name = "é".repeat(5000);
+        let key = LockKey::new("g", name.as_str()).unwrap();
+        let shown = key.to_string();
+        assert!(shown.ends_with("…(10000 bytes)"), "{shown}");
+        assert!(shown.len() < 120);
+        assert_eq!(key.name(), name);
+    }
+}

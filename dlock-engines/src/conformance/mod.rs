@@ -1,0 +1,122 @@
+//! The behaviour suite every engine passes unchanged.
+//!
+//! An engine's test file names a factory and gets one test per case:
+//!
+//! ```ignore
+//! dlock_engines::conformance_suite!(|| async {
+//!     std::sync::Arc::new(dlock_engines::memory::MemoryEngine::new()) as std::sync::Arc<dyn dlock_core::Engine>
+//! });
+//! ```
+//!
+//! Cases are plain async functions in [`cases`] taking a [`Harness`]; each
+//! case uses its own random group, so cases can share one server.
+
+pub mod cases;
+mod faults;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::config::Polling;
+use dlock_core::{Engine, Lock, Registry, Settings};
+
+pub use faults::Faults;
+
+/// Timing used by every case: short enough to keep the suite quick, long
+/// enough for a loopback server under a loaded 2-core machine.
+pub const SETTINGS: Settings = Settings {
+    lease: Duration::from_secs(2),
+    wait: Some(Duration::from_secs(20)),
+    poll: Polling::Exponential {
+        initial: Duration::from_millis(5),
+        max: Duration::from_millis(100),
+    },
+    waiter_ttl: Duration::from_secs(1),
+};
+
+/// What a case works with: the engine under test, seen by two clients.
+pub struct Harness {
+    /// The engine itself, for raw requests (a peer that crashes, say).
+    pub engine: Arc<dyn Engine>,
+    /// The path from `registry` to the engine, with counters and fault knobs.
+    pub faults: Arc<Faults>,
+    /// The client under test, going through `faults`.
+    pub registry: Registry,
+    /// A second client on the same engine, as another process would be.
+    pub peer: Registry,
+    pub group: String,
+}
+
+impl Harness {
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        let faults = Arc::new(Faults::new(engine.clone()));
+        Harness {
+            registry: Registry::with_engine("under-test", faults.clone(), SETTINGS),
+            peer: Registry::with_engine("peer", engine.clone(), SETTINGS),
+            engine,
+            faults,
+            group: format!("conformance-{:08x}", rand_suffix()),
+        }
+    }
+
+    /// Lock `name` of this case's group, through the client under test.
+    pub fn lock(&self, name: &str) -> Lock {
+        self.registry.locks(&self.group).get(name)
+    }
+
+    /// The same lock seen by the peer client.
+    pub fn peer_lock(&self, name: &str) -> Lock {
+        self.peer.locks(&self.group).get(name)
+    }
+
+    /// Says which case is skipped because the engine lacks a capability.
+    pub fn skip(&self, case: &str, why: &str) {
+        println!(
+            "conformance: SKIPPED {case} on {}: {why}",
+            self.engine.kind()
+        );
+    }
+}
+
+fn rand_suffix() -> u32 {
+    (dlock_core::OwnerId::random().as_u128() & 0xffff_ffff) as u32
+}
+
+/// Expands to one `#[tokio::test]` per conformance case for the engine made by
+/// `$factory` (an async closure returning `Arc<dyn Engine>`).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($factory:expr) => {
+        $crate::conformance_suite!(@cases $factory;
+            mutual_exclusion,
+            readers_overlap,
+            writer_excludes_readers_and_writers,
+            fifo_order,
+            queued_readers_admitted_together,
+            reentrancy_makes_no_engine_call,
+            spawned_tasks_do_not_inherit,
+            downgrade_write_to_read,
+            upgrade_is_an_error,
+            try_lock_does_not_queue,
+            wait_timeout,
+            cancelled_waiter_leaves_queue,
+            guard_dropped_in_cancelled_task_frees_lock,
+            lease_expiry_frees_abandoned_holder,
+            fencing_is_monotonic,
+            lost_when_renewals_fail,
+            lost_when_server_drops_hold,
+            key_edge_cases,
+            invalid_keys_are_rejected,
+        );
+    };
+    (@cases $factory:expr; $($case:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let engine = ($factory)().await;
+                let harness = $crate::conformance::Harness::new(engine);
+                $crate::conformance::cases::$case(&harness).await;
+            }
+        )*
+    };
+}

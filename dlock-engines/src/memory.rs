@@ -1,0 +1,243 @@
+//! The embedded engine: every lock lives in this process. Full semantics —
+//! fair FIFO read/write, leases, fencing — for single-process services,
+//! examples and tests. No config needed: it serves when nothing else is set.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dlock_core::{Engine, EngineError, LockKey, Mode, OwnerId, Poll, Request, Wake, async_trait};
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep_until};
+
+/// The in-process engine. See the [module docs](self).
+#[derive(Default)]
+pub struct MemoryEngine {
+    state: Mutex<Locks>,
+}
+
+#[derive(Default)]
+struct Locks {
+    by_key: HashMap<LockKey, LockState>,
+    /// One counter for all keys: strictly increasing per lock, and no state
+    /// is kept for a lock nobody holds or waits for.
+    last_fence: u64,
+}
+
+#[derive(Default)]
+struct LockState {
+    writer: Option<Holder>,
+    readers: Vec<Holder>,
+    queue: VecDeque<Waiter>,
+}
+
+struct Holder {
+    owner: OwnerId,
+    expires: Instant,
+}
+
+struct Waiter {
+    owner: OwnerId,
+    mode: Mode,
+    wake: Arc<Notify>,
+}
+
+impl MemoryEngine {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of locks with any holder or waiter; zero when all are free.
+    pub fn active_locks(&self) -> usize {
+        self.locks().by_key.len()
+    }
+
+    fn locks(&self) -> MutexGuard<'_, Locks> {
+        // Every critical section leaves the state consistent before it can panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the state of `key` with expired holders gone, then wakes
+    /// whoever can now proceed and forgets the key if it became idle.
+    fn with_lock<T>(&self, key: &LockKey, f: impl FnOnce(&mut LockState, &mut u64) -> T) -> T {
+        let mut locks = self.locks();
+        let Locks { by_key, last_fence } = &mut *locks;
+        let state = by_key.entry(key.clone()).or_default();
+        state.expire(Instant::now());
+        let out = f(state, last_fence);
+        state.wake_ready();
+        if state.is_idle() {
+            by_key.remove(key);
+        }
+        out
+    }
+
+    fn attempt(&self, req: &Request) -> Poll {
+        self.with_lock(&req.key, |state, last_fence| {
+            if state.grantable(req.owner, req.mode) {
+                state.queue.retain(|w| w.owner != req.owner);
+                let holder = Holder {
+                    owner: req.owner,
+                    expires: Instant::now() + req.lease,
+                };
+                match req.mode {
+                    Mode::Write => state.writer = Some(holder),
+                    Mode::Read => state.readers.push(holder),
+                }
+                *last_fence += 1;
+                return Poll::Held(*last_fence);
+            }
+            let wake = match state.queue.iter().find(|w| w.owner == req.owner) {
+                Some(waiter) => waiter.wake.clone(),
+                None if req.queue => {
+                    let wake = Arc::new(Notify::new());
+                    state.queue.push_back(Waiter {
+                        owner: req.owner,
+                        mode: req.mode,
+                        wake: wake.clone(),
+                    });
+                    wake
+                }
+                None => Arc::new(Notify::new()),
+            };
+            Poll::Waiting(wake_on(wake, state.next_expiry()))
+        })
+    }
+}
+
+/// Resolves on a targeted notification, or when some holder's lease ends.
+fn wake_on(notify: Arc<Notify>, expiry: Option<Instant>) -> Wake {
+    let notified = notify.notified_owned();
+    Box::pin(async move {
+        match expiry {
+            Some(at) => tokio::select! {
+                _ = notified => {}
+                _ = sleep_until(at) => {}
+            },
+            None => notified.await,
+        }
+    })
+}
+
+impl LockState {
+    fn expire(&mut self, now: Instant) {
+        if self.writer.as_ref().is_some_and(|w| w.expires <= now) {
+            self.writer = None;
+        }
+        self.readers.retain(|r| r.expires > now);
+    }
+
+    /// FIFO: a writer needs the lock free and to be first in line; a reader
+    /// needs no writer holding and no writer queued ahead of it, so a run of
+    /// queued readers is admitted together.
+    fn grantable(&self, owner: OwnerId, mode: Mode) -> bool {
+        if self.writer.is_some() {
+            return false;
+        }
+        let position = self.queue.iter().position(|w| w.owner == owner);
+        match mode {
+            Mode::Write => self.readers.is_empty() && position.unwrap_or(self.queue.len()) == 0,
+            Mode::Read => {
+                let ahead = position.unwrap_or(self.queue.len());
+                !self.queue.iter().take(ahead).any(|w| w.mode == Mode::Write)
+            }
+        }
+    }
+
+    /// Notifies exactly the waiters that can now proceed.
+    fn wake_ready(&self) {
+        if self.writer.is_some() {
+            return;
+        }
+        for (i, waiter) in self.queue.iter().enumerate() {
+            match waiter.mode {
+                Mode::Write if i == 0 && self.readers.is_empty() => waiter.wake.notify_one(),
+                Mode::Write => break,
+                Mode::Read => waiter.wake.notify_one(),
+            }
+        }
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        self.writer
+            .iter()
+            .chain(&self.readers)
+            .map(|h| h.expires)
+            .min()
+    }
+
+    fn holder(&mut self, owner: OwnerId) -> Option<&mut Holder> {
+        self.writer
+            .iter_mut()
+            .chain(self.readers.iter_mut())
+            .find(|h| h.owner == owner)
+    }
+
+    fn remove_holder(&mut self, owner: OwnerId) -> bool {
+        if self.writer.as_ref().is_some_and(|w| w.owner == owner) {
+            self.writer = None;
+            return true;
+        }
+        let before = self.readers.len();
+        self.readers.retain(|r| r.owner != owner);
+        self.readers.len() != before
+    }
+
+    fn is_idle(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty() && self.queue.is_empty()
+    }
+}
+
+#[async_trait]
+impl Engine for MemoryEngine {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn address(&self) -> String {
+        "in-process".to_owned()
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        Ok(self.attempt(req))
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        Ok(self.attempt(req))
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.with_lock(&req.key, |state, _| {
+            state.queue.retain(|w| w.owner != req.owner);
+            state.remove_holder(req.owner);
+        });
+        Ok(())
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        Ok(
+            self.with_lock(&req.key, |state, _| match state.holder(req.owner) {
+                Some(holder) => {
+                    holder.expires = Instant::now() + req.lease;
+                    true
+                }
+                None => false,
+            }),
+        )
+    }
+
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        Ok(self.with_lock(&req.key, |state, _| {
+            match state.writer.take_if(|w| w.owner == req.owner) {
+                Some(holder) => {
+                    state.readers.push(holder);
+                    true
+                }
+                None => false,
+            }
+        }))
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        Ok(self.with_lock(&req.key, |state, _| state.remove_holder(req.owner)))
+    }
+}

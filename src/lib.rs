@@ -1,0 +1,72 @@
+//! dlock: declarative distributed locks for async Rust.
+//!
+//! Locks are fair (FIFO), read/write, reentrant per async task, fenced (every
+//! acquisition gets a strictly increasing token) and report loss. Engines are
+//! chosen by configuration at startup; with no configuration, the embedded
+//! memory engine serves.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock::Error> {
+//! let lock = dlock::lock("order", "42");
+//! let guard = lock.lock().await?;
+//! assert!(guard.fence() > 0);
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::Path;
+
+use once_cell::sync::OnceCell;
+
+pub use dlock_core::{
+    Config, Engine, Error, Guard, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings,
+    config, metrics,
+};
+pub use dlock_engines as engines;
+
+static REGISTRY: OnceCell<Registry> = OnceCell::new();
+
+/// Builds the configured engines into the global registry. Call once at
+/// startup, before the first lock; a bad config fails here, naming the field.
+pub async fn init(config: Config) -> Result<(), Error> {
+    let registry = Registry::build(&config, &engines::Factory).await?;
+    REGISTRY.set(registry).map_err(|_| {
+        Error::config(
+            "init",
+            "dlock is already initialised (by an earlier init or a lock taken before init)",
+        )
+    })
+}
+
+/// [`init`] from a TOML file, with `DLOCK_*` environment overrides.
+pub async fn init_from_file(path: impl AsRef<Path>) -> Result<(), Error> {
+    init(Config::from_file(path)?).await
+}
+
+/// The global registry: the one [`init`] built, else the embedded memory engine.
+pub fn registry() -> &'static Registry {
+    REGISTRY.get_or_init(default_registry)
+}
+
+#[cfg(feature = "memory")]
+fn default_registry() -> Registry {
+    let engine = std::sync::Arc::new(engines::memory::MemoryEngine::new());
+    Registry::with_engine(config::IMPLICIT_ENGINE, engine, Settings::default())
+}
+
+#[cfg(not(feature = "memory"))]
+fn default_registry() -> Registry {
+    panic!("dlock::init was not called and the `memory` engine is not compiled in")
+}
+
+/// The lock family of `group` from the global registry.
+pub fn locks(group: &str) -> Locks {
+    registry().locks(group)
+}
+
+/// The lock `name` of `group` from the global registry.
+pub fn lock(group: &str, name: &str) -> Lock {
+    locks(group).get(name)
+}
