@@ -50,13 +50,11 @@ pub(crate) async fn acquire(
         wait_for_grant(ctx, &req, since, wait).await
     };
     match granted {
-        Ok(fence) => {
+        Ok((fence, lease_from)) => {
             ctx.labels.span(WAIT_SECONDS, mode, since.elapsed());
             ctx.labels.event(mode, Event::Acquired);
-            Ok(Guard::new(
-                Hold::start(ctx.clone(), req, fence, since),
-                mode,
-            ))
+            let hold = Hold::start(ctx.clone(), req, fence, lease_from);
+            Ok(Guard::new(hold, mode))
         }
         Err(e) => {
             let event = match e {
@@ -69,23 +67,26 @@ pub(crate) async fn acquire(
     }
 }
 
-/// Asks until granted or `deadline`; on timeout the request is withdrawn.
+/// Asks until granted or the wait runs out; on timeout the request is
+/// withdrawn. Returns the fence and when the granting request was sent, from
+/// which the engine counts the lease.
 async fn wait_for_grant(
     ctx: &GroupCtx,
     req: &Request,
     since: Instant,
     wait: Option<Duration>,
-) -> Result<u64, Error> {
+) -> Result<(u64, Instant), Error> {
     let deadline = wait.map(|w| since + w);
     let engine = &ctx.engine.engine;
     let mut withdraw = Withdraw::arm(engine.clone(), req.clone());
     let mut pauses = ctx.settings.poll.intervals();
+    let mut sent = Instant::now();
     let mut answer = engine.acquire(req).await;
     loop {
         let wake = match answer.map_err(|e| ctx.engine_error(&req.key, e))? {
             Poll::Held(fence) => {
                 withdraw.disarm();
-                return Ok(fence);
+                return Ok((fence, sent));
             }
             Poll::Waiting(wake) => wake,
         };
@@ -114,6 +115,7 @@ async fn wait_for_grant(
             _ = wake => {}
             _ = sleep_until(next) => {}
         }
+        sent = Instant::now();
         answer = engine.poll(req).await;
     }
 }

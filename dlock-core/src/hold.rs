@@ -96,8 +96,10 @@ pub(crate) struct Hold {
     watchdog: Mutex<Option<AbortHandle>>,
     /// Serialises downgrade and release; true once released.
     released: tokio::sync::Mutex<bool>,
-    /// When the granting request was sent: the lease and hold span run from here.
-    pub since: Instant,
+    /// When the granting request was sent: the engine counts the lease from here.
+    pub lease_from: Instant,
+    /// When the grant arrived: the hold span runs from here.
+    held_since: Instant,
 }
 
 impl Hold {
@@ -124,7 +126,7 @@ impl Hold {
     }
 
     /// Files a fresh engine-level hold for the current task.
-    pub fn start(ctx: Arc<GroupCtx>, req: Request, fence: u64, since: Instant) -> Arc<Hold> {
+    pub fn start(ctx: Arc<GroupCtx>, req: Request, fence: u64, lease_from: Instant) -> Arc<Hold> {
         let counts = match req.mode {
             Mode::Write => Counts {
                 writes: 1,
@@ -144,7 +146,8 @@ impl Hold {
             lost: watch::Sender::new(None),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
-            since,
+            lease_from,
+            held_since: Instant::now(),
         });
         // Two concurrent futures of one task (join!) may both reach the engine;
         // the first filed serves reentry, the other stays unfiled.
@@ -192,7 +195,7 @@ impl Hold {
         let result = self.ctx.engine.engine.release(&self.req).await;
         let (labels, mode) = (&self.ctx.labels, self.req.mode);
         labels.span(RELEASE_SECONDS, mode, started.elapsed());
-        labels.span(HOLD_SECONDS, mode, self.since.elapsed());
+        labels.span(HOLD_SECONDS, mode, self.held_since.elapsed());
         labels.gauge(HELD, mode, -1.0);
         labels.event(mode, Event::Released);
         match result {

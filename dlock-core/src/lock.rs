@@ -78,6 +78,11 @@ impl Locks {
         &self.ctx.engine.name
     }
 
+    /// The lease, wait and polling this group's locks use.
+    pub fn settings(&self) -> &Settings {
+        &self.ctx.settings
+    }
+
     /// The lock named `name` in this group. The name is checked when acquiring.
     pub fn get(&self, name: impl Into<Arc<str>>) -> Lock {
         Lock {

@@ -21,7 +21,7 @@ async fn run(hold: Arc<Hold>) {
         .lost(&hold.req)
         .unwrap_or_else(|| Box::pin(std::future::pending()));
     // The lease runs from when the granting request was sent, not answered.
-    let mut renewed_at = hold.since;
+    let mut renewed_at = hold.lease_from;
     let mut pause = lease / 3;
     loop {
         let deadline = renewed_at + lease;

@@ -1,0 +1,221 @@
+//! Config files, good and bad: a bad one fails at startup naming the field.
+
+use std::time::Duration;
+
+use dlock::config::Polling;
+use dlock::{Config, Error, Registry};
+
+fn parse(text: &str) -> Result<Config, Error> {
+    Config::parse(text, std::iter::empty())
+}
+
+async fn build(text: &str) -> Result<Registry, Error> {
+    Registry::build(&parse(text)?, &dlock::engines::Factory).await
+}
+
+/// The field an error names, and its message.
+fn field_of(result: Result<impl Sized, Error>) -> (String, String) {
+    match result {
+        Err(Error::Config { field, message }) => (field, message),
+        Err(other) => panic!("expected a config error, got {other}"),
+        Ok(_) => panic!("bad config accepted"),
+    }
+}
+
+const GOOD: &str = r#"
+[defaults]
+engine = "main"
+lease = "20s"
+wait = "3s"
+poll = { strategy = "constant", interval = "50ms" }
+waiter_ttl = "2s"
+
+[engines.main]
+kind = "memory"
+
+[engines.side]
+kind = "memory"
+
+[groups.payment]
+engine = "side"
+lease = "5s"
+
+[groups.report]
+wait = "250ms"
+"#;
+
+#[tokio::test]
+async fn a_good_file_routes_groups_and_applies_overrides() {
+    let registry = build(GOOD).await.expect("good config");
+    let payment = registry.locks("payment");
+    assert_eq!(payment.engine(), "side");
+    assert_eq!(payment.settings().lease, Duration::from_secs(5));
+    assert_eq!(payment.settings().wait, Some(Duration::from_secs(3)));
+    let report = registry.locks("report");
+    assert_eq!(report.engine(), "main");
+    assert_eq!(report.settings().lease, Duration::from_secs(20));
+    assert_eq!(report.settings().wait, Some(Duration::from_millis(250)));
+    assert_eq!(
+        report.settings().poll,
+        Polling::Constant {
+            interval: Duration::from_millis(50)
+        }
+    );
+    let unrouted = registry.locks("anything");
+    assert_eq!(unrouted.engine(), "main");
+    // The routes lead to working engines.
+    let guard = payment.get("1").lock().await.expect("lock");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn an_empty_config_serves_from_the_memory_engine() {
+    let registry = build("").await.expect("empty config");
+    let locks = registry.locks("g");
+    assert_eq!(locks.engine(), "memory");
+    assert_eq!(locks.settings().lease, Duration::from_secs(30));
+    assert_eq!(locks.settings().wait, None);
+    locks
+        .get("n")
+        .lock()
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let env = [
+        ("DLOCK_DEFAULTS__LEASE", "7s"),
+        ("DLOCK_GROUPS__REPORT__ENGINE", "side"),
+        ("DLOCK_DEFAULTS__POLL__INTERVAL", "20ms"),
+        ("HOME", "/ignored"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    let config = Config::parse(GOOD, env).expect("config");
+    assert_eq!(config.defaults.lease, Duration::from_secs(7));
+    assert_eq!(config.groups["report"].engine.as_deref(), Some("side"));
+    assert_eq!(
+        config.defaults.poll,
+        Polling::Constant {
+            interval: Duration::from_millis(20)
+        }
+    );
+}
+
+#[test]
+fn a_bad_environment_value_names_the_field() {
+    let env = [("DLOCK_DEFAULTS__LEASE".to_owned(), "soon".to_owned())];
+    let (field, message) = field_of(Config::parse(GOOD, env));
+    assert_eq!(field, "defaults.lease");
+    assert!(
+        message.contains("soon") || message.contains("invalid"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn bad_files_fail_naming_the_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[engines.main]\nkind = \"redys\"",
+            "engines.main.kind",
+            "unknown engine kind `redys`",
+        ),
+        ("[engines.main]\nurl = \"x\"", "engines.main", "kind"),
+        (
+            "[engines.main]\nkind = \"memory\"\nurll = \"x\"",
+            "engines.main.urll",
+            "unknown field",
+        ),
+        (
+            "[engines.main]\nkind = \"memory\"\n[groups.pay]\nengine = \"zk\"",
+            "groups.pay.engine",
+            "`zk` is not defined",
+        ),
+        (
+            "[defaults]\nengine = \"zk\"",
+            "defaults.engine",
+            "`zk` is not defined",
+        ),
+        (
+            "[defaults]\nlease = \"thirty seconds\"",
+            "defaults.lease",
+            "",
+        ),
+        ("[defaults]\nlease = \"1ms\"", "defaults.lease", "too short"),
+        (
+            "[defaults]\nleese = \"1s\"",
+            "defaults.leese",
+            "unknown field",
+        ),
+        ("[defaults]\nwait = 5", "defaults.wait", ""),
+        (
+            "[defaults]\npoll = { strategy = \"random\" }",
+            "defaults.poll.strategy",
+            "random",
+        ),
+        (
+            "[defaults]\npoll = { strategy = \"exponential\", initial = \"1s\", max = \"10ms\" }",
+            "defaults.poll.max",
+            "less than initial",
+        ),
+        (
+            "[defaults]\nwaiter_ttl = \"100ms\"",
+            "defaults.waiter_ttl",
+            "3 poll intervals",
+        ),
+        (
+            "[engines.a]\nkind = \"memory\"\n[engines.b]\nkind = \"memory\"",
+            "defaults.engine",
+            "several engines",
+        ),
+        ("[groups.g]\nlease = \"2ms\"", "groups.g.lease", "too short"),
+        (
+            "[groups.g]\nengin = \"main\"",
+            "groups.g.engin",
+            "unknown field",
+        ),
+        ("[surprise]\nx = 1", "surprise", "unknown field"),
+        ("[defaults\nlease = 1", "config", "line 1"),
+    ];
+    for (text, want_field, want_message) in cases {
+        let (field, message) = field_of(build(text).await);
+        assert_eq!(
+            &field, want_field,
+            "for config:\n{text}\nmessage: {message}"
+        );
+        assert!(
+            message.contains(want_message),
+            "for config:\n{text}\nmessage {message:?} lacks {want_message:?}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_file_names_the_path() {
+    let (field, message) = field_of(Config::from_file("/nonexistent/dlock.toml"));
+    assert_eq!(field, "config file");
+    assert!(message.contains("/nonexistent/dlock.toml"), "{message}");
+}
+
+#[tokio::test]
+async fn an_unknown_engine_override_is_an_error() {
+    let registry = build(GOOD).await.expect("config");
+    let (field, message) = field_of(registry.locks_on("payment", "zk"));
+    assert_eq!(field, "engine");
+    assert!(message.contains("`zk`"), "{message}");
+}
+
+#[tokio::test]
+async fn the_global_registry_is_initialised_once() {
+    let path = std::env::temp_dir().join(format!("dlock-config-{}.toml", std::process::id()));
+    std::fs::write(&path, GOOD).expect("write config");
+    dlock::init_from_file(&path).await.expect("init");
+    assert_eq!(dlock::locks("payment").engine(), "side");
+    let (field, _) = field_of(dlock::init(Config::default()).await);
+    assert_eq!(field, "init");
+    std::fs::remove_file(path).ok();
+}
