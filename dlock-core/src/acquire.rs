@@ -7,7 +7,7 @@ use tokio::time::{Instant, sleep_until};
 
 use crate::hold::Hold;
 use crate::lock::GroupCtx;
-use crate::metrics::{Event, Labels, WAIT_SECONDS, WAITING};
+use crate::metrics::{Event, Gauge, Labels, Span};
 use crate::{Engine, Error, Guard, LockKey, Mode, OwnerId, Poll, Request};
 
 /// Shortest lease accepted: engines with millisecond expiry need some margin.
@@ -51,7 +51,7 @@ pub(crate) async fn acquire(
     };
     match granted {
         Ok((fence, lease_from)) => {
-            ctx.labels.span(WAIT_SECONDS, mode, since.elapsed());
+            ctx.labels.span(Span::Wait, mode, since.elapsed());
             ctx.labels.event(mode, Event::Acquired);
             let hold = Hold::start(ctx.clone(), req, fence, lease_from);
             Ok(Guard::new(hold, mode))
@@ -158,13 +158,13 @@ struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     fn start(labels: &'a Labels, mode: Mode) -> Self {
-        labels.gauge(WAITING, mode, 1.0);
+        labels.gauge(Gauge::Waiting, mode, 1.0);
         Waiting { labels, mode }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.labels.gauge(WAITING, self.mode, -1.0);
+        self.labels.gauge(Gauge::Waiting, self.mode, -1.0);
     }
 }

@@ -13,7 +13,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::lock::GroupCtx;
-use crate::metrics::{Event, HELD, HOLD_SECONDS, RELEASE_SECONDS};
+use crate::metrics::{Event, Gauge, Span};
 use crate::{Error, LockKey, LostReason, Mode, Request};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
@@ -154,7 +154,7 @@ impl Hold {
         if let Entry::Vacant(v) = hold.slot.shard().entry(hold.slot.clone()) {
             v.insert(hold.clone());
         }
-        hold.ctx.labels.gauge(HELD, hold.req.mode, 1.0);
+        hold.ctx.labels.gauge(Gauge::Held, hold.req.mode, 1.0);
         *lock(&hold.watchdog) = Some(crate::watchdog::spawn(hold.clone()));
         hold
     }
@@ -194,9 +194,9 @@ impl Hold {
         let started = Instant::now();
         let result = self.ctx.engine.engine.release(&self.req).await;
         let (labels, mode) = (&self.ctx.labels, self.req.mode);
-        labels.span(RELEASE_SECONDS, mode, started.elapsed());
-        labels.span(HOLD_SECONDS, mode, self.held_since.elapsed());
-        labels.gauge(HELD, mode, -1.0);
+        labels.span(Span::Release, mode, started.elapsed());
+        labels.span(Span::Hold, mode, self.held_since.elapsed());
+        labels.gauge(Gauge::Held, mode, -1.0);
         labels.event(mode, Event::Released);
         match result {
             Ok(true) => self.ok_unless_lost(),

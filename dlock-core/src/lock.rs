@@ -65,8 +65,8 @@ pub struct Locks {
 }
 
 impl Locks {
-    pub(crate) fn new(ctx: GroupCtx) -> Self {
-        Locks { ctx: Arc::new(ctx) }
+    pub(crate) fn new(ctx: Arc<GroupCtx>) -> Self {
+        Locks { ctx }
     }
 
     pub fn group(&self) -> &str {

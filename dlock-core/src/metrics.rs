@@ -12,7 +12,7 @@
 //!
 //! Recording is fire-and-forget: a recorder can neither block nor fail a lock operation.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics::{Label, SharedString};
@@ -46,6 +46,19 @@ pub enum Event {
 }
 
 impl Event {
+    pub const ALL: [Event; 10] = [
+        Event::Attempt,
+        Event::Acquired,
+        Event::Reentered,
+        Event::TimedOut,
+        Event::Failed,
+        Event::Released,
+        Event::Renewed,
+        Event::RenewalFailed,
+        Event::Lost,
+        Event::WaiterKicked,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Event::Attempt => "attempt",
@@ -62,11 +75,59 @@ impl Event {
     }
 }
 
-/// The labels shared by every series of one group on one engine.
-#[derive(Clone, Debug)]
+/// The span histograms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Span {
+    Wait,
+    Hold,
+    Release,
+}
+
+impl Span {
+    const ALL: [Span; 3] = [Span::Wait, Span::Hold, Span::Release];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Span::Wait => WAIT_SECONDS,
+            Span::Hold => HOLD_SECONDS,
+            Span::Release => RELEASE_SECONDS,
+        }
+    }
+}
+
+/// The gauges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gauge {
+    Held,
+    Waiting,
+}
+
+impl Gauge {
+    const ALL: [Gauge; 2] = [Gauge::Held, Gauge::Waiting];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Gauge::Held => HELD,
+            Gauge::Waiting => WAITING,
+        }
+    }
+}
+
+/// The series of one group on one engine. Handles are registered with the
+/// recorder on first use and reused, so recording costs an increment, not a
+/// label lookup: install the recorder before taking the first lock.
+#[derive(Debug)]
 pub struct Labels {
     group: SharedString,
     engine: SharedString,
+    by_mode: [OnceLock<Handles>; 2],
+}
+
+#[derive(Debug)]
+struct Handles {
+    events: [metrics::Counter; Event::ALL.len()],
+    spans: [metrics::Histogram; Span::ALL.len()],
+    gauges: [metrics::Gauge; Gauge::ALL.len()],
 }
 
 impl Labels {
@@ -74,29 +135,40 @@ impl Labels {
         Labels {
             group: group.into(),
             engine: engine.into(),
+            by_mode: Default::default(),
         }
     }
 
-    fn with_mode(&self, mode: Mode) -> Vec<Label> {
-        vec![
-            Label::from_static_parts("mode", mode.as_str()),
-            Label::new("group", self.group.clone()),
-            Label::new("engine", self.engine.clone()),
-        ]
+    fn handles(&self, mode: Mode) -> &Handles {
+        self.by_mode[mode as usize].get_or_init(|| {
+            let labels = vec![
+                Label::from_static_parts("mode", mode.as_str()),
+                Label::new("group", self.group.clone()),
+                Label::new("engine", self.engine.clone()),
+            ];
+            let with_event = |event: Event| {
+                let mut labels = labels.clone();
+                labels.push(Label::from_static_parts("event", event.as_str()));
+                metrics::counter!(EVENTS, labels)
+            };
+            Handles {
+                events: Event::ALL.map(with_event),
+                spans: Span::ALL.map(|span| metrics::histogram!(span.name(), labels.clone())),
+                gauges: Gauge::ALL.map(|gauge| metrics::gauge!(gauge.name(), labels.clone())),
+            }
+        })
     }
 
     pub fn event(&self, mode: Mode, event: Event) {
-        let mut labels = self.with_mode(mode);
-        labels.push(Label::from_static_parts("event", event.as_str()));
-        metrics::counter!(EVENTS, labels).increment(1);
+        self.handles(mode).events[event as usize].increment(1);
     }
 
-    pub fn span(&self, name: &'static str, mode: Mode, took: Duration) {
-        metrics::histogram!(name, self.with_mode(mode)).record(took.as_secs_f64());
+    pub fn span(&self, span: Span, mode: Mode, took: Duration) {
+        self.handles(mode).spans[span as usize].record(took.as_secs_f64());
     }
 
-    pub fn gauge(&self, name: &'static str, mode: Mode, delta: f64) {
-        metrics::gauge!(name, self.with_mode(mode)).increment(delta);
+    pub fn gauge(&self, gauge: Gauge, mode: Mode, delta: f64) {
+        self.handles(mode).gauges[gauge as usize].increment(delta);
     }
 }
 

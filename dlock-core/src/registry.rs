@@ -1,7 +1,7 @@
 //! The engines built from config at startup, and the routing of groups to them.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -70,6 +70,9 @@ pub struct Registry {
     default_engine: String,
     defaults: Settings,
     groups: BTreeMap<String, GroupConfig>,
+    /// One context per (group, engine), so its metric handles are registered
+    /// once. Groups are business purposes, few by design; names are many.
+    contexts: Mutex<HashMap<(String, String), Arc<GroupCtx>>>,
 }
 
 impl Registry {
@@ -116,6 +119,7 @@ impl Registry {
             default_engine: config.default_engine().to_owned(),
             defaults: Settings::from(&config.defaults),
             groups: config.groups.clone(),
+            contexts: Mutex::default(),
         })
     }
 
@@ -130,6 +134,7 @@ impl Registry {
             default_engine: name.to_owned(),
             defaults: settings,
             groups: BTreeMap::new(),
+            contexts: Mutex::default(),
         }
     }
 
@@ -159,11 +164,16 @@ impl Registry {
     }
 
     fn locks_with(&self, group: &str, engine: &NamedEngine, config: Option<&GroupConfig>) -> Locks {
-        let mut settings = self.defaults;
-        if let Some(g) = config {
-            settings.lease = g.lease.unwrap_or(settings.lease);
-            settings.wait = g.wait.or(settings.wait);
-        }
-        Locks::new(GroupCtx::new(group.into(), engine.clone(), settings))
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (group.to_owned(), engine.name.to_string());
+        let ctx = contexts.entry(key).or_insert_with(|| {
+            let mut settings = self.defaults;
+            if let Some(g) = config {
+                settings.lease = g.lease.unwrap_or(settings.lease);
+                settings.wait = g.wait.or(settings.wait);
+            }
+            Arc::new(GroupCtx::new(group.into(), engine.clone(), settings))
+        });
+        Locks::new(ctx.clone())
     }
 }

@@ -46,7 +46,6 @@ struct Holder {
 }
 
 struct Waiter {
-    owner: OwnerId,
     mode: Mode,
     wake: Arc<Notify>,
 }
@@ -70,7 +69,6 @@ impl Queue {
         self.by_ticket.insert(
             ticket,
             Waiter {
-                owner,
                 mode,
                 wake: wake.clone(),
             },

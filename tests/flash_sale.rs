@@ -1,0 +1,54 @@
+//! Runs the real `flash_sale` example (cargo builds examples for `cargo test`)
+//! and checks its verdict line.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
+    let deps = std::env::current_exe().expect("test path");
+    let dir = deps.parent().and_then(|d| d.parent()).expect("target dir");
+    dir.join("examples").join(name)
+}
+
+#[test]
+fn ten_items_ten_thousand_buyers_none_oversold() {
+    let output = Command::new(example("flash_sale"))
+        .output()
+        .expect("run flash_sale");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "flash_sale failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("sold=10 oversold=0 buyers=10000"));
+    let summary = lines.next().expect("metrics summary");
+    assert!(
+        summary.starts_with("metrics: acquisitions=10000 wait_p50="),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_bad_config_fails_at_startup_naming_the_field() {
+    let path = std::env::temp_dir().join(format!("flash-sale-bad-{}.toml", std::process::id()));
+    std::fs::write(&path, "[engines.main]\nkind = \"redys\"\n").expect("write");
+    let output = Command::new(example("flash_sale"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run");
+    std::fs::remove_file(&path).ok();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("engines.main.kind") && stderr.contains("redys"),
+        "{stderr}"
+    );
+    assert!(
+        output.stdout.is_empty(),
+        "nothing sold before the config was checked"
+    );
+}
