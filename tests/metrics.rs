@@ -12,9 +12,11 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// Totals of everything recorded so far. The debugging recorder hands out
 /// deltas (a snapshot drains what it reads), so readings are accumulated.
+type Row = (String, Vec<(String, String)>, DebugValue);
+
 struct Recorded {
     snapshotter: Snapshotter,
-    rows: Vec<(String, Vec<(String, String)>, DebugValue)>,
+    rows: Vec<Row>,
 }
 
 impl Recorded {

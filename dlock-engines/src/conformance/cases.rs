@@ -270,16 +270,15 @@ pub async fn queued_readers_admitted_together(h: &Harness) {
         tasks.push(tokio::spawn(async move {
             let guard = lock.acquire(mode, None).await.expect("acquire");
             log.lock().unwrap().push(name);
-            match barrier {
-                Some(b) => drop(
-                    within(
-                        Duration::from_secs(5),
-                        "a run of readers holding together",
-                        b.wait(),
-                    )
-                    .await,
-                ),
-                None => sleep(Duration::from_millis(100)).await,
+            if let Some(run) = barrier {
+                within(
+                    Duration::from_secs(5),
+                    "a run of readers holding together",
+                    run.wait(),
+                )
+                .await;
+            } else {
+                sleep(Duration::from_millis(100)).await;
             }
             log.lock().unwrap().push(name);
             guard.release().await.expect("release");
