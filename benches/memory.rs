@@ -36,12 +36,7 @@ fn uncontended(c: &mut Criterion) {
     let lock = registry.locks("bench").get("uncontended");
     c.bench_function("memory/uncontended_write_cycle", |b| {
         b.to_async(&rt).iter(|| async {
-            lock.lock()
-                .await
-                .expect("lock")
-                .release()
-                .await
-                .expect("release");
+            lock.lock().await.expect("lock").release().await.expect("release");
         })
     });
 }
@@ -63,12 +58,7 @@ fn contended(c: &mut Criterion) {
                         let lock = lock.clone();
                         tokio::spawn(async move {
                             for _ in 0..per_task {
-                                lock.lock()
-                                    .await
-                                    .expect("lock")
-                                    .release()
-                                    .await
-                                    .expect("release");
+                                lock.lock().await.expect("lock").release().await.expect("release");
                             }
                         })
                     })

@@ -63,9 +63,7 @@ async fn main() -> ExitCode {
         stock: AtomicU64::new(STOCK),
         sold: AtomicU64::new(0),
     });
-    let tasks: Vec<_> = (0..buyers)
-        .map(|_| tokio::spawn(buy(shop.clone())))
-        .collect();
+    let tasks: Vec<_> = (0..buyers).map(|_| tokio::spawn(buy(shop.clone()))).collect();
     let mut failed = 0;
     for task in tasks {
         if let Err(e) = task.await.expect("buyer panicked") {

@@ -21,17 +21,26 @@ use std::path::Path;
 use once_cell::sync::OnceCell;
 
 pub use dlock_core::{
-    Config, Engine, Error, Guard, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings,
-    config, metrics,
+    Config, Engine, Error, Guard, Held, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, config,
+    metrics,
 };
 pub use dlock_engines as engines;
+pub use dlock_macros::distributed_lock;
+
+#[doc(hidden)]
+pub mod __private;
 
 static REGISTRY: OnceCell<Registry> = OnceCell::new();
 
 /// Builds the configured engines into the global registry. Call once at
 /// startup, before the first lock; a bad config fails here, naming the field.
 pub async fn init(config: Config) -> Result<(), Error> {
-    let registry = Registry::build(&config, &engines::Factory).await?;
+    install(Registry::build(&config, &engines::Factory).await?)
+}
+
+/// Makes `registry` the global one: for engines built by hand (a custom
+/// engine, a wrapper). Same rules as [`init`]: once, before the first lock.
+pub fn install(registry: Registry) -> Result<(), Error> {
     REGISTRY.set(registry).map_err(|_| {
         Error::config(
             "init",
@@ -69,4 +78,15 @@ pub fn locks(group: &str) -> Locks {
 /// The lock `name` of `group` from the global registry.
 pub fn lock(group: &str, name: &str) -> Lock {
     locks(group).get(name)
+}
+
+/// The innermost lock held by a `#[distributed_lock]` function running in
+/// this task; `None` outside one. Spawned tasks do not inherit it.
+pub fn current() -> Option<Held> {
+    __private::CURRENT.try_with(Held::clone).ok()
+}
+
+/// The fencing token of [`current`]: pass it to storage with every write.
+pub fn fence() -> Option<u64> {
+    current().map(|held| held.fence())
 }

@@ -140,17 +140,9 @@ async fn bad_files_fail_naming_the_field() {
             "defaults.engine",
             "`zk` is not defined",
         ),
-        (
-            "[defaults]\nlease = \"thirty seconds\"",
-            "defaults.lease",
-            "",
-        ),
+        ("[defaults]\nlease = \"thirty seconds\"", "defaults.lease", ""),
         ("[defaults]\nlease = \"1ms\"", "defaults.lease", "too short"),
-        (
-            "[defaults]\nleese = \"1s\"",
-            "defaults.leese",
-            "unknown field",
-        ),
+        ("[defaults]\nleese = \"1s\"", "defaults.leese", "unknown field"),
         ("[defaults]\nwait = 5", "defaults.wait", ""),
         (
             "[defaults]\npoll = { strategy = \"random\" }",
@@ -173,20 +165,13 @@ async fn bad_files_fail_naming_the_field() {
             "several engines",
         ),
         ("[groups.g]\nlease = \"2ms\"", "groups.g.lease", "too short"),
-        (
-            "[groups.g]\nengin = \"main\"",
-            "groups.g.engin",
-            "unknown field",
-        ),
+        ("[groups.g]\nengin = \"main\"", "groups.g.engin", "unknown field"),
         ("[surprise]\nx = 1", "surprise", "unknown field"),
         ("[defaults\nlease = 1", "config", "line 1"),
     ];
     for (text, want_field, want_message) in cases {
         let (field, message) = field_of(build(text).await);
-        assert_eq!(
-            &field, want_field,
-            "for config:\n{text}\nmessage: {message}"
-        );
+        assert_eq!(&field, want_field, "for config:\n{text}\nmessage: {message}");
         assert!(
             message.contains(want_message),
             "for config:\n{text}\nmessage {message:?} lacks {want_message:?}"

@@ -35,11 +35,7 @@ impl Recorded {
                 .labels()
                 .map(|l| (l.key().to_owned(), l.value().to_owned()))
                 .collect();
-            match self
-                .rows
-                .iter_mut()
-                .find(|(n, l, _)| *n == name && *l == labels)
-            {
+            match self.rows.iter_mut().find(|(n, l, _)| *n == name && *l == labels) {
                 Some((_, _, total)) => match (total, value) {
                     (DebugValue::Counter(t), DebugValue::Counter(d)) => *t += d,
                     (DebugValue::Gauge(t), DebugValue::Gauge(d)) => *t += d,
@@ -85,9 +81,7 @@ impl Recorded {
     fn spans(&self, name: &str, wanted: &[(&str, &str)]) -> Vec<f64> {
         self.matching(name, wanted)
             .flat_map(|value| match value {
-                DebugValue::Histogram(values) => {
-                    values.iter().map(|v| v.into_inner()).collect::<Vec<_>>()
-                }
+                DebugValue::Histogram(values) => values.iter().map(|v| v.into_inner()).collect::<Vec<_>>(),
                 other => panic!("{name} is not a histogram: {other:?}"),
             })
             .collect()
@@ -105,10 +99,7 @@ impl Recorded {
 
 fn registry() -> (Registry, Arc<Faults>) {
     let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
-    (
-        Registry::with_engine("mem", faults.clone(), SETTINGS),
-        faults,
-    )
+    (Registry::with_engine("mem", faults.clone(), SETTINGS), faults)
 }
 
 /// Lets background work (a dropped guard's release) finish.
@@ -133,11 +124,7 @@ async fn one_cycle_records_events_spans_and_gauges_with_labels() {
     let labels = [("group", "order"), ("mode", "write"), ("engine", "mem")];
     for event in ["attempt", "acquired", "released"] {
         let with_event: Vec<_> = labels.iter().copied().chain([("event", event)]).collect();
-        assert_eq!(
-            after.counter(&with_event),
-            1,
-            "{event} with labels {labels:?}"
-        );
+        assert_eq!(after.counter(&with_event), 1, "{event} with labels {labels:?}");
     }
     for span in [
         "dlock_wait_seconds",
@@ -184,10 +171,7 @@ async fn nested_acquisitions_record_one_hold_span() {
         1,
         "one hold span, not one per nesting level: {holds:?}"
     );
-    assert!(
-        holds[0] >= 0.15,
-        "hold ran from the outermost acquire: {holds:?}"
-    );
+    assert!(holds[0] >= 0.15, "hold ran from the outermost acquire: {holds:?}");
     assert_eq!(recorded.spans("dlock_wait_seconds", &[]).len(), 1);
 }
 
@@ -204,8 +188,7 @@ async fn timeouts_renewals_and_loss_are_counted() {
 
     let guard = lock.lock().await.expect("lock");
     let other = registry.locks("order").get("3");
-    let waiter =
-        tokio::spawn(async move { other.lock_for(Duration::from_millis(200)).await.map(drop) });
+    let waiter = tokio::spawn(async move { other.lock_for(Duration::from_millis(200)).await.map(drop) });
     assert!(waiter.await.expect("task").is_err(), "held lock granted");
     let waiting = recorded.read();
     assert_eq!(waiting.event("timed_out"), 1);

@@ -157,20 +157,13 @@ impl Config {
     /// Reads a TOML file and applies the process's `DLOCK_*` variables.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, Error> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::config(
-                "config file",
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::config("config file", format!("cannot read {}: {e}", path.display())))?;
         Self::parse(&text, std::env::vars())
     }
 
     /// Parses a TOML document, applies `DLOCK_*` overrides from `env`, and checks the result.
-    pub fn parse(
-        text: &str,
-        env: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, Error> {
+    pub fn parse(text: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, Error> {
         let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let mut message = e.message().to_owned();
             if let Some(span) = e.span() {
@@ -249,10 +242,7 @@ impl Config {
 }
 
 fn undefined_engine(field: &str, name: &str) -> Error {
-    Error::config(
-        field,
-        format!("engine `{name}` is not defined under [engines]"),
-    )
+    Error::config(field, format!("engine `{name}` is not defined under [engines]"))
 }
 
 fn check_lease(field: &str, lease: Duration) -> Result<(), Error> {
@@ -267,14 +257,12 @@ fn check_lease(field: &str, lease: Duration) -> Result<(), Error> {
 
 fn check_polling(poll: Polling) -> Result<(), Error> {
     match poll {
-        Polling::Constant { interval } if interval.is_zero() => Err(Error::config(
-            "defaults.poll.interval",
-            "must be more than zero",
-        )),
-        Polling::Exponential { initial, .. } if initial.is_zero() => Err(Error::config(
-            "defaults.poll.initial",
-            "must be more than zero",
-        )),
+        Polling::Constant { interval } if interval.is_zero() => {
+            Err(Error::config("defaults.poll.interval", "must be more than zero"))
+        }
+        Polling::Exponential { initial, .. } if initial.is_zero() => {
+            Err(Error::config("defaults.poll.initial", "must be more than zero"))
+        }
         Polling::Exponential { initial, max } if max < initial => Err(Error::config(
             "defaults.poll.max",
             format!("{max:?} is less than initial ({initial:?})"),
@@ -297,20 +285,14 @@ fn from_table<T: DeserializeOwned>(table: toml::Table, prefix: &str) -> Result<T
     })
 }
 
-fn apply_env(
-    table: &mut toml::Table,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), Error> {
+fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, String)>) -> Result<(), Error> {
     for (var, value) in env {
         let Some(path) = var.strip_prefix("DLOCK_") else {
             continue;
         };
         let segments: Vec<String> = path.split("__").map(str::to_lowercase).collect();
         if segments.iter().any(String::is_empty) {
-            return Err(Error::config(
-                var,
-                "empty path segment; use DLOCK_SECTION__KEY",
-            ));
+            return Err(Error::config(var, "empty path segment; use DLOCK_SECTION__KEY"));
         }
         let (last, parents) = segments.split_last().expect("split yields one segment");
         let mut at = &mut *table;

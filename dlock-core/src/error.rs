@@ -78,9 +78,7 @@ pub enum LostReason {
 impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            LostReason::Rejected => {
-                "the engine no longer has this holder (lease expired or taken over)"
-            }
+            LostReason::Rejected => "the engine no longer has this holder (lease expired or taken over)",
             LostReason::LeaseElapsed => "no renewal succeeded within the lease",
             LostReason::Engine => "the engine reported the session lost",
         })

@@ -21,16 +21,52 @@ use crate::{Error, LockKey, LostReason, Mode};
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct Guard {
-    hold: Arc<Hold>,
+    held: Held,
     mode: Mode,
     /// False once `release` has run, so `Drop` does nothing.
     armed: bool,
 }
 
+/// A view of a held lock that does not keep it held: its key, fence and
+/// lost signal. Cheap to clone; what `dlock::current()` returns.
+#[derive(Clone)]
+pub struct Held(Arc<Hold>);
+
+impl Held {
+    pub fn key(&self) -> &LockKey {
+        &self.0.req.key
+    }
+
+    /// The fencing token of this hold: strictly greater than every earlier
+    /// holder's. Hand it to storage so it can reject writes from a stale holder.
+    pub fn fence(&self) -> u64 {
+        self.0.fence
+    }
+
+    /// Whether the lock is already known lost.
+    pub fn is_lost(&self) -> bool {
+        self.0.lost_reason().is_some()
+    }
+
+    /// Resolves when the lock is known lost (renewal rejected, lease elapsed
+    /// unrenewed, engine session gone); never resolves while the hold is sound.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let mut rx = self.0.subscribe_lost();
+        async move {
+            let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
+            match reason {
+                Ok(reason) => reason.expect("waited for Some"),
+                // The hold ended without being lost.
+                Err(_) => std::future::pending().await,
+            }
+        }
+    }
+}
+
 impl Guard {
     pub(crate) fn new(hold: Arc<Hold>, mode: Mode) -> Self {
         Guard {
-            hold,
+            held: Held(hold),
             mode,
             armed: true,
         }
@@ -41,40 +77,35 @@ impl Guard {
         self.mode
     }
 
+    /// The key, fence and lost signal, as a handle that outlives the guard.
+    pub fn held(&self) -> &Held {
+        &self.held
+    }
+
     pub fn key(&self) -> &LockKey {
-        &self.hold.req.key
+        self.held.key()
     }
 
-    /// The fencing token of this hold: strictly greater than every earlier
-    /// holder's. Hand it to storage so it can reject writes from a stale holder.
+    /// See [`Held::fence`].
     pub fn fence(&self) -> u64 {
-        self.hold.fence
+        self.held.fence()
     }
 
-    /// Whether the lock is already known lost.
+    /// See [`Held::is_lost`].
     pub fn is_lost(&self) -> bool {
-        self.hold.lost_reason().is_some()
+        self.held.is_lost()
     }
 
-    /// Resolves when the lock is known lost (renewal rejected, lease elapsed
-    /// unrenewed, engine session gone); never resolves while the hold is sound.
+    /// See [`Held::lost`].
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let mut rx = self.hold.subscribe_lost();
-        async move {
-            let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
-            match reason {
-                Ok(reason) => reason.expect("waited for Some"),
-                // The hold ended without being lost.
-                Err(_) => std::future::pending().await,
-            }
-        }
+        self.held.lost()
     }
 
     /// Releases now. `Err(Lost)` if the lock had been lost meanwhile, so the
     /// caller learns that its critical section was not protected to the end.
     pub async fn release(mut self) -> Result<(), Error> {
         self.armed = false;
-        let hold = self.hold.clone();
+        let hold = self.held.0.clone();
         match hold.exit(self.mode) {
             Exit::Nested => match hold.lost_reason() {
                 Some(reason) => Err(Error::Lost {
@@ -94,7 +125,7 @@ impl Drop for Guard {
         if !self.armed {
             return;
         }
-        let hold = self.hold.clone();
+        let hold = self.held.0.clone();
         let exit = hold.exit(self.mode);
         if matches!(exit, Exit::Nested) {
             return;
@@ -116,6 +147,15 @@ impl std::fmt::Debug for Guard {
         f.debug_struct("Guard")
             .field("key", self.key())
             .field("mode", &self.mode)
+            .field("fence", &self.fence())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("key", self.key())
             .field("fence", &self.fence())
             .finish()
     }

@@ -61,8 +61,7 @@ impl Slot {
 
 const SHARDS: usize = 32;
 type Shard = Mutex<HashMap<Slot, Arc<Hold>>>;
-static TABLE: LazyLock<[Shard; SHARDS]> =
-    LazyLock::new(|| std::array::from_fn(|_| Shard::default()));
+static TABLE: LazyLock<[Shard; SHARDS]> = LazyLock::new(|| std::array::from_fn(|_| Shard::default()));
 
 /// Locks a std mutex, ignoring poison: every critical section here is a few
 /// counter updates that cannot leave the state half-written.
@@ -128,14 +127,8 @@ impl Hold {
     /// Files a fresh engine-level hold for the current task.
     pub fn start(ctx: Arc<GroupCtx>, req: Request, fence: u64, lease_from: Instant) -> Arc<Hold> {
         let counts = match req.mode {
-            Mode::Write => Counts {
-                writes: 1,
-                reads: 0,
-            },
-            Mode::Read => Counts {
-                writes: 0,
-                reads: 1,
-            },
+            Mode::Write => Counts { writes: 1, reads: 0 },
+            Mode::Read => Counts { writes: 0, reads: 1 },
         };
         let hold = Arc::new(Hold {
             slot: Slot::new(TaskKey::current(), &ctx, &req.key),

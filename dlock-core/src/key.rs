@@ -62,10 +62,7 @@ fn shorten(text: &str) -> String {
     if text.len() <= SHOWN {
         return text.to_owned();
     }
-    let cut = (0..=SHOWN)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
+    let cut = (0..=SHOWN).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
     format!("{}…({} bytes)", &text[..cut], text.len())
 }
 

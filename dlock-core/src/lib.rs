@@ -26,7 +26,7 @@ pub use acquire::MIN_LEASE;
 pub use config::Config;
 pub use engine::{Engine, EngineError, OwnerId, Poll, Request, Wake};
 pub use error::{BoxError, Error, LostReason};
-pub use guard::Guard;
+pub use guard::{Guard, Held};
 pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks};
 pub use mode::Mode;

@@ -176,11 +176,7 @@ impl Labels {
 pub fn describe() {
     use metrics::Unit;
     metrics::describe_counter!(EVENTS, "Lock events, by `event`");
-    metrics::describe_histogram!(
-        WAIT_SECONDS,
-        Unit::Seconds,
-        "Time from first attempt to grant"
-    );
+    metrics::describe_histogram!(WAIT_SECONDS, Unit::Seconds, "Time from first attempt to grant");
     metrics::describe_histogram!(
         HOLD_SECONDS,
         Unit::Seconds,

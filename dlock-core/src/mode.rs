@@ -32,9 +32,7 @@ impl FromStr for Mode {
         match s {
             "read" => Ok(Mode::Read),
             "write" => Ok(Mode::Write),
-            other => Err(format!(
-                "unknown mode `{other}`: expected \"read\" or \"write\""
-            )),
+            other => Err(format!("unknown mode `{other}`: expected \"read\" or \"write\"")),
         }
     }
 }

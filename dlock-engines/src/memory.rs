@@ -206,11 +206,7 @@ impl LockState {
     }
 
     fn next_expiry(&self) -> Option<Instant> {
-        self.writer
-            .iter()
-            .chain(&self.readers)
-            .map(|h| h.expires)
-            .min()
+        self.writer.iter().chain(&self.readers).map(|h| h.expires).min()
     }
 
     fn holder(&mut self, owner: OwnerId) -> Option<&mut Holder> {

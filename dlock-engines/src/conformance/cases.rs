@@ -78,11 +78,7 @@ pub async fn mutual_exclusion(h: &Harness) {
         task.await.expect("task panicked");
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "holders overlapped");
-    assert_eq!(
-        counter.load(Ordering::SeqCst),
-        TASKS * ROUNDS,
-        "lost updates"
-    );
+    assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS, "lost updates");
 }
 
 /// Returns false (after checking the typed error) when the engine has no read mode.
@@ -90,11 +86,7 @@ async fn read_supported(h: &Harness, case: &str) -> bool {
     if h.engine.supports_read() {
         return true;
     }
-    let err = h
-        .lock(case)
-        .read()
-        .await
-        .expect_err("read mode must be refused");
+    let err = h.lock(case).read().await.expect_err("read mode must be refused");
     assert!(
         matches!(err, Error::Unsupported { .. }),
         "expected Unsupported, got {err}"
@@ -217,10 +209,7 @@ pub async fn fifo_order(h: &Harness) {
         "holder not recorded"
     );
     let barged = h.engine.acquire(&newcomer).await.expect("newcomer");
-    assert!(
-        matches!(barged, Poll::Waiting(_)),
-        "a newcomer jumped the queue"
-    );
+    assert!(matches!(barged, Poll::Waiting(_)), "a newcomer jumped the queue");
     assert!(
         matches!(h.engine.poll(&queued).await, Ok(Poll::Held(_))),
         "queued waiter not granted"
@@ -314,25 +303,13 @@ pub async fn reentrancy_makes_no_engine_call(h: &Harness) {
     } else {
         None
     };
-    assert_eq!(
-        h.faults.calls(),
-        calls,
-        "a nested acquisition called the engine"
-    );
-    assert_eq!(
-        inner.fence(),
-        outer.fence(),
-        "a nested guard is the same hold"
-    );
+    assert_eq!(h.faults.calls(), calls, "a nested acquisition called the engine");
+    assert_eq!(inner.fence(), outer.fence(), "a nested guard is the same hold");
     inner.release().await.expect("nested release");
     if let Some(read) = nested_read {
         read.release().await.expect("nested read release");
     }
-    assert_eq!(
-        h.faults.calls(),
-        calls,
-        "a nested release called the engine"
-    );
+    assert_eq!(h.faults.calls(), calls, "a nested release called the engine");
     assert!(
         !available(&h.peer_lock("re"), Mode::Write).await,
         "freed by a nested release"
@@ -396,21 +373,14 @@ pub async fn upgrade_is_an_error(h: &Harness) {
         matches!(err, Error::Upgrade { .. }),
         "expected Upgrade, got {err}"
     );
-    assert!(
-        err.to_string().contains("up"),
-        "message names the lock: {err}"
-    );
+    assert!(err.to_string().contains("up"), "message names the lock: {err}");
     read.release().await.expect("release");
 }
 
 /// `try_lock` answers at once and leaves nothing queued behind it.
 pub async fn try_lock_does_not_queue(h: &Harness) {
     let lock = h.lock("try");
-    let guard = lock
-        .try_lock()
-        .await
-        .expect("try")
-        .expect("free lock refused");
+    let guard = lock.try_lock().await.expect("try").expect("free lock refused");
     let busy = within(
         Duration::from_secs(2),
         "try on a busy lock",
@@ -420,12 +390,7 @@ pub async fn try_lock_does_not_queue(h: &Harness) {
     assert!(busy.expect("try").is_none(), "busy lock granted");
     guard.release().await.expect("release");
     // Had the failed try queued, this fair acquisition would wait behind it.
-    let again = within(
-        Duration::from_secs(1),
-        "acquire after a failed try",
-        lock.lock(),
-    )
-    .await;
+    let again = within(Duration::from_secs(1), "acquire after a failed try", lock.lock()).await;
     again.expect("lock").release().await.expect("release");
 }
 
@@ -442,10 +407,7 @@ pub async fn wait_timeout(h: &Harness) {
         matches!(err, Error::Timeout { .. }),
         "expected Timeout, got {err}"
     );
-    assert!(
-        waited >= Duration::from_millis(300),
-        "gave up early: {waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(300), "gave up early: {waited:?}");
     assert!(waited < Duration::from_secs(3), "gave up late: {waited:?}");
     assert!(
         err.to_string().contains(&h.group),
@@ -510,8 +472,7 @@ pub async fn lease_expiry_frees_abandoned_holder(h: &Harness) {
         lease: Duration::from_secs(1),
         ..raw_request(h, "abandoned", Mode::Write, false)
     };
-    let Poll::Held(abandoned_fence) = h.engine.acquire(&abandoned).await.expect("raw acquire")
-    else {
+    let Poll::Held(abandoned_fence) = h.engine.acquire(&abandoned).await.expect("raw acquire") else {
         panic!("a free lock was not granted");
     };
     let started = Instant::now();
@@ -573,11 +534,7 @@ pub async fn fencing_is_monotonic(h: &Harness) {
         a.release().await.expect("release");
         b.release().await.expect("release");
         let w = h.lock("fence").lock().await.expect("lock");
-        assert!(
-            w.fence() > last,
-            "writer after readers: {} <= {last}",
-            w.fence()
-        );
+        assert!(w.fence() > last, "writer after readers: {} <= {last}", w.fence());
         w.release().await.expect("release");
     }
 }
@@ -601,10 +558,7 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
     )
     .await
     .expect("lock");
-    assert!(
-        next.fence() > guard.fence(),
-        "new holder's fence must be greater"
-    );
+    assert!(next.fence() > guard.fence(), "new holder's fence must be greater");
     h.faults.set_cut(false);
     let err = guard
         .release()
@@ -660,12 +614,7 @@ pub async fn key_edge_cases(h: &Harness) {
     let lease = LONG_LEASE;
     let mut held = Vec::new();
     for name in names {
-        let guard = h
-            .lock(name)
-            .with_lease(lease)
-            .try_lock()
-            .await
-            .expect("try");
+        let guard = h.lock(name).with_lease(lease).try_lock().await.expect("try");
         held.push(guard.unwrap_or_else(|| panic!("{name:?} collided with another name")));
     }
     // Group and name do not run together: ("g:a", "b") is not ("g", "a:b").

@@ -71,10 +71,7 @@ impl Harness {
 
     /// Says which case is skipped because the engine lacks a capability.
     pub fn skip(&self, case: &str, why: &str) {
-        println!(
-            "conformance: SKIPPED {case} on {}: {why}",
-            self.engine.kind()
-        );
+        println!("conformance: SKIPPED {case} on {}: {why}", self.engine.kind());
     }
 }
 

@@ -1,0 +1,206 @@
+//! Parses `#[distributed_lock(...)]` arguments into a typed model, keeping
+//! each value's span so errors point at the offending token. The options are
+//! one table, parsed in one loop: no per-option branch to drift.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Ident, LitStr, Token};
+
+use crate::template::Template;
+
+/// Every option, in the order the docs list them.
+const OPTIONS: [&str; 7] = ["group", "key", "mode", "wait", "lease", "engine", "on_lost"];
+
+/// Shortest lease the core accepts (`dlock_core::MIN_LEASE`).
+const MIN_LEASE: Duration = Duration::from_millis(30);
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Write,
+    Read,
+}
+
+/// One attribute, checked.
+pub(crate) struct Args {
+    pub group: LitStr,
+    pub key: Option<Template>,
+    pub mode: Mode,
+    pub wait: Option<Duration>,
+    pub lease: Option<Duration>,
+    pub engine: Option<LitStr>,
+    pub cancel_on_lost: bool,
+}
+
+/// `name = "value"`, as written.
+struct Item {
+    name: Ident,
+    value: LitStr,
+}
+
+impl Parse for Item {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.call(syn::ext::IdentExt::parse_any)?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!("expected `{name} = \"...\"`: every option takes a string value"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        if !input.peek(LitStr) {
+            return Err(input.error(format!(
+                "`{name}` takes a string literal, e.g. {}",
+                example(&name)
+            )));
+        }
+        Ok(Item {
+            name,
+            value: input.parse()?,
+        })
+    }
+}
+
+fn example(name: &Ident) -> &'static str {
+    match name.to_string().as_str() {
+        "group" => "group = \"order\"",
+        "key" => "key = \"<order_id>\"",
+        "mode" => "mode = \"write\"",
+        "wait" => "wait = \"5s\"",
+        "lease" => "lease = \"30s\"",
+        "engine" => "engine = \"main\"",
+        "on_lost" => "on_lost = \"cancel\"",
+        _ => "name = \"value\"",
+    }
+}
+
+impl Args {
+    /// Parses the tokens inside the parentheses; `attr` spans the whole
+    /// attribute, for errors about what is missing.
+    pub fn parse(tokens: TokenStream, attr: Span) -> syn::Result<Self> {
+        let items = Punctuated::<Item, Token![,]>::parse_terminated.parse2(tokens)?;
+        let mut given: [Option<LitStr>; OPTIONS.len()] = Default::default();
+        for Item { name, value } in items {
+            let option = name.to_string();
+            let Some(slot) = OPTIONS.iter().position(|o| *o == option) else {
+                return Err(syn::Error::new(name.span(), unknown_option(&option)));
+            };
+            if given[slot].is_some() {
+                return Err(syn::Error::new(name.span(), format!("`{option}` is given twice")));
+            }
+            given[slot] = Some(value);
+        }
+        let [group, key, mode, wait, lease, engine, on_lost] = given;
+
+        let group = group.ok_or_else(|| {
+            syn::Error::new(
+                attr,
+                "missing `group = \"...\"`: every lock belongs to a group, e.g. group = \"order\"",
+            )
+        })?;
+        if group.value().is_empty() {
+            return Err(syn::Error::new(
+                group.span(),
+                "`group` is empty; name what the lock protects, e.g. \"order\"",
+            ));
+        }
+        let mode = match mode.as_ref().map(|m| (m.value(), m.span())) {
+            None => Mode::Write,
+            Some((m, _)) if m == "write" => Mode::Write,
+            Some((m, _)) if m == "read" => Mode::Read,
+            Some((m, span)) => {
+                return Err(syn::Error::new(
+                    span,
+                    format!("unknown mode \"{m}\": use \"write\" or \"read\""),
+                ));
+            }
+        };
+        let cancel_on_lost = match on_lost.as_ref().map(|o| (o.value(), o.span())) {
+            None => mode == Mode::Write,
+            Some((o, _)) if o == "cancel" => true,
+            Some((o, _)) if o == "ignore" => false,
+            Some((o, span)) => {
+                return Err(syn::Error::new(
+                    span,
+                    format!("unknown on_lost \"{o}\": use \"cancel\" or \"ignore\""),
+                ));
+            }
+        };
+        let lease = match lease {
+            Some(lit) => {
+                let lease = duration(&lit)?;
+                if lease < MIN_LEASE {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!("lease \"{}\" is too short: use at least 30ms", lit.value()),
+                    ));
+                }
+                Some(lease)
+            }
+            None => None,
+        };
+        if let Some(engine) = &engine
+            && engine.value().is_empty()
+        {
+            return Err(syn::Error::new(
+                engine.span(),
+                "`engine` is empty; name an engine from the config",
+            ));
+        }
+        Ok(Args {
+            group,
+            key: key.map(Template::parse).transpose()?,
+            mode,
+            wait: wait.map(|w| duration(&w)).transpose()?,
+            lease,
+            engine,
+            cancel_on_lost,
+        })
+    }
+}
+
+fn duration(lit: &LitStr) -> syn::Result<Duration> {
+    humantime::parse_duration(&lit.value()).map_err(|e| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "bad duration \"{}\": {e}; write e.g. \"250ms\", \"5s\", \"1m\"",
+                lit.value()
+            ),
+        )
+    })
+}
+
+fn unknown_option(option: &str) -> String {
+    let nearest = OPTIONS
+        .iter()
+        .min_by_key(|o| edit_distance(option, o))
+        .expect("options");
+    let hint = if edit_distance(option, nearest) <= 2 {
+        format!("did you mean `{nearest}`? ")
+    } else {
+        String::new()
+    };
+    format!(
+        "unknown option `{option}`; {hint}options are: {}",
+        OPTIONS.join(", ")
+    )
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}

@@ -1,0 +1,390 @@
+//! `#[distributed_lock]` on every kind of function, through the global
+//! registry (a memory engine behind a call counter).
+
+use std::fmt::Display;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dlock::engines::conformance::Faults;
+use dlock::engines::memory::MemoryEngine;
+use dlock::{Engine, Error, Registry, Settings, distributed_lock};
+use tokio::sync::Barrier;
+
+#[derive(Debug)]
+enum AppError {
+    Lock(Error),
+    Declined,
+}
+
+impl From<Error> for AppError {
+    fn from(e: Error) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+type AppResult<T> = Result<T, AppError>;
+
+/// The engine behind the global registry, installed on first use.
+fn engine() -> &'static Faults {
+    static FAULTS: OnceLock<Arc<Faults>> = OnceLock::new();
+    FAULTS.get_or_init(|| {
+        let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
+        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default())).expect("install");
+        faults
+    })
+}
+
+/// Whether another task could take the lock now.
+async fn is_free(group: &str, name: &str) -> bool {
+    let lock = dlock::lock(group, name);
+    tokio::spawn(async move {
+        match lock.try_lock().await.expect("try") {
+            Some(guard) => guard.release().await.is_ok(),
+            None => false,
+        }
+    })
+    .await
+    .expect("task")
+}
+
+async fn eventually_free(group: &str, name: &str) -> bool {
+    for _ in 0..100 {
+        if is_free(group, name).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+fn current_name() -> String {
+    dlock::current()
+        .expect("inside a locked fn")
+        .key()
+        .name()
+        .to_owned()
+}
+
+// --- free functions: exclusion, key rendering, fence ---
+
+static BALANCE: AtomicU64 = AtomicU64::new(0);
+static INSIDE: AtomicU64 = AtomicU64::new(0);
+static OVERLAPS: AtomicU64 = AtomicU64::new(0);
+
+#[distributed_lock(group = "attr-account", key = "<tenant>:<account>")]
+async fn deposit(tenant: &str, account: u32, amount: u64) -> AppResult<u64> {
+    if INSIDE.fetch_add(1, Ordering::SeqCst) != 0 {
+        OVERLAPS.fetch_add(1, Ordering::SeqCst);
+    }
+    let balance = BALANCE.load(Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    BALANCE.store(balance + amount, Ordering::SeqCst);
+    INSIDE.fetch_sub(1, Ordering::SeqCst);
+    assert_eq!(current_name(), format!("{tenant}:{account}"));
+    Ok(balance + amount)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_exclude_each_other() {
+    engine();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            tokio::spawn(async {
+                for _ in 0..20 {
+                    deposit("acme", 7, 1).await.expect("deposit");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(OVERLAPS.load(Ordering::SeqCst), 0, "bodies overlapped");
+    assert_eq!(BALANCE.load(Ordering::SeqCst), 320, "lost updates");
+}
+
+struct Order {
+    id: u64,
+    lines: (u32, u32),
+}
+
+#[distributed_lock(group = "attr-render", key = "{literal}:<tenant>:<order.id>:<order.lines.1>")]
+async fn render_key(tenant: &str, order: &Order) -> Result<(String, u64), AppError> {
+    let held = dlock::current().expect("held");
+    assert_eq!(dlock::fence(), Some(held.fence()));
+    let _ = (tenant, order);
+    Ok((held.key().to_string(), held.fence()))
+}
+
+#[tokio::test]
+async fn keys_render_params_and_field_paths_and_fences_rise() {
+    engine();
+    let order = Order {
+        id: 42,
+        lines: (1, 9),
+    };
+    let (first_key, first) = render_key("acme", &order).await.expect("call");
+    let (_, second) = render_key("acme", &order).await.expect("call");
+    assert_eq!(first_key, "attr-render/{literal}:acme:42:9");
+    assert!(second > first, "fence did not rise");
+    assert_eq!(dlock::fence(), None, "no lock outside an annotated fn");
+}
+
+#[distributed_lock(group = "attr-default-key")]
+async fn nightly_report() -> AppResult<String> {
+    Ok(current_name())
+}
+
+#[tokio::test]
+async fn without_a_key_the_function_name_is_the_lock() {
+    engine();
+    assert_eq!(nightly_report().await.expect("call"), "nightly_report");
+}
+
+// --- methods, trait impls, async_trait, generics ---
+
+struct Account {
+    id: u32,
+    balance: u64,
+}
+
+impl Account {
+    #[distributed_lock(group = "attr-method", key = "<self.id>", mode = "read")]
+    async fn balance(&self) -> AppResult<(u64, String)> {
+        Ok((self.balance, current_name()))
+    }
+
+    #[distributed_lock(group = "attr-method", key = "<self.id>")]
+    async fn add(&mut self, amount: u64) -> AppResult<String> {
+        self.balance += amount;
+        Ok(current_name())
+    }
+
+    #[distributed_lock(group = "attr-method", key = "<self.id>")]
+    async fn close(self) -> AppResult<u64> {
+        Ok(self.balance)
+    }
+}
+
+#[tokio::test]
+async fn methods_by_ref_mut_ref_and_value() {
+    engine();
+    let mut account = Account { id: 5, balance: 10 };
+    assert_eq!(account.add(5).await.expect("add"), "5");
+    assert_eq!(account.balance().await.expect("balance"), (15, "5".to_owned()));
+    assert_eq!(account.close().await.expect("close"), 15);
+    assert!(is_free("attr-method", "5").await);
+}
+
+#[async_trait]
+trait Store {
+    async fn put(&self, key: &str, value: u64) -> AppResult<String>;
+}
+
+struct MemStore {
+    name: String,
+}
+
+#[async_trait]
+impl Store for MemStore {
+    #[distributed_lock(group = "attr-store", key = "<self.name>/<key>")]
+    async fn put(&self, key: &str, value: u64) -> AppResult<String> {
+        assert!(
+            !is_free("attr-store", &format!("{}/{key}", self.name)).await,
+            "not held in the body"
+        );
+        let _ = value;
+        Ok(current_name())
+    }
+}
+
+trait Named {
+    fn name(&self) -> String;
+}
+
+struct Cart;
+
+impl Named for Cart {
+    fn name(&self) -> String {
+        "cart".into()
+    }
+}
+
+impl Cart {
+    #[distributed_lock(group = "attr-store", key = "<item>")]
+    async fn take<T: Display + Send + Sync>(&self, item: T) -> AppResult<String> {
+        Ok(format!("{}:{}", self.name(), current_name()))
+    }
+}
+
+#[distributed_lock(group = "attr-generic", key = "<id>")]
+async fn generic<T: Display + Sync>(id: T) -> AppResult<String> {
+    Ok(current_name())
+}
+
+#[distributed_lock(group = "attr-generic", key = "<id>")]
+async fn impl_arg(id: impl Display + Send) -> AppResult<String> {
+    Ok(current_name())
+}
+
+struct Request {
+    user_id: u64,
+}
+
+#[distributed_lock(group = "attr-request", key = "user-<req.user_id>")]
+async fn handle(req: &Request) -> AppResult<String> {
+    Ok(current_name())
+}
+
+#[tokio::test]
+async fn trait_impls_async_trait_generics_and_reference_fields() {
+    engine();
+    let store: Box<dyn Store + Send + Sync> = Box::new(MemStore { name: "mem".into() });
+    assert_eq!(store.put("k1", 1).await.expect("put"), "mem/k1");
+    assert_eq!(Cart.take(7u8).await.expect("take"), "cart:7");
+    assert_eq!(generic("g-1").await.expect("generic"), "g-1");
+    assert_eq!(generic(99).await.expect("generic"), "99");
+    assert_eq!(impl_arg('x').await.expect("impl arg"), "x");
+    assert_eq!(
+        handle(&Request { user_id: 314 }).await.expect("handle"),
+        "user-314"
+    );
+}
+
+// --- ordering ---
+
+#[distributed_lock(group = "attr-order", key = "a")]
+#[distributed_lock(group = "attr-order", key = "b")]
+async fn both() -> AppResult<Vec<String>> {
+    Ok(vec![current_name()])
+}
+
+#[tokio::test]
+async fn two_attributes_lock_in_the_written_order() {
+    engine();
+    let b = dlock::lock("attr-order", "b").lock().await.expect("lock b");
+    let call = tokio::spawn(both());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !is_free("attr-order", "a").await,
+        "`a` (written first) must be taken before waiting on `b`"
+    );
+    b.release().await.expect("release");
+    let innermost = call.await.expect("task").expect("both");
+    assert_eq!(innermost, ["b"], "the innermost lock is the one written last");
+    assert!(is_free("attr-order", "a").await && is_free("attr-order", "b").await);
+}
+
+// --- every exit path releases ---
+
+#[distributed_lock(group = "attr-exit", key = "<name>")]
+async fn fails(name: &str) -> AppResult<()> {
+    let _ = name;
+    Err(AppError::Declined)?;
+    Ok(())
+}
+
+#[distributed_lock(group = "attr-exit", key = "<name>")]
+async fn panics(name: &str) -> AppResult<()> {
+    panic!("body panicked for {name}");
+}
+
+#[distributed_lock(group = "attr-exit", key = "<name>", lease = "1m")]
+async fn slow(name: &str) -> AppResult<()> {
+    let _ = name;
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn question_mark_panic_and_cancellation_all_release() {
+    engine();
+    assert!(matches!(fails("q").await, Err(AppError::Declined)));
+    assert!(is_free("attr-exit", "q").await, "not released after `?`");
+
+    let panicked = tokio::spawn(panics("p")).await.expect_err("panicked");
+    assert!(panicked.is_panic());
+    assert!(
+        eventually_free("attr-exit", "p").await,
+        "not released after a panic"
+    );
+
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), slow("c")).await;
+    assert!(cancelled.is_err(), "slow body finished?");
+    assert!(
+        eventually_free("attr-exit", "c").await,
+        "not released after the caller dropped the future"
+    );
+}
+
+// --- options ---
+
+#[distributed_lock(group = "attr-options", key = "busy", wait = "0s")]
+async fn try_once() -> AppResult<()> {
+    Ok(())
+}
+
+#[distributed_lock(group = "attr-options", key = "busy", wait = "150ms")]
+async fn wait_briefly() -> AppResult<()> {
+    Ok(())
+}
+
+#[distributed_lock(group = "attr-options", key = "x", engine = "nope")]
+async fn unknown_engine() -> AppResult<()> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn wait_engine_and_their_errors() {
+    engine();
+    // Held by this task; the calls run in others (this task would reenter).
+    let holder = dlock::lock("attr-options", "busy").lock().await.expect("lock");
+    let started = std::time::Instant::now();
+    let tried = tokio::spawn(try_once()).await.expect("task");
+    assert!(
+        matches!(tried, Err(AppError::Lock(Error::Timeout { .. }))),
+        "{tried:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "wait = 0s must not wait"
+    );
+    let started = std::time::Instant::now();
+    let waited = tokio::spawn(wait_briefly()).await.expect("task");
+    assert!(
+        matches!(waited, Err(AppError::Lock(Error::Timeout { .. }))),
+        "{waited:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    holder.release().await.expect("release");
+    tokio::spawn(try_once()).await.expect("task").expect("free now");
+    match unknown_engine().await {
+        Err(AppError::Lock(Error::Config { field, message })) => {
+            assert_eq!(field, "engine");
+            assert!(message.contains("`nope`"), "{message}");
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+static READERS: OnceLock<Barrier> = OnceLock::new();
+
+#[distributed_lock(group = "attr-read", key = "catalog", mode = "read")]
+async fn browse() -> AppResult<()> {
+    let barrier = READERS.get_or_init(|| Barrier::new(3));
+    tokio::time::timeout(Duration::from_secs(5), barrier.wait())
+        .await
+        .map_err(|_| AppError::Declined)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_mode_calls_share_the_lock() {
+    engine();
+    let calls: Vec<_> = (0..3).map(|_| tokio::spawn(browse())).collect();
+    for call in calls {
+        call.await.expect("task").expect("readers did not overlap");
+    }
+}

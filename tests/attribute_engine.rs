@@ -1,0 +1,114 @@
+//! `#[distributed_lock]` cases that need the engine to themselves: counting
+//! its calls, cutting it off, reading metrics. They run one at a time.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dlock::engines::conformance::Faults;
+use dlock::engines::memory::MemoryEngine;
+use dlock::{Engine, Error, LostReason, Registry, Settings, distributed_lock};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use tokio::sync::{Mutex, MutexGuard};
+
+#[derive(Debug)]
+enum AppError {
+    Lock(Error),
+}
+
+impl From<Error> for AppError {
+    fn from(e: Error) -> Self {
+        AppError::Lock(e)
+    }
+}
+
+/// The engine behind the global registry, and a turn to use it alone.
+async fn engine() -> (&'static Faults, MutexGuard<'static, ()>) {
+    static FAULTS: OnceLock<Arc<Faults>> = OnceLock::new();
+    static TURN: Mutex<()> = Mutex::const_new(());
+    let faults = FAULTS.get_or_init(|| {
+        let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
+        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default())).expect("install");
+        faults
+    });
+    (faults, TURN.lock().await)
+}
+
+#[distributed_lock(group = "nested", key = "<id>")]
+async fn outer(engine: &Faults, id: u32) -> Result<u64, AppError> {
+    let before = engine.calls();
+    let inner_fence = inner(id).await?;
+    assert_eq!(engine.calls(), before, "the nested call reached the engine");
+    assert_eq!(Some(inner_fence), dlock::fence(), "same hold inside and out");
+    Ok(inner_fence)
+}
+
+#[distributed_lock(group = "nested", key = "<id>")]
+async fn inner(id: u32) -> Result<u64, AppError> {
+    let _ = id;
+    Ok(dlock::fence().expect("fence"))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn nested_calls_reenter_with_no_engine_call_and_one_hold_span() {
+    let (engine, _turn) = engine().await;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    outer(engine, 1).await.expect("outer");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let mut holds = 0;
+    let mut reentered = 0;
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        match (key.name(), value) {
+            ("dlock_hold_seconds", DebugValue::Histogram(v)) => holds += v.len(),
+            ("dlock_events_total", DebugValue::Counter(n))
+                if key.labels().any(|l| l.value() == "reentered") =>
+            {
+                reentered += n
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(holds, 1, "one hold span for the outer and nested call");
+    assert_eq!(reentered, 1);
+}
+
+#[distributed_lock(group = "lost", key = "cancel", lease = "300ms")]
+async fn cancelled_when_lost(engine: &Faults) -> Result<(), AppError> {
+    engine.set_cut(true);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    unreachable!("the body must be dropped when the lock is lost");
+}
+
+#[distributed_lock(group = "lost", key = "ignore", lease = "300ms", on_lost = "ignore")]
+async fn finishes_when_lost(engine: &Faults) -> Result<bool, AppError> {
+    engine.set_cut(true);
+    let reason = dlock::current().expect("held").lost().await;
+    assert_eq!(reason, LostReason::LeaseElapsed);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(true)
+}
+
+#[tokio::test]
+async fn on_lost_cancel_drops_the_body_and_ignore_lets_it_finish() {
+    let (engine, _turn) = engine().await;
+    let started = std::time::Instant::now();
+    let result = cancelled_when_lost(engine).await;
+    engine.set_cut(false);
+    match result {
+        Err(AppError::Lock(Error::Lost { reason, .. })) => assert_eq!(reason, LostReason::LeaseElapsed),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cancelled late: {:?}",
+        started.elapsed()
+    );
+
+    let finished = finishes_when_lost(engine).await;
+    engine.set_cut(false);
+    assert!(finished.expect("ignore lets the body finish"));
+}
