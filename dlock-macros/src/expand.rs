@@ -50,9 +50,11 @@ pub(crate) fn expand(first: Args, mut item: ItemFn) -> syn::Result<TokenStream> 
         future = quote_spanned!(ret.span()=> ::dlock::__private::run(&#site, #name, #future));
     }
     let ItemFn { attrs, vis, sig, .. } = &item;
+    // Spanned at the return type, like `run`: a wrong output type is one error, there.
+    let awaited = quote_spanned!(ret.span()=> #future.await);
     let run = match body.kind {
-        Kind::AsyncFn => quote!(#future.await),
-        Kind::AsyncTrait => quote!(::std::boxed::Box::pin(async move { #future.await })),
+        Kind::AsyncFn => awaited,
+        Kind::AsyncTrait => quote!(::std::boxed::Box::pin(async move { #awaited })),
     };
     Ok(quote! {
         #(#attrs)*
