@@ -1,5 +1,5 @@
-//! Runs the real `flash_sale` example (cargo builds examples for `cargo test`)
-//! and checks its verdict line.
+//! Runs the real examples (cargo builds examples for `cargo test`) and
+//! checks their verdict lines.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -8,7 +8,13 @@ fn example(name: &str) -> PathBuf {
     // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
     let deps = std::env::current_exe().expect("test path");
     let dir = deps.parent().and_then(|d| d.parent()).expect("target dir");
-    dir.join("examples").join(name)
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: the whole `cargo test` builds examples (or run `cargo build --examples`)",
+        path.display()
+    );
+    path
 }
 
 #[test]
@@ -51,4 +57,18 @@ fn a_bad_config_fails_at_startup_naming_the_field() {
         output.stdout.is_empty(),
         "nothing sold before the config was checked"
     );
+}
+
+#[test]
+fn the_order_service_takes_exactly_the_payments_the_balance_allows() {
+    let output = Command::new(example("order_service"))
+        .output()
+        .expect("run order_service");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "order_service failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout.trim(), "payments_ok=500 payments_refused=500 balance=0");
 }
