@@ -200,6 +200,20 @@ impl Store for MemStore {
     }
 }
 
+/// A trait with a native `async fn` (no `#[async_trait]`).
+trait Repo {
+    async fn load(&self, id: u64) -> AppResult<String>;
+}
+
+struct Users;
+
+impl Repo for Users {
+    #[distributed_lock(group = "attr-repo", key = "user-<id>", mode = "read")]
+    async fn load(&self, id: u64) -> AppResult<String> {
+        Ok(current_name())
+    }
+}
+
 trait Named {
     fn name(&self) -> String;
 }
@@ -244,6 +258,7 @@ async fn trait_impls_async_trait_generics_and_reference_fields() {
     let store: Box<dyn Store + Send + Sync> = Box::new(MemStore { name: "mem".into() });
     assert_eq!(store.put("k1", 1).await.expect("put"), "mem/k1");
     assert_eq!(Cart.take(7u8).await.expect("take"), "cart:7");
+    assert_eq!(Users.load(3).await.expect("load"), "user-3");
     assert_eq!(generic("g-1").await.expect("generic"), "g-1");
     assert_eq!(generic(99).await.expect("generic"), "99");
     assert_eq!(impl_arg('x').await.expect("impl arg"), "x");
