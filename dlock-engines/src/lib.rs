@@ -10,6 +10,8 @@ use dlock_core::{Engine, Error, async_trait};
 pub mod conformance;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 /// Builds any engine compiled into this build, by its config `kind`.
 pub struct Factory;
@@ -20,6 +22,8 @@ impl dlock_core::Factory for Factory {
         vec![
             #[cfg(feature = "memory")]
             "memory",
+            #[cfg(feature = "redis")]
+            "redis",
         ]
     }
 
@@ -33,6 +37,10 @@ impl dlock_core::Factory for Factory {
                 config.settings::<NoSettings>(name)?;
                 Ok(Arc::new(memory::MemoryEngine::new()))
             }
+            #[cfg(feature = "redis")]
+            "redis" => Ok(Arc::new(
+                redis::RedisEngine::connect(name, &config.settings(name)?).await?,
+            )),
             other => Err(Error::config(
                 format!("engines.{name}.kind"),
                 format!("engine kind `{other}` is not compiled into this build"),

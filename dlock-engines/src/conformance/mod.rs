@@ -13,6 +13,7 @@
 
 pub mod cases;
 mod faults;
+pub mod server;
 
 use std::sync::Arc;
 use std::time::Duration;

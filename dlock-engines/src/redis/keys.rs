@@ -1,0 +1,49 @@
+//! Where one lock's state lives: every key shares one hash tag, so a lock's
+//! keys sit in one Redis Cluster slot and one Lua script can change them all.
+
+use dlock_core::LockKey;
+
+/// `{dlock:<group>:<name>}` with `%`, `:`, `{` and `}` percent-escaped: a
+/// brace in a user's name cannot end the tag early, and ("g:a", "b") cannot
+/// meet ("g", "a:b").
+pub(crate) fn prefix(key: &LockKey) -> String {
+    let mut out = String::with_capacity(key.group().len() + key.name().len() + 10);
+    out.push_str("{dlock:");
+    escape_into(key.group(), &mut out);
+    out.push(':');
+    escape_into(key.name(), &mut out);
+    out.push('}');
+    out
+}
+
+fn escape_into(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(group: &str, name: &str) -> String {
+        prefix(&LockKey::new(group, name).unwrap())
+    }
+
+    #[test]
+    fn the_tag_holds_the_whole_key_and_parts_stay_apart() {
+        assert_eq!(key("order", "{x}:1"), "{dlock:order:%7Bx%7D%3A1}");
+        assert_ne!(key("g:a", "b"), key("g", "a:b"));
+        assert_ne!(key("g", "%3A"), key("g", ":"));
+        // Exactly one `}`: the tag ends at the end.
+        let k = key("}{", "}}");
+        assert_eq!(k.matches('}').count(), 1);
+        assert!(k.ends_with('}'));
+    }
+}

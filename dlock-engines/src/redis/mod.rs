@@ -1,0 +1,186 @@
+//! The Redis engine: ylock's AQS-like read/write lock in Redis, improved.
+//!
+//! Per lock, under one hash tag (see [`keys`]): a waiter queue (list of
+//! `w:<owner>` / `r:<owner>`), the writer (string with a PX lease), the
+//! readers (sorted set scored by each reader's own deadline on the server's
+//! clock, so a dead reader expires while others renew — ylock's single-TTL
+//! set kept it alive), pending readers (the run admitted together), one
+//! liveness key per waiter (a dead queue head is kicked), and the last
+//! fencing token. Every state change is one Lua script, called by SHA and
+//! reloaded after `NOSCRIPT`.
+//!
+//! **Fencing without leaks.** A token is the server clock in microseconds,
+//! bumped past the last token while that is kept (`fence_retention`, default
+//! one minute, and at least the lease). Once every lease and the retention
+//! have run out, the lock leaves no key behind. Assumption: the Redis
+//! server's clock never steps back by more than `fence_retention`.
+//!
+//! Config:
+//!
+//! ```toml
+//! [engines.main]
+//! kind = "redis"
+//! url = "redis://127.0.0.1:6379"   # rediss:// for TLS; redis://user:password@host for ACL users
+//! connect_timeout = "5s"
+//! fence_retention = "1m"
+//! ```
+
+mod keys;
+
+use std::time::Duration;
+
+use dlock_core::{Engine, EngineError, Error, Poll, Request, async_trait};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use serde::Deserialize;
+
+/// Settings of one Redis engine, from `[engines.<name>]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    pub url: String,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_fence_retention() -> Duration {
+    Duration::from_secs(60)
+}
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    downgrade: Script,
+}
+
+/// The Redis engine. See the [module docs](self).
+pub struct RedisEngine {
+    connection: ConnectionManager,
+    scripts: Scripts,
+    address: String,
+    fence_retention: Duration,
+}
+
+impl RedisEngine {
+    /// Connects engine `name` (for error messages) as `config` says.
+    pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
+        let client = Client::open(config.url.as_str())
+            .map_err(|e| Error::config(format!("engines.{name}.url"), e.to_string()))?;
+        let address = client.get_connection_info().addr().to_string();
+        let unavailable = |source: dlock_core::BoxError| Error::Unavailable {
+            engine: name.to_owned(),
+            kind: "redis",
+            address: address.clone(),
+            source,
+        };
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(1);
+        let connection = tokio::time::timeout(
+            config.connect_timeout,
+            ConnectionManager::new_with_config(client, manager_config),
+        )
+        .await
+        .map_err(|_| unavailable(format!("no answer within {:?}", config.connect_timeout).into()))?
+        .map_err(|e| unavailable(e.into()))?;
+        Ok(RedisEngine {
+            connection,
+            scripts: Scripts {
+                acquire: Script::new(include_str!("scripts/acquire.lua")),
+                renew: Script::new(include_str!("scripts/renew.lua")),
+                release: Script::new(include_str!("scripts/release.lua")),
+                downgrade: Script::new(include_str!("scripts/downgrade.lua")),
+            },
+            address,
+            fence_retention: config.fence_retention,
+        })
+    }
+
+    async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
+        let mode = match req.mode {
+            dlock_core::Mode::Write => "w",
+            dlock_core::Mode::Read => "r",
+        };
+        let (granted, value): (u8, u64) = self
+            .scripts
+            .acquire
+            .key(keys::prefix(&req.key))
+            .arg(req.owner.to_string())
+            .arg(mode)
+            .arg(millis(req.lease))
+            .arg(millis(req.waiter_ttl))
+            .arg(if queue { "1" } else { "0" })
+            .arg(millis(self.fence_retention))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(EngineError::failed)?;
+        Ok(match granted {
+            1 => Poll::Held(value),
+            // Polling is the wake-up for now: the core re-polls on its schedule.
+            _ => Poll::Waiting(Box::pin(std::future::pending())),
+        })
+    }
+
+    async fn run(
+        &self,
+        script: &Script,
+        req: &Request,
+        arg: impl redis::ToRedisArgs,
+    ) -> Result<bool, EngineError> {
+        let done: u8 = script
+            .key(keys::prefix(&req.key))
+            .arg(req.owner.to_string())
+            .arg(arg)
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(EngineError::failed)?;
+        Ok(done == 1)
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+#[async_trait]
+impl Engine for RedisEngine {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.attempt(req, req.queue).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.attempt(req, true).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.run(&self.scripts.release, req, "cancel").await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        self.run(&self.scripts.renew, req, millis(req.lease)).await
+    }
+
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        self.run(&self.scripts.downgrade, req, millis(req.lease)).await
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.run(&self.scripts.release, req, "release").await
+    }
+}

@@ -1,0 +1,22 @@
+-- Turn this owner's write hold into a read hold without letting go.
+-- KEYS[1]  the lock's prefix
+-- ARGV[1]  owner id
+-- ARGV[2]  lease, ms
+-- returns  1 if downgraded, 0 if this owner no longer held the write lock
+local p = KEYS[1]
+local writer, readers = p .. ':w', p .. ':r'
+local me, lease = ARGV[1], tonumber(ARGV[2])
+if redis.call('GET', writer) ~= me then
+  return 0
+end
+local time = redis.call('TIME')
+local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
+redis.call('DEL', writer)
+redis.call('ZADD', readers, now_ms + lease, me)
+if redis.call('PTTL', readers) < lease then
+  redis.call('PEXPIRE', readers, lease)
+end
+if redis.call('EXISTS', p .. ':q') == 1 then
+  redis.call('SPUBLISH', p .. ':n', 'r')
+end
+return 1

@@ -1,0 +1,39 @@
+//! The conformance suite on a real redis-server, started on a free loopback port.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dlock::Engine;
+use dlock::engines::conformance::server::TestServer;
+use dlock::engines::redis::{RedisConfig, RedisEngine};
+
+fn server() -> &'static TestServer {
+    static SERVER: OnceLock<TestServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        TestServer::start("redis-server", |port| {
+            [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]
+            .map(String::from)
+            .to_vec()
+        })
+    })
+}
+
+async fn engine() -> Arc<dyn Engine> {
+    let config = RedisConfig {
+        url: format!("redis://{}", server().address()),
+        connect_timeout: Duration::from_secs(5),
+        fence_retention: Duration::from_secs(2),
+    };
+    Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"))
+}
+
+dlock::engines::conformance_suite!(engine);
