@@ -80,11 +80,13 @@ fn spawn(program: &str, args: &[String]) -> Child {
         parent = std::process::id(),
         child = child.id()
     );
-    Command::new("sh")
+    let mut watcher = Command::new("sh")
         .args(["-c", &watcher])
         .stdin(Stdio::null())
         .spawn()
         .expect("start the server's watcher");
+    // Reaped in the background so it leaves no zombie.
+    std::thread::spawn(move || watcher.wait());
     child
 }
 
