@@ -9,6 +9,11 @@
 //! fencing token. Every state change is one Lua script, called by SHA and
 //! reloaded after `NOSCRIPT`.
 //!
+//! **Wake-up.** Releases, cancels and downgrades publish on the lock's channel;
+//! one subscriber connection per engine fans that out to the process's
+//! waiters (see `notify`), so the next waiter moves in about one round trip.
+//! The core's constant or exponential polling stays the safety net.
+//!
 //! **Fencing without leaks.** A token is the server clock in microseconds,
 //! bumped past the last token while that is kept (`fence_retention`, default
 //! one minute, and at least the lease). Once every lease and the retention
@@ -26,10 +31,11 @@
 //! ```
 
 mod keys;
+mod notify;
 
 use std::time::Duration;
 
-use dlock_core::{Engine, EngineError, Error, Poll, Request, async_trait};
+use dlock_core::{Engine, EngineError, Error, Poll, Request, Wake, async_trait};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use serde::Deserialize;
@@ -63,6 +69,7 @@ struct Scripts {
 /// The Redis engine. See the [module docs](self).
 pub struct RedisEngine {
     connection: ConnectionManager,
+    notifier: notify::Notifier,
     scripts: Scripts,
     address: String,
     fence_retention: Duration,
@@ -86,13 +93,14 @@ impl RedisEngine {
             .set_number_of_retries(1);
         let connection = tokio::time::timeout(
             config.connect_timeout,
-            ConnectionManager::new_with_config(client, manager_config),
+            ConnectionManager::new_with_config(client.clone(), manager_config),
         )
         .await
         .map_err(|_| unavailable(format!("no answer within {:?}", config.connect_timeout).into()))?
         .map_err(|e| unavailable(e.into()))?;
         Ok(RedisEngine {
             connection,
+            notifier: notify::Notifier::new(client),
             scripts: Scripts {
                 acquire: Script::new(include_str!("scripts/acquire.lua")),
                 renew: Script::new(include_str!("scripts/renew.lua")),
@@ -104,7 +112,17 @@ impl RedisEngine {
         })
     }
 
-    async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
+    /// One try. `first`: the request's first call, before it has a channel
+    /// receiver; later polls take theirs before the script runs, so a release
+    /// during the round trip still wakes them.
+    async fn attempt(&self, req: &Request, queue: bool, first: bool) -> Result<Poll, EngineError> {
+        let prefix = keys::prefix(&req.key);
+        let channel = format!("{prefix}:n");
+        let watching = if first {
+            None
+        } else {
+            self.notifier.existing(&channel)
+        };
         let mode = match req.mode {
             dlock_core::Mode::Write => "w",
             dlock_core::Mode::Read => "r",
@@ -112,7 +130,7 @@ impl RedisEngine {
         let (granted, value): (u8, u64) = self
             .scripts
             .acquire
-            .key(keys::prefix(&req.key))
+            .key(&prefix)
             .arg(req.owner.to_string())
             .arg(mode)
             .arg(millis(req.lease))
@@ -122,11 +140,22 @@ impl RedisEngine {
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;
-        Ok(match granted {
-            1 => Poll::Held(value),
-            // Polling is the wake-up for now: the core re-polls on its schedule.
-            _ => Poll::Waiting(Box::pin(std::future::pending())),
-        })
+        if granted == 1 {
+            return Ok(Poll::Held(value));
+        }
+        let wake: Wake = match watching {
+            Some(mut receiver) => Box::pin(async move {
+                let _ = receiver.changed().await;
+            }),
+            None if !queue => Box::pin(std::future::pending()),
+            // Subscribed after this attempt: try again at once, so a release
+            // that happened meanwhile is not missed.
+            None => match self.notifier.subscribe(&channel).await {
+                Some(_) => Box::pin(std::future::ready(())),
+                None => Box::pin(std::future::pending()),
+            },
+        };
+        Ok(Poll::Waiting(wake))
     }
 
     async fn run(
@@ -161,11 +190,11 @@ impl Engine for RedisEngine {
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, req.queue).await
+        self.attempt(req, req.queue, true).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, true).await
+        self.attempt(req, true, false).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {

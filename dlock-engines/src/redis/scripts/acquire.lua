@@ -87,7 +87,7 @@ else
   end
   if admitted > 0 then
     redis.call('PEXPIRE', pending, waiter_ttl * 2)
-    redis.call('SPUBLISH', p .. ':n', 'r')
+    redis.call('PUBLISH', p .. ':n', 'r')
   end
 end
 

@@ -17,6 +17,6 @@ if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
 end
 if redis.call('EXISTS', p .. ':q') == 1 then
-  redis.call('SPUBLISH', p .. ':n', 'r')
+  redis.call('PUBLISH', p .. ':n', 'r')
 end
 return 1

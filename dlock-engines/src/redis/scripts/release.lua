@@ -29,6 +29,6 @@ else
   end
 end
 if redis.call('EXISTS', queue) == 1 then
-  redis.call('SPUBLISH', p .. ':n', 'free')
+  redis.call('PUBLISH', p .. ':n', 'free')
 end
 return held
