@@ -16,7 +16,7 @@
 //!
 //! **Fencing without leaks.** A token is the server clock in microseconds,
 //! bumped past the last token while that is kept (`fence_retention`, default
-//! one minute, and at least the lease). Once every lease and the retention
+//! one minute). Once every lease and the retention
 //! have run out, the lock leaves no key behind. Assumption: the Redis
 //! server's clock never steps back by more than `fence_retention`.
 //!

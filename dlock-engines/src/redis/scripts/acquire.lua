@@ -95,5 +95,5 @@ end
 -- bumped past the last token while that is kept (see the engine docs).
 local now_us = time[1] * 1000000 + time[2]
 local fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, now_us)
-redis.call('SET', fence_key, string.format('%d', fence), 'PX', math.max(retain, lease))
+redis.call('SET', fence_key, string.format('%d', fence), 'PX', retain)
 return {1, fence}

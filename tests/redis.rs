@@ -1,0 +1,368 @@
+//! Redis-specific behaviour against real redis-servers on loopback: dead
+//! waiters and readers, reader runs, script cache flush, server restart,
+//! leak-freedom, unreachable servers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::config::Polling;
+use dlock::engines::conformance::server::{TestServer, free_port};
+use dlock::engines::conformance::{Harness, SETTINGS, cases};
+use dlock::engines::redis::{RedisConfig, RedisEngine};
+use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
+use dlock_core::{OwnerId, Poll, Request};
+
+fn start() -> TestServer {
+    TestServer::start("redis-server", |port| {
+        [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+}
+
+fn config(server: &TestServer) -> RedisConfig {
+    RedisConfig {
+        url: format!("redis://{}", server.address()),
+        connect_timeout: Duration::from_secs(2),
+        fence_retention: Duration::from_secs(1),
+    }
+}
+
+async fn engine(server: &TestServer) -> Arc<RedisEngine> {
+    Arc::new(
+        RedisEngine::connect("redis", &config(server))
+            .await
+            .expect("connect"),
+    )
+}
+
+async fn raw(server: &TestServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://{}", server.address())).expect("url");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+fn request(
+    group: &str,
+    name: &str,
+    mode: Mode,
+    lease: Duration,
+    waiter_ttl: Duration,
+    queue: bool,
+) -> Request {
+    Request {
+        key: LockKey::new(group, name).expect("key"),
+        owner: OwnerId::random(),
+        mode,
+        lease,
+        waiter_ttl,
+        queue,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiter_at_the_head_is_kicked() {
+    let server = start();
+    let engine = engine(&server).await;
+    let holder = request(
+        "kick",
+        "k",
+        Mode::Write,
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+        false,
+    );
+    let dead = request(
+        "kick",
+        "k",
+        Mode::Write,
+        Duration::from_secs(10),
+        Duration::from_millis(500),
+        true,
+    );
+    assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+    // Queued, then never heard from again: its liveness key lapses after 500 ms.
+    assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Waiting(_))));
+    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS);
+    let next = tokio::spawn(async move {
+        let guard = registry.locks("kick").get("k").lock().await.expect("lock");
+        let at = Instant::now();
+        guard.release().await.expect("release");
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
+    assert!(engine.release(&holder).await.expect("release"));
+    let granted = next.await.expect("task");
+    let took = granted - released;
+    // The dead head's ttl (from its last sign of life, before `released`) plus one poll (100 ms).
+    assert!(
+        took <= Duration::from_millis(500 + 100 + 150),
+        "kicked after {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_reader_expires_on_its_own_while_others_renew() {
+    let server = start();
+    let engine = engine(&server).await;
+    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS);
+    let locks = registry.locks("readers");
+    // A reader that dies at once, lease 1 s; a live reader renewing a 1 s lease for 2.5 s.
+    let dead = request(
+        "readers",
+        "r",
+        Mode::Read,
+        Duration::from_secs(1),
+        Duration::from_secs(1),
+        false,
+    );
+    assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Held(_))));
+    let live = locks
+        .get("r")
+        .with_lease(Duration::from_secs(1))
+        .read()
+        .await
+        .expect("read");
+    let writer_lock = locks.get("r");
+    let writer = tokio::spawn(async move {
+        let guard = writer_lock.lock().await.expect("lock");
+        let at = Instant::now();
+        guard.release().await.expect("release");
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!writer.is_finished(), "writer admitted beside a live reader");
+    let released = Instant::now();
+    live.release().await.expect("release");
+    let granted = writer.await.expect("task");
+    // The dead reader's lease ran out long ago despite the other's renewals.
+    assert!(
+        granted - released < Duration::from_millis(300),
+        "writer waited {:?}",
+        granted - released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_queued_readers_are_admitted_on_one_notification() {
+    let server = start();
+    let engine = engine(&server).await;
+    // Polling once a second: only notifications can admit them quickly.
+    let settings = Settings {
+        poll: Polling::Constant {
+            interval: Duration::from_secs(1),
+        },
+        waiter_ttl: Duration::from_secs(5),
+        ..SETTINGS
+    };
+    let registry = Arc::new(Registry::with_engine("redis", engine, settings));
+    let writer = registry.locks("run").get("catalog").lock().await.expect("lock");
+    let readers: Vec<_> = (0..30)
+        .map(|_| {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                let guard = registry.locks("run").get("catalog").read().await.expect("read");
+                let at = Instant::now();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                guard.release().await.expect("release");
+                at
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    writer.release().await.expect("release");
+    let mut last = released;
+    for reader in readers {
+        last = last.max(reader.await.expect("task"));
+    }
+    let took = last - released;
+    println!("30 queued readers: last admitted {took:?} after the writer released");
+    assert!(
+        took < Duration::from_millis(300),
+        "readers admitted one poll at a time: {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_during_use_is_transparent() {
+    let server = start();
+    let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS);
+    let lock = registry.locks("flush").get("x");
+    let mut raw = raw(&server).await;
+    for round in 0..6 {
+        if round % 2 == 1 {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut raw)
+                .await
+                .expect("flush");
+        }
+        let guard = lock.lock().await.expect("lock after SCRIPT FLUSH");
+        guard.release().await.expect("release after SCRIPT FLUSH");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_makes_holders_lost() {
+    let mut server = start();
+    let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS);
+    let guard = registry
+        .locks("restart")
+        .get("x")
+        .with_lease(Duration::from_secs(1))
+        .lock()
+        .await
+        .expect("lock");
+    let lost = guard.lost();
+    server.restart();
+    let started = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("lost within 5 s");
+    println!("restart: lost ({reason}) after {:?}", started.elapsed());
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    // The engine reconnects: the lock works again.
+    let again = registry
+        .locks("restart")
+        .get("x")
+        .lock()
+        .await
+        .expect("lock after restart");
+    again.release().await.expect("release");
+}
+
+/// The whole conformance suite, then every lease, liveness key and retention
+/// runs out: nothing is left on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_key_is_left_behind() {
+    let server = start();
+    macro_rules! run {
+        ($($case:ident),*) => {$(
+            cases::$case(&Harness::new(engine(&server).await as Arc<dyn Engine>)).await;
+        )*};
+    }
+    run!(
+        mutual_exclusion,
+        readers_overlap,
+        writer_excludes_readers_and_writers,
+        fifo_order,
+        queued_readers_admitted_together,
+        reentrancy_makes_no_engine_call,
+        downgrade_write_to_read,
+        try_lock_does_not_queue,
+        wait_timeout,
+        cancelled_waiter_leaves_queue,
+        guard_dropped_in_cancelled_task_frees_lock,
+        lease_expiry_frees_abandoned_holder,
+        fencing_is_monotonic,
+        lost_when_renewals_fail,
+        lost_when_server_drops_hold,
+        key_edge_cases
+    );
+    let mut raw = raw(&server).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let size: u64 = redis::cmd("DBSIZE").query_async(&mut raw).await.expect("dbsize");
+        if size == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("*")
+                .query_async(&mut raw)
+                .await
+                .expect("keys");
+            panic!("{size} keys left: {keys:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_clear_error_in_time() {
+    let port = free_port();
+    let config = RedisConfig {
+        url: format!("redis://127.0.0.1:{port}"),
+        connect_timeout: Duration::from_secs(1),
+        fence_retention: Duration::from_secs(1),
+    };
+    let started = Instant::now();
+    let err = RedisEngine::connect("main", &config)
+        .await
+        .err()
+        .expect("connected to nothing?");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let message = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains("`main`") && message.contains(&port.to_string()),
+        "{message}"
+    );
+
+    let bad = RedisConfig {
+        url: "redis//nowhere".into(),
+        ..config
+    };
+    match RedisEngine::connect("main", &bad).await {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "engines.main.url"),
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+}
+
+#[tokio::test]
+async fn acl_users_authenticate_from_the_url() {
+    let server = start();
+    let mut raw = raw(&server).await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "locker", "on", ">s3cret", "~*", "&*", "+@all"][..])
+        .query_async(&mut raw)
+        .await
+        .expect("acl setuser");
+    let with = |url: String| RedisConfig {
+        url,
+        ..config(&server)
+    };
+    let good = with(format!("redis://locker:s3cret@{}", server.address()));
+    let registry = Registry::with_engine(
+        "redis",
+        Arc::new(RedisEngine::connect("acl", &good).await.expect("connect")),
+        SETTINGS,
+    );
+    registry
+        .locks("acl")
+        .get("x")
+        .lock()
+        .await
+        .expect("lock")
+        .release()
+        .await
+        .expect("release");
+
+    let bad = with(format!("redis://locker:wrong@{}", server.address()));
+    let err = RedisEngine::connect("acl", &bad)
+        .await
+        .err()
+        .expect("wrong password accepted");
+    let message = err.to_string();
+    assert!(
+        matches!(err, Error::Unavailable { .. }) && message.contains("`acl`"),
+        "{message}"
+    );
+}
