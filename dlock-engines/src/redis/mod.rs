@@ -9,9 +9,10 @@
 //! fencing token. Every state change is one Lua script, called by SHA and
 //! reloaded after `NOSCRIPT`.
 //!
-//! **Wake-up.** Releases, cancels and downgrades publish on the lock's channel;
-//! one subscriber connection per engine fans that out to the process's
-//! waiters (see `notify`), so the next waiter moves in about one round trip.
+//! **Wake-up.** Releases, cancels and downgrades publish the id of the waiter
+//! now first in line on the lock's channel; one subscriber connection per
+//! engine hands it to that waiter alone (see `notify`), so the next owner
+//! moves in about one round trip and the rest stay quiet.
 //! The core's constant or exponential polling stays the safety net.
 //!
 //! **Fencing without leaks.** A token is the server clock in microseconds,
@@ -112,17 +113,18 @@ impl RedisEngine {
         })
     }
 
-    /// One try. `first`: the request's first call, before it has a channel
-    /// receiver; later polls take theirs before the script runs, so a release
-    /// during the round trip still wakes them.
-    async fn attempt(&self, req: &Request, queue: bool, first: bool) -> Result<Poll, EngineError> {
+    /// One try. A receiver taken before the script runs catches a release
+    /// during the round trip; without one (lock not yet subscribed here), the
+    /// wait subscribes and then tries again at once.
+    async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
         let prefix = keys::prefix(&req.key);
         let channel = format!("{prefix}:n");
-        let watching = if first {
-            None
-        } else {
+        let watching = if queue {
             self.notifier.existing(&channel)
+        } else {
+            None
         };
+        let owner = req.owner.to_string();
         let mode = match req.mode {
             dlock_core::Mode::Write => "w",
             dlock_core::Mode::Read => "r",
@@ -131,7 +133,7 @@ impl RedisEngine {
             .scripts
             .acquire
             .key(&prefix)
-            .arg(req.owner.to_string())
+            .arg(&owner)
             .arg(mode)
             .arg(millis(req.lease))
             .arg(millis(req.waiter_ttl))
@@ -144,9 +146,7 @@ impl RedisEngine {
             return Ok(Poll::Held(value));
         }
         let wake: Wake = match watching {
-            Some(mut receiver) => Box::pin(async move {
-                let _ = receiver.changed().await;
-            }),
+            Some(receiver) => notify::wake_for(receiver, owner),
             None if !queue => Box::pin(std::future::pending()),
             // Subscribed after this attempt: try again at once, so a release
             // that happened meanwhile is not missed.
@@ -190,11 +190,11 @@ impl Engine for RedisEngine {
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, req.queue, true).await
+        self.attempt(req, req.queue).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, true, false).await
+        self.attempt(req, true).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {

@@ -1,20 +1,32 @@
 //! Release notifications: one subscriber connection per engine, one channel
 //! per lock (`<prefix>:n`), fanned out in process to that lock's waiters.
+//! A message names the waiter now first in line (or `*` for a run of
+//! readers), and only that waiter tries again: no herd of polls on release.
 //! Notifications only make waiters try sooner; polling stays the safety net,
-//! so a dropped subscriber costs latency, never correctness.
+//! so a dropped subscriber or message costs latency, never correctness.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use dlock_core::Wake;
 use futures_util::StreamExt;
 use redis::Client;
 use redis::aio::PubSubSink;
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 /// How long a channel nobody waits on stays subscribed, so a waiter that
 /// polls again soon finds it still there.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// Messages buffered per lock for a waiter busy polling; one that falls
+/// further behind just polls.
+const BACKLOG: usize = 64;
+
+/// Who a message wakes: the id of the waiter first in line, or `*` for all.
+pub(crate) type Receiver = broadcast::Receiver<Arc<str>>;
+
+type Channels = Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>>;
 
 pub(crate) struct Notifier {
     client: Client,
@@ -24,7 +36,7 @@ pub(crate) struct Notifier {
 #[derive(Clone)]
 struct Live {
     sink: Arc<tokio::sync::Mutex<PubSubSink>>,
-    channels: Arc<Mutex<HashMap<String, watch::Sender<u64>>>>,
+    channels: Channels,
 }
 
 impl Notifier {
@@ -35,24 +47,23 @@ impl Notifier {
         }
     }
 
-    /// A receiver that changes on the next notification for `channel`, if the
-    /// channel is already subscribed (cheap: no round trip).
-    pub fn existing(&self, channel: &str) -> Option<watch::Receiver<u64>> {
+    /// A receiver of the next notifications for `channel`, if the channel is
+    /// already subscribed (cheap: no round trip).
+    pub fn existing(&self, channel: &str) -> Option<Receiver> {
         let live = self.live.try_lock().ok()?.clone()?;
-        let channels = live.channels.lock().unwrap_or_else(|e| e.into_inner());
-        channels.get(channel).map(watch::Sender::subscribe)
+        live.channels().get(channel).map(broadcast::Sender::subscribe)
     }
 
     /// Subscribes to `channel` (connecting the subscriber if needed) and
     /// returns a receiver; `None` if the subscriber cannot be set up now.
-    pub async fn subscribe(&self, channel: &str) -> Option<watch::Receiver<u64>> {
+    pub async fn subscribe(&self, channel: &str) -> Option<Receiver> {
         let live = self.live().await?;
         let receiver = {
-            let mut channels = live.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let mut channels = live.channels();
             if let Some(sender) = channels.get(channel) {
                 return Some(sender.subscribe());
             }
-            let (sender, receiver) = watch::channel(0);
+            let (sender, receiver) = broadcast::channel(BACKLOG);
             channels.insert(channel.to_owned(), sender);
             receiver
         };
@@ -71,7 +82,7 @@ impl Notifier {
         let (sink, mut stream) = self.client.get_async_pubsub().await.ok()?.split();
         let live = Live {
             sink: Arc::new(tokio::sync::Mutex::new(sink)),
-            channels: Arc::default(),
+            channels: Channels::default(),
         };
         let dispatch = live.clone();
         tokio::spawn(async move {
@@ -79,9 +90,13 @@ impl Notifier {
             loop {
                 tokio::select! {
                     message = stream.next() => match message {
-                        Some(message) => dispatch.wake(message.get_channel_name()),
-                        // Connection gone: wake everyone (they poll) and let the next waiter reconnect.
-                        None => return dispatch.channels.lock().unwrap_or_else(|e| e.into_inner()).clear(),
+                        Some(message) => {
+                            let target: String = message.get_payload().unwrap_or_default();
+                            dispatch.wake(message.get_channel_name(), target.into());
+                        }
+                        // Connection gone: dropping the senders wakes every waiter
+                        // (they poll), and the next one to wait reconnects.
+                        None => return dispatch.channels().clear(),
                     },
                     _ = sweep.tick() => dispatch.sweep().await,
                 }
@@ -93,21 +108,20 @@ impl Notifier {
 }
 
 impl Live {
-    fn wake(&self, channel: &str) {
-        if let Some(sender) = self
-            .channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(channel)
-        {
-            sender.send_modify(|generation| *generation += 1);
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<str>>>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake(&self, channel: &str, target: Arc<str>) {
+        if let Some(sender) = self.channels().get(channel) {
+            let _ = sender.send(target);
         }
     }
 
-    /// Unsubscribes channels that no waiter has watched since the last sweep.
+    /// Unsubscribes channels that no waiter has listened to since the last sweep.
     async fn sweep(&self) {
         let idle: Vec<String> = {
-            let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+            let mut channels = self.channels();
             let idle: Vec<String> = channels
                 .iter()
                 .filter(|(_, s)| s.receiver_count() == 0)
@@ -122,4 +136,16 @@ impl Live {
             let _ = self.sink.lock().await.unsubscribe(&idle).await;
         }
     }
+}
+
+/// Resolves when a message names `owner` or everyone, or when messages were
+/// lost (lagged, subscriber gone): then trying again is the safe move.
+pub(crate) fn wake_for(mut receiver: Receiver, owner: String) -> Wake {
+    Box::pin(async move {
+        while let Ok(target) = receiver.recv().await {
+            if &*target == "*" || *target == *owner {
+                return;
+            }
+        }
+    })
 }

@@ -1,5 +1,6 @@
 -- Acquire or poll: take the lock if this request's turn has come, else keep
 -- its place in the queue alive. Kicks dead waiters off the head of the queue.
+-- Publishes `*` on the lock's channel when it admits a run of queued readers.
 -- KEYS[1]  the lock's prefix, `{dlock:<group>:<name>}`; every key below shares its hash tag
 -- ARGV[1]  owner id
 -- ARGV[2]  mode: "w" or "r"
@@ -14,6 +15,26 @@ local me, mode = ARGV[1], ARGV[2]
 local lease, waiter_ttl, retain = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
 local alive = p .. ':a:' .. me
 local entry = mode .. ':' .. me
+-- Fencing without a key that lives forever: microseconds of the server clock,
+-- bumped past the last token while that is kept (see the engine docs).
+local function next_fence(time)
+  local now_us = time[1] * 1000000 + time[2]
+  local last = redis.call('SET', fence_key, string.format('%d', now_us), 'PX', retain, 'GET')
+  if last and tonumber(last) >= now_us then
+    local fence = tonumber(last) + 1
+    redis.call('SET', fence_key, string.format('%d', fence), 'PX', retain)
+    return fence
+  end
+  return now_us
+end
+
+-- Fast path: nobody holds, waits or is admitted, so a writer takes it at once.
+local head = redis.call('LINDEX', queue, 0)
+if not head and mode == 'w' and redis.call('EXISTS', writer, readers, pending) == 0 then
+  redis.call('SET', writer, me, 'PX', lease)
+  return {1, next_fence(redis.call('TIME'))}
+end
+
 local time = redis.call('TIME')
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 
@@ -22,13 +43,10 @@ redis.call('ZREMRANGEBYSCORE', readers, '-inf', now_ms)
 
 -- A waiter whose liveness key is gone has died: drop it from the head and from pending.
 local kicked = 0
-while true do
-  local head = redis.call('LINDEX', queue, 0)
-  if not head or head == entry or redis.call('EXISTS', p .. ':a:' .. string.sub(head, 3)) == 1 then
-    break
-  end
+while head and head ~= entry and redis.call('EXISTS', p .. ':a:' .. string.sub(head, 3)) == 0 do
   redis.call('LPOP', queue)
   kicked = kicked + 1
+  head = redis.call('LINDEX', queue, 0)
 end
 for _, owner in ipairs(redis.call('SMEMBERS', pending)) do
   if owner ~= me and redis.call('EXISTS', p .. ':a:' .. owner) == 0 then
@@ -37,7 +55,6 @@ for _, owner in ipairs(redis.call('SMEMBERS', pending)) do
   end
 end
 
-local head = redis.call('LINDEX', queue, 0)
 local first = head == entry or (not head and redis.call('SISMEMBER', pending, me) == 0)
 local granted
 if redis.call('EXISTS', writer) == 1 then
@@ -87,13 +104,8 @@ else
   end
   if admitted > 0 then
     redis.call('PEXPIRE', pending, waiter_ttl * 2)
-    redis.call('PUBLISH', p .. ':n', 'r')
+    redis.call('PUBLISH', p .. ':n', '*')
   end
 end
 
--- Fencing without a key that lives forever: microseconds of the server clock,
--- bumped past the last token while that is kept (see the engine docs).
-local now_us = time[1] * 1000000 + time[2]
-local fence = math.max(tonumber(redis.call('GET', fence_key) or '0') + 1, now_us)
-redis.call('SET', fence_key, string.format('%d', fence), 'PX', retain)
-return {1, fence}
+return {1, next_fence(time)}

@@ -16,7 +16,9 @@ redis.call('ZADD', readers, now_ms + lease, me)
 if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
 end
-if redis.call('EXISTS', p .. ':q') == 1 then
-  redis.call('PUBLISH', p .. ':n', 'r')
+-- Wake only the waiter now first in line (its id after `w:` / `r:`), not the herd.
+local head = redis.call('LINDEX', p .. ':q', 0)
+if head then
+  redis.call('PUBLISH', p .. ':n', string.sub(head, 3))
 end
 return 1

@@ -1,5 +1,5 @@
 -- Let go (release), or withdraw a request whatever became of it (cancel);
--- then tell waiters that the lock changed.
+-- then wake the waiter now first in line.
 -- KEYS[1]  the lock's prefix
 -- ARGV[1]  owner id
 -- ARGV[2]  "release" or "cancel"
@@ -28,7 +28,9 @@ else
     end
   end
 end
-if redis.call('EXISTS', queue) == 1 then
-  redis.call('PUBLISH', p .. ':n', 'free')
+-- Wake only the waiter now first in line (its id after `w:` / `r:`), not the herd.
+local head = redis.call('LINDEX', queue, 0)
+if head then
+  redis.call('PUBLISH', p .. ':n', string.sub(head, 3))
 end
 return held
