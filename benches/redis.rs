@@ -7,7 +7,6 @@
 //!
 //! ```text
 //! cargo bench --bench redis --features redis
-//! DLOCK_BENCH_STATS=1 cargo bench --bench redis --features redis   # also the server's per-command costs
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +19,8 @@ use dlock::{Registry, Settings};
 use redis::aio::MultiplexedConnection;
 
 const CYCLES: usize = 3000;
+/// Cycles of one contender before the next takes a turn.
+const BLOCK: usize = 100;
 const CLIENTS: usize = 16;
 const CONTENDED_FOR: Duration = Duration::from_secs(3);
 
@@ -134,54 +135,48 @@ async fn main() {
     }
     let ping = p50(pings);
 
-    // Uncontended cycles.
+    // Uncontended cycles, interleaved in blocks so all three see the same machine load.
     let mut fl = floor(connection(&server).await);
     fl.unlock
         .prepare_invoke()
         .load_async(&mut fl.connection)
         .await
         .expect("load");
-    let mut floor_times = Vec::with_capacity(CYCLES);
-    reset(&mut raw).await;
-    for i in 0..CYCLES {
-        let started = Instant::now();
-        assert!(fl.try_lock("floor", &i.to_string()).await);
-        fl.unlock("floor", &i.to_string()).await;
-        floor_times.push(started.elapsed());
-    }
-    let floor_commands = commands(&mut raw).await as f64 / CYCLES as f64;
-
     let rslock = rslock::LockManager::new(vec![format!("redis://{}", server.address())]);
-    let mut rslock_times = Vec::with_capacity(CYCLES);
-    for _ in 0..CYCLES {
-        let started = Instant::now();
-        let lock = rslock
-            .lock("rslock", Duration::from_secs(30))
-            .await
-            .expect("rslock");
-        rslock.unlock(&lock).await;
-        rslock_times.push(started.elapsed());
-    }
-
     let dlock = registry(&server).await;
     let lock = dlock.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");
-    let mut dlock_times = Vec::with_capacity(CYCLES);
-    reset(&mut raw).await;
-    for _ in 0..CYCLES {
-        let started = Instant::now();
-        lock.lock().await.expect("lock").release().await.expect("release");
-        dlock_times.push(started.elapsed());
+    let (mut floor_times, mut rslock_times, mut dlock_times) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_commands, mut dlock_commands) = (0, 0);
+    for block in 0..CYCLES / BLOCK {
+        reset(&mut raw).await;
+        for i in 0..BLOCK {
+            let token = format!("{block}-{i}");
+            let started = Instant::now();
+            assert!(fl.try_lock("floor", &token).await);
+            fl.unlock("floor", &token).await;
+            floor_times.push(started.elapsed());
+        }
+        floor_commands += commands(&mut raw).await;
+        for _ in 0..BLOCK {
+            let started = Instant::now();
+            let held = rslock
+                .lock("rslock", Duration::from_secs(30))
+                .await
+                .expect("rslock");
+            rslock.unlock(&held).await;
+            rslock_times.push(started.elapsed());
+        }
+        reset(&mut raw).await;
+        for _ in 0..BLOCK {
+            let started = Instant::now();
+            lock.lock().await.expect("lock").release().await.expect("release");
+            dlock_times.push(started.elapsed());
+        }
+        dlock_commands += commands(&mut raw).await;
     }
-    let dlock_commands = commands(&mut raw).await as f64 / CYCLES as f64;
-    if std::env::var("DLOCK_BENCH_STATS").is_ok() {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut raw)
-            .await
-            .expect("info");
-        println!("{info}");
-    }
+    let floor_commands = floor_commands as f64 / CYCLES as f64;
+    let dlock_commands = dlock_commands as f64 / CYCLES as f64;
 
     // Reentrant: nested acquisitions under a held lock.
     let outer = lock.lock().await.expect("outer");

@@ -28,12 +28,13 @@ local function next_fence(time)
   return now_us
 end
 
--- Fast path: nobody holds, waits or is admitted, so a writer takes it at once.
-local head = redis.call('LINDEX', queue, 0)
-if not head and mode == 'w' and redis.call('EXISTS', writer, readers, pending) == 0 then
+-- Fast path: nobody holds, waits or is admitted, so a writer takes it at once
+-- (one call fewer than the general path: each call from Lua costs ~1.5 us).
+if mode == 'w' and redis.call('EXISTS', queue, writer, readers, pending) == 0 then
   redis.call('SET', writer, me, 'PX', lease)
   return {1, next_fence(redis.call('TIME'))}
 end
+local head = redis.call('LINDEX', queue, 0)
 
 local time = redis.call('TIME')
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
