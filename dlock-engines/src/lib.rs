@@ -24,6 +24,8 @@ impl dlock_core::Factory for Factory {
             "memory",
             #[cfg(feature = "redis")]
             "redis",
+            #[cfg(feature = "redis")]
+            "redis-cluster",
         ]
     }
 

@@ -14,9 +14,13 @@ pub struct TestServer {
 }
 
 impl TestServer {
-    /// Starts `program` with `args(port)` and waits until the port accepts.
+    /// Starts `program` with `args(port)` on a free port and waits until it accepts.
     pub fn start(program: &str, args: impl FnOnce(u16) -> Vec<String>) -> Self {
-        let port = free_port();
+        Self::start_at(free_port(), program, args)
+    }
+
+    /// Starts `program` with `args(port)` on `port` and waits until it accepts.
+    pub fn start_at(port: u16, program: &str, args: impl FnOnce(u16) -> Vec<String>) -> Self {
         let args = args(port);
         let child = spawn(program, &args);
         let server = TestServer {

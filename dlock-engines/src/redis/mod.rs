@@ -31,21 +31,35 @@
 //! fence_retention = "1m"
 //! ```
 
+mod connection;
 mod keys;
 mod notify;
 
 use std::time::Duration;
 
 use dlock_core::{Engine, EngineError, Error, Poll, Request, Wake, async_trait};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use serde::Deserialize;
 
-/// Settings of one Redis engine, from `[engines.<name>]`.
+use connection::{Connection, Target};
+
+/// Settings of a single-server Redis engine, `kind = "redis"`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
     pub url: String,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+}
+
+/// Settings of a Redis Cluster engine, `kind = "redis-cluster"`: seed nodes,
+/// from which the client learns the rest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisClusterConfig {
+    pub nodes: Vec<String>,
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
@@ -67,50 +81,86 @@ struct Scripts {
     downgrade: Script,
 }
 
-/// The Redis engine. See the [module docs](self).
+/// The Redis engine, on one server or a cluster. See the [module docs](self).
 pub struct RedisEngine {
-    connection: ConnectionManager,
+    kind: &'static str,
+    connection: Connection,
     notifier: notify::Notifier,
+    /// `PUBLISH` on one server, `SPUBLISH` on a cluster (see `notify::Source`).
+    publish: &'static str,
     scripts: Scripts,
     address: String,
     fence_retention: Duration,
 }
 
 impl RedisEngine {
-    /// Connects engine `name` (for error messages) as `config` says.
+    /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
         let client = Client::open(config.url.as_str())
             .map_err(|e| Error::config(format!("engines.{name}.url"), e.to_string()))?;
-        let address = client.get_connection_info().addr().to_string();
-        let unavailable = |source: dlock_core::BoxError| Error::Unavailable {
-            engine: name.to_owned(),
+        let target = Target {
+            engine: name,
             kind: "redis",
-            address: address.clone(),
-            source,
+            address: client.get_connection_info().addr().to_string(),
+            timeout: config.connect_timeout,
         };
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(1);
-        let connection = tokio::time::timeout(
-            config.connect_timeout,
-            ConnectionManager::new_with_config(client.clone(), manager_config),
-        )
-        .await
-        .map_err(|_| unavailable(format!("no answer within {:?}", config.connect_timeout).into()))?
-        .map_err(|e| unavailable(e.into()))?;
-        Ok(RedisEngine {
+        let connection = connection::single(client.clone(), &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
+        Ok(Self::new(
+            target,
             connection,
-            notifier: notify::Notifier::new(client),
+            notifier,
+            "PUBLISH",
+            config.fence_retention,
+        ))
+    }
+
+    /// Connects Redis Cluster engine `name` through its seed nodes.
+    pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
+        if config.nodes.is_empty() {
+            return Err(Error::config(
+                format!("engines.{name}.nodes"),
+                "name at least one seed node",
+            ));
+        }
+        let target = Target {
+            engine: name,
+            kind: "redis-cluster",
+            address: config.nodes.join(","),
+            timeout: config.connect_timeout,
+        };
+        let connection = connection::cluster(&config.nodes, &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Cluster(config.nodes.clone()));
+        Ok(Self::new(
+            target,
+            connection,
+            notifier,
+            "SPUBLISH",
+            config.fence_retention,
+        ))
+    }
+
+    fn new(
+        target: Target<'_>,
+        connection: Connection,
+        notifier: notify::Notifier,
+        publish: &'static str,
+        fence_retention: Duration,
+    ) -> Self {
+        RedisEngine {
+            kind: target.kind,
+            connection,
+            notifier,
+            publish,
             scripts: Scripts {
                 acquire: Script::new(include_str!("scripts/acquire.lua")),
                 renew: Script::new(include_str!("scripts/renew.lua")),
                 release: Script::new(include_str!("scripts/release.lua")),
                 downgrade: Script::new(include_str!("scripts/downgrade.lua")),
             },
-            address,
-            fence_retention: config.fence_retention,
-        })
+            address: target.address,
+            fence_retention,
+        }
     }
 
     /// One try. A receiver taken before the script runs catches a release
@@ -139,6 +189,7 @@ impl RedisEngine {
             .arg(millis(req.waiter_ttl))
             .arg(if queue { "1" } else { "0" })
             .arg(millis(self.fence_retention))
+            .arg(self.publish)
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;
@@ -168,6 +219,7 @@ impl RedisEngine {
             .key(keys::prefix(&req.key))
             .arg(req.owner.to_string())
             .arg(arg)
+            .arg(self.publish)
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;
@@ -182,7 +234,7 @@ fn millis(d: Duration) -> u64 {
 #[async_trait]
 impl Engine for RedisEngine {
     fn kind(&self) -> &'static str {
-        "redis"
+        self.kind
     }
 
     fn address(&self) -> String {

@@ -11,9 +11,12 @@ use std::time::Duration;
 
 use dlock_core::Wake;
 use futures_util::StreamExt;
-use redis::Client;
+use futures_util::stream::BoxStream;
 use redis::aio::PubSubSink;
-use tokio::sync::broadcast;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, FromRedisValue, ProtocolVersion, PushKind, RedisResult};
+use tokio::sync::{broadcast, mpsc};
 
 /// How long a channel nobody waits on stays subscribed, so a waiter that
 /// polls again soon finds it still there.
@@ -28,21 +31,96 @@ pub(crate) type Receiver = broadcast::Receiver<Arc<str>>;
 
 type Channels = Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>>;
 
+/// Where the subscriber connects. A single server: classic pub/sub, which
+/// there behaves as sharded pub/sub does. A cluster: sharded pub/sub, each
+/// channel served by the node owning its slot, never broadcast cluster-wide.
+pub(crate) enum Source {
+    Single(Box<Client>),
+    Cluster(Vec<String>),
+}
+
+/// The subscribing half of the subscriber connection.
+enum Sink {
+    Single(PubSubSink),
+    Cluster(ClusterConnection),
+}
+
+impl Sink {
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.subscribe(channel).await,
+            Sink::Cluster(connection) => connection.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.unsubscribe(channels).await,
+            Sink::Cluster(connection) => connection.sunsubscribe(channels).await,
+        }
+    }
+}
+
+/// (channel, payload) of every message the subscriber receives.
+type Messages = BoxStream<'static, (String, String)>;
+
+async fn connect(source: &Source) -> Option<(Sink, Messages)> {
+    match source {
+        Source::Single(client) => {
+            let (sink, stream) = client.get_async_pubsub().await.ok()?.split();
+            let messages = stream.map(|m| {
+                (
+                    m.get_channel_name().to_owned(),
+                    m.get_payload().unwrap_or_default(),
+                )
+            });
+            Some((Sink::Single(sink), messages.boxed()))
+        }
+        Source::Cluster(nodes) => {
+            let (pushes, receiver) = mpsc::unbounded_channel();
+            let client = ClusterClientBuilder::new(nodes.clone())
+                .use_protocol(ProtocolVersion::RESP3)
+                .push_sender(pushes)
+                .build()
+                .ok()?;
+            let connection = client.get_async_connection().await.ok()?;
+            let messages = futures_util::stream::unfold(receiver, |mut receiver| async move {
+                loop {
+                    let push = receiver.recv().await?;
+                    if push.kind != PushKind::SMessage {
+                        continue;
+                    }
+                    let mut data = push.data.into_iter();
+                    if let (Some(channel), Some(payload)) = (data.next(), data.next())
+                        && let (Ok(channel), Ok(payload)) = (
+                            String::from_redis_value(channel),
+                            String::from_redis_value(payload),
+                        )
+                    {
+                        return Some(((channel, payload), receiver));
+                    }
+                }
+            });
+            Some((Sink::Cluster(connection), messages.boxed()))
+        }
+    }
+}
+
 pub(crate) struct Notifier {
-    client: Client,
+    source: Source,
     live: tokio::sync::Mutex<Option<Live>>,
 }
 
 #[derive(Clone)]
 struct Live {
-    sink: Arc<tokio::sync::Mutex<PubSubSink>>,
+    sink: Arc<tokio::sync::Mutex<Sink>>,
     channels: Channels,
 }
 
 impl Notifier {
-    pub fn new(client: Client) -> Self {
+    pub fn new(source: Source) -> Self {
         Notifier {
-            client,
+            source,
             live: tokio::sync::Mutex::new(None),
         }
     }
@@ -79,7 +157,7 @@ impl Notifier {
         if let Some(live) = &*slot {
             return Some(live.clone());
         }
-        let (sink, mut stream) = self.client.get_async_pubsub().await.ok()?.split();
+        let (sink, mut stream) = connect(&self.source).await?;
         let live = Live {
             sink: Arc::new(tokio::sync::Mutex::new(sink)),
             channels: Channels::default(),
@@ -90,10 +168,7 @@ impl Notifier {
             loop {
                 tokio::select! {
                     message = stream.next() => match message {
-                        Some(message) => {
-                            let target: String = message.get_payload().unwrap_or_default();
-                            dispatch.wake(message.get_channel_name(), target.into());
-                        }
+                        Some((channel, target)) => dispatch.wake(&channel, target.into()),
                         // Connection gone: dropping the senders wakes every waiter
                         // (they poll), and the next one to wait reconnects.
                         None => return dispatch.channels().clear(),

@@ -8,6 +8,7 @@
 -- ARGV[4]  waiter liveness ttl, ms
 -- ARGV[5]  "1": join the queue if not granted; "0": try once
 -- ARGV[6]  how long the last fencing token is kept after the lock goes idle, ms
+-- ARGV[7]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
 -- returns  {1, fence} when granted, {0, kicked} when not
 local p = KEYS[1]
 local queue, writer, readers, pending, fence_key = p .. ':q', p .. ':w', p .. ':r', p .. ':p', p .. ':f'
@@ -105,7 +106,7 @@ else
   end
   if admitted > 0 then
     redis.call('PEXPIRE', pending, waiter_ttl * 2)
-    redis.call('PUBLISH', p .. ':n', '*')
+    redis.call(ARGV[7], p .. ':n', '*')
   end
 end
 

@@ -2,6 +2,7 @@
 -- KEYS[1]  the lock's prefix
 -- ARGV[1]  owner id
 -- ARGV[2]  lease, ms
+-- ARGV[3]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
 -- returns  1 if downgraded, 0 if this owner no longer held the write lock
 local p = KEYS[1]
 local writer, readers = p .. ':w', p .. ':r'
@@ -19,6 +20,6 @@ end
 -- Wake only the waiter now first in line (its id after `w:` / `r:`), not the herd.
 local head = redis.call('LINDEX', p .. ':q', 0)
 if head then
-  redis.call('PUBLISH', p .. ':n', string.sub(head, 3))
+  redis.call(ARGV[3], p .. ':n', string.sub(head, 3))
 end
 return 1

@@ -3,6 +3,7 @@
 -- KEYS[1]  the lock's prefix
 -- ARGV[1]  owner id
 -- ARGV[2]  "release" or "cancel"
+-- ARGV[3]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
 -- returns  1 if this owner held the lock, 0 if not
 local p = KEYS[1]
 local queue, writer, readers, pending = p .. ':q', p .. ':w', p .. ':r', p .. ':p'
@@ -31,6 +32,6 @@ end
 -- Wake only the waiter now first in line (its id after `w:` / `r:`), not the herd.
 local head = redis.call('LINDEX', queue, 0)
 if head then
-  redis.call('PUBLISH', p .. ':n', string.sub(head, 3))
+  redis.call(ARGV[3], p .. ':n', string.sub(head, 3))
 end
 return held

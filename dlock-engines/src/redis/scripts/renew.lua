@@ -1,7 +1,7 @@
 -- Extend this owner's lease, whether it holds for write or for read.
 -- KEYS[1]  the lock's prefix
 -- ARGV[1]  owner id
--- ARGV[2]  lease, ms
+-- ARGV[2]  lease, ms (ARGV[3], the publish command, is unused here)
 -- returns  1 if extended, 0 if this owner no longer holds the lock
 local p = KEYS[1]
 local writer, readers = p .. ':w', p .. ':r'
