@@ -41,6 +41,7 @@ async fn connection(server: &TestServer) -> MultiplexedConnection {
 async fn registry(server: &TestServer) -> Registry {
     let config = RedisConfig {
         url: format!("redis://{}", server.address()),
+        tls_ca_file: None,
         connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(60),
     };

@@ -30,6 +30,7 @@ fn server() -> &'static TestServer {
 async fn engine() -> Arc<dyn Engine> {
     let config = RedisConfig {
         url: format!("redis://{}", server().address()),
+        tls_ca_file: None,
         connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(2),
     };

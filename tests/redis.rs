@@ -32,6 +32,7 @@ fn start() -> TestServer {
 fn config(server: &TestServer) -> RedisConfig {
     RedisConfig {
         url: format!("redis://{}", server.address()),
+        tls_ca_file: None,
         connect_timeout: Duration::from_secs(2),
         fence_retention: Duration::from_secs(1),
     }
@@ -296,6 +297,7 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
     let port = free_port();
     let config = RedisConfig {
         url: format!("redis://127.0.0.1:{port}"),
+        tls_ca_file: None,
         connect_timeout: Duration::from_secs(1),
         fence_retention: Duration::from_secs(1),
     };
@@ -318,6 +320,7 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
 
     let bad = RedisConfig {
         url: "redis//nowhere".into(),
+        tls_ca_file: None,
         ..config
     };
     match RedisEngine::connect("main", &bad).await {

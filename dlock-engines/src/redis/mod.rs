@@ -26,7 +26,9 @@
 //! ```toml
 //! [engines.main]
 //! kind = "redis"
-//! url = "redis://127.0.0.1:6379"   # rediss:// for TLS; redis://user:password@host for ACL users
+//! url = "redis://127.0.0.1:6379"   # redis://user:password@host for ACL users
+//! # url = "rediss://host:6380"      # TLS, with feature `redis-tls`
+//! # tls_ca_file = "/etc/ssl/redis-ca.pem"
 //! connect_timeout = "5s"
 //! fence_retention = "1m"
 //! ```
@@ -47,7 +49,12 @@ use connection::{Connection, Target};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
+    /// `redis://[user:password@]host:port`, or `rediss://` for TLS (feature `redis-tls`).
     pub url: String,
+    /// PEM file of the CA that signed the server's certificate, for `rediss://`
+    /// with a private CA; without it the system's trust store is used.
+    #[serde(default)]
+    pub tls_ca_file: Option<std::path::PathBuf>,
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
@@ -96,8 +103,7 @@ pub struct RedisEngine {
 impl RedisEngine {
     /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
-        let client = Client::open(config.url.as_str())
-            .map_err(|e| Error::config(format!("engines.{name}.url"), e.to_string()))?;
+        let client = client(name, config)?;
         let target = Target {
             engine: name,
             kind: "redis",
@@ -225,6 +231,40 @@ impl RedisEngine {
             .map_err(EngineError::failed)?;
         Ok(done == 1)
     }
+}
+
+/// A client for `config.url`, with TLS trust from `tls_ca_file` when given.
+fn client(name: &str, config: &RedisConfig) -> Result<Client, Error> {
+    let field = |f: &str| format!("engines.{name}.{f}");
+    let tls = config.url.starts_with("rediss://");
+    if !tls && config.tls_ca_file.is_some() {
+        return Err(Error::config(
+            field("tls_ca_file"),
+            "is only used with a rediss:// url",
+        ));
+    }
+    if tls && !cfg!(feature = "redis-tls") {
+        return Err(Error::config(
+            field("url"),
+            "rediss:// needs dlock's cargo feature `redis-tls`",
+        ));
+    }
+    #[cfg(feature = "redis-tls")]
+    if let Some(path) = &config.tls_ca_file {
+        let root_cert = std::fs::read(path).map_err(|e| {
+            Error::config(
+                field("tls_ca_file"),
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        };
+        return Client::build_with_tls(config.url.as_str(), certificates)
+            .map_err(|e| Error::config(field("url"), e.to_string()));
+    }
+    Client::open(config.url.as_str()).map_err(|e| Error::config(field("url"), e.to_string()))
 }
 
 fn millis(d: Duration) -> u64 {

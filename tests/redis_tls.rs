@@ -1,0 +1,164 @@
+//! `rediss://`: a TLS-only redis-server with certificates made at test time.
+#![cfg(feature = "redis-tls")]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::SETTINGS;
+use dlock::engines::conformance::server::TestServer;
+use dlock::engines::redis::{RedisConfig, RedisEngine};
+use dlock::{Error, Registry};
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .expect("openssl");
+    assert!(status.success(), "openssl {args:?} failed");
+}
+
+/// A CA, and a server certificate for IP 127.0.0.1 signed by it.
+fn certificates() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dlock-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("cert dir");
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=dlock test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ],
+    );
+    openssl(
+        &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+    openssl(
+        &dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ],
+    );
+    dir
+}
+
+fn tls_server(certs: &Path) -> TestServer {
+    let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
+    TestServer::start("redis-server", |port| {
+        [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--tls-cert-file",
+            &file("server.crt"),
+            "--tls-key-file",
+            &file("server.key"),
+            "--tls-ca-cert-file",
+            &file("ca.crt"),
+            "--tls-auth-clients",
+            "no",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_notifications_work_over_tls() {
+    let certs = certificates();
+    let server = tls_server(&certs);
+    let config = RedisConfig {
+        url: format!("rediss://{}", server.address()),
+        tls_ca_file: Some(certs.join("ca.crt")),
+        connect_timeout: Duration::from_secs(5),
+        fence_retention: Duration::from_secs(1),
+    };
+    let engine = Arc::new(
+        RedisEngine::connect("tls", &config)
+            .await
+            .expect("connect over TLS"),
+    );
+    let registry = Arc::new(Registry::with_engine("tls", engine, SETTINGS));
+    let held = registry.locks("tls").get("x").lock().await.expect("lock");
+    let waiter = {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let guard = registry.locks("tls").get("x").lock().await.expect("lock");
+            let at = Instant::now();
+            guard.release().await.expect("release");
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let took = waiter.await.expect("task") - released;
+    assert!(took < Duration::from_millis(300), "waiter moved after {took:?}");
+
+    // Without the CA the server's certificate is not trusted: a clear error, no hang.
+    let untrusted = RedisConfig {
+        tls_ca_file: None,
+        ..config.clone()
+    };
+    let err = RedisEngine::connect("tls", &untrusted)
+        .await
+        .err()
+        .expect("untrusted certificate accepted");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+
+    let plain_with_ca = RedisConfig {
+        url: format!("redis://{}", server.address()),
+        ..config
+    };
+    match RedisEngine::connect("tls", &plain_with_ca).await {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "engines.tls.tls_ca_file"),
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+    std::fs::remove_dir_all(certs).ok();
+}
