@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::TestServer;
+use dlock::engines::conformance::server::{TestServer, redis_args};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Registry, Settings};
 use redis::aio::MultiplexedConnection;
@@ -111,20 +111,7 @@ fn floor(connection: MultiplexedConnection) -> Floor {
 
 #[tokio::main]
 async fn main() {
-    let server = TestServer::start("redis-server", |port| {
-        [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        .map(String::from)
-        .to_vec()
-    });
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
     let mut raw = connection(&server).await;
 
     // Round trip.

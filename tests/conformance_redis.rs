@@ -4,27 +4,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock::Engine;
-use dlock::engines::conformance::server::TestServer;
+use dlock::engines::conformance::server::{TestServer, redis_args};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 
 fn server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        TestServer::start("redis-server", |port| {
-            [
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]
-            .map(String::from)
-            .to_vec()
-        })
-    })
+    SERVER.get_or_init(|| TestServer::start("redis-server", |port| redis_args(port, &[])))
 }
 
 async fn engine() -> Arc<dyn Engine> {

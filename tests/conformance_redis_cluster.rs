@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::Engine;
-use dlock::engines::conformance::server::{TestServer, free_port};
+use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
 use dlock::engines::conformance::{Harness, cases};
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
 
@@ -42,25 +42,19 @@ fn cluster() -> &'static Cluster {
         let nodes: Vec<TestServer> = (0..3)
             .map(|_| {
                 TestServer::start_at(node_port(), "redis-server", |port| {
-                    let conf = dir.join(format!("nodes-{port}.conf"));
-                    [
-                        "--port",
-                        &port.to_string(),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
+                    let conf = dir
+                        .join(format!("nodes-{port}.conf"))
+                        .to_string_lossy()
+                        .into_owned();
+                    let cluster = [
                         "--cluster-enabled",
                         "yes",
                         "--cluster-config-file",
-                        &conf.to_string_lossy(),
+                        &conf,
                         "--cluster-node-timeout",
                         "3000",
-                    ]
-                    .map(String::from)
-                    .to_vec()
+                    ];
+                    redis_args(port, &cluster)
                 })
             })
             .collect();

@@ -6,27 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
-use dlock::engines::conformance::server::{TestServer, free_port};
+use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
 use dlock::engines::conformance::{Harness, SETTINGS, cases};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
 use dlock_core::{OwnerId, Poll, Request};
 
 fn start() -> TestServer {
-    TestServer::start("redis-server", |port| {
-        [
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        .map(String::from)
-        .to_vec()
-    })
+    TestServer::start("redis-server", |port| redis_args(port, &[]))
 }
 
 fn config(server: &TestServer) -> RedisConfig {

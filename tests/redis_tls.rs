@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::SETTINGS;
-use dlock::engines::conformance::server::TestServer;
+use dlock::engines::conformance::server::{TestServer, redis_args};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Error, Registry};
 
@@ -84,28 +84,28 @@ fn certificates() -> PathBuf {
 fn tls_server(certs: &Path) -> TestServer {
     let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
     TestServer::start("redis-server", |port| {
-        [
+        let (cert, key, ca, tls_port) = (
+            file("server.crt"),
+            file("server.key"),
+            file("ca.crt"),
+            port.to_string(),
+        );
+        // Plain port off, TLS only: later flags override the defaults.
+        let tls = [
             "--port",
             "0",
             "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
+            &tls_port,
             "--tls-cert-file",
-            &file("server.crt"),
+            &cert,
             "--tls-key-file",
-            &file("server.key"),
+            &key,
             "--tls-ca-cert-file",
-            &file("ca.crt"),
+            &ca,
             "--tls-auth-clients",
             "no",
-        ]
-        .map(String::from)
-        .to_vec()
+        ];
+        redis_args(port, &tls)
     })
 }
 

@@ -102,3 +102,22 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("free port")
 }
+
+/// Arguments for a throwaway redis-server on `port`, loopback only, nothing
+/// persisted; `extra` is appended (a later flag overrides an earlier one).
+pub fn redis_args(port: u16, extra: &[&str]) -> Vec<String> {
+    let base = [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    .map(String::from);
+    base.into_iter()
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect()
+}
