@@ -98,6 +98,9 @@ pub struct RedisEngine {
     scripts: Scripts,
     address: String,
     fence_retention: Duration,
+    /// Locks handed to this process's waiters by a release (see release.lua),
+    /// learned from the notification and not yet claimed by a poll.
+    grants: notify::Grants,
 }
 
 impl RedisEngine {
@@ -166,6 +169,7 @@ impl RedisEngine {
             },
             address: target.address,
             fence_retention,
+            grants: notify::Grants::default(),
         }
     }
 
@@ -173,6 +177,10 @@ impl RedisEngine {
     /// during the round trip; without one (lock not yet subscribed here), the
     /// wait subscribes and then tries again at once.
     async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
+        if let Some(fence) = self.grants.take(req.owner) {
+            self.extend_in_background(req);
+            return Ok(Poll::Held(fence));
+        }
         let prefix = keys::prefix(&req.key);
         let channel = format!("{prefix}:n");
         let watching = if queue {
@@ -203,7 +211,7 @@ impl RedisEngine {
             return Ok(Poll::Held(value));
         }
         let wake: Wake = match watching {
-            Some(receiver) => notify::wake_for(receiver, owner),
+            Some(receiver) => notify::wake_for(receiver, req.owner, self.grants.clone()),
             None if !queue => Box::pin(std::future::pending()),
             // Subscribed after this attempt: try again at once, so a release
             // that happened meanwhile is not missed.
@@ -213,6 +221,22 @@ impl RedisEngine {
             },
         };
         Ok(Poll::Waiting(wake))
+    }
+
+    /// A handed-over grant lasts only the waiter's liveness window; stretch it
+    /// to the request's lease. Should this fail, the watchdog's renewals are
+    /// refused and the lost signal fires.
+    fn extend_in_background(&self, req: &Request) {
+        let (script, mut connection) = (self.scripts.renew.clone(), self.connection.clone());
+        let (prefix, owner, lease) = (keys::prefix(&req.key), req.owner.to_string(), millis(req.lease));
+        tokio::spawn(async move {
+            let _: redis::RedisResult<u8> = script
+                .key(prefix)
+                .arg(owner)
+                .arg(lease)
+                .invoke_async(&mut connection)
+                .await;
+        });
     }
 
     async fn run(
@@ -226,6 +250,7 @@ impl RedisEngine {
             .arg(req.owner.to_string())
             .arg(arg)
             .arg(self.publish)
+            .arg(millis(self.fence_retention))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;
@@ -290,6 +315,7 @@ impl Engine for RedisEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.grants.take(req.owner);
         self.run(&self.scripts.release, req, "cancel").await.map(drop)
     }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::Wake;
+use dlock_core::{OwnerId, Wake};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use redis::aio::PubSubSink;
@@ -108,7 +108,12 @@ async fn connect(source: &Source) -> Option<(Sink, Messages)> {
 
 pub(crate) struct Notifier {
     source: Source,
-    live: tokio::sync::Mutex<Option<Live>>,
+    /// The connected subscriber; a plain mutex so every waiter's look-up
+    /// succeeds at once (a `try_lock` that fails under contention would send
+    /// waiters back to polling).
+    live: Mutex<Option<Live>>,
+    /// Held while connecting, so concurrent first waiters connect once.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 #[derive(Clone)]
@@ -121,15 +126,24 @@ impl Notifier {
     pub fn new(source: Source) -> Self {
         Notifier {
             source,
-            live: tokio::sync::Mutex::new(None),
+            live: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
         }
     }
 
     /// A receiver of the next notifications for `channel`, if the channel is
     /// already subscribed (cheap: no round trip).
     pub fn existing(&self, channel: &str) -> Option<Receiver> {
-        let live = self.live.try_lock().ok()?.clone()?;
+        let live = self.current()?;
         live.channels().get(channel).map(broadcast::Sender::subscribe)
+    }
+
+    fn current(&self) -> Option<Live> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, live: Option<Live>) {
+        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = live;
     }
 
     /// Subscribes to `channel` (connecting the subscriber if needed) and
@@ -146,16 +160,19 @@ impl Notifier {
             receiver
         };
         if live.sink.lock().await.subscribe(channel).await.is_err() {
-            *self.live.lock().await = None;
+            self.set(None);
             return None;
         }
         Some(receiver)
     }
 
     async fn live(&self) -> Option<Live> {
-        let mut slot = self.live.lock().await;
-        if let Some(live) = &*slot {
-            return Some(live.clone());
+        if let Some(live) = self.current() {
+            return Some(live);
+        }
+        let _connecting = self.connecting.lock().await;
+        if let Some(live) = self.current() {
+            return Some(live);
         }
         let (sink, mut stream) = connect(&self.source).await?;
         let live = Live {
@@ -177,7 +194,7 @@ impl Notifier {
                 }
             }
         });
-        *slot = Some(live.clone());
+        self.set(Some(live.clone()));
         Some(live)
     }
 }
@@ -213,12 +230,42 @@ impl Live {
     }
 }
 
-/// Resolves when a message names `owner` or everyone, or when messages were
-/// lost (lagged, subscriber gone): then trying again is the safe move.
-pub(crate) fn wake_for(mut receiver: Receiver, owner: String) -> Wake {
+/// Grants learned from notifications: owner → fence.
+#[derive(Clone, Default)]
+pub(crate) struct Grants(Arc<Mutex<HashMap<OwnerId, u64>>>);
+
+impl Grants {
+    pub fn take(&self, owner: OwnerId) -> Option<u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner)
+    }
+
+    fn give(&self, owner: OwnerId, fence: u64) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(owner, fence);
+    }
+}
+
+/// Resolves when a message names `owner` (`<owner>`: try again;
+/// `<owner>:<fence>`: the lock was handed over, recorded in `grants`) or
+/// everyone (`*`), or when messages were lost (lagged, subscriber gone):
+/// then trying again is the safe move.
+pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, grants: Grants) -> Wake {
+    let me = owner.to_string();
     Box::pin(async move {
-        while let Ok(target) = receiver.recv().await {
-            if &*target == "*" || *target == *owner {
+        while let Ok(message) = receiver.recv().await {
+            let (target, fence) = match message.split_once(':') {
+                Some((target, fence)) => (target, fence.parse().ok()),
+                None => (&*message, None),
+            };
+            if target == "*" {
+                return;
+            }
+            if target == me {
+                if let Some(fence) = fence {
+                    grants.give(owner, fence);
+                }
                 return;
             }
         }

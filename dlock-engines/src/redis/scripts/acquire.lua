@@ -40,6 +40,13 @@ local head = redis.call('LINDEX', queue, 0)
 local time = redis.call('TIME')
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 
+-- A release handed this waiter the lock (see release.lua) and its
+-- notification went astray: it holds already; a fresh fence serves.
+if mode == 'w' and redis.call('GET', writer) == me then
+  redis.call('PEXPIRE', writer, lease)
+  return {1, next_fence(time)}
+end
+
 -- Readers expire one by one: each score is that reader's own deadline.
 redis.call('ZREMRANGEBYSCORE', readers, '-inf', now_ms)
 
