@@ -9,11 +9,13 @@
 //! fencing token. Every state change is one Lua script, called by SHA and
 //! reloaded after `NOSCRIPT`.
 //!
-//! **Wake-up.** Releases, cancels and downgrades publish the id of the waiter
-//! now first in line on the lock's channel; one subscriber connection per
-//! engine hands it to that waiter alone (see `notify`), so the next owner
-//! moves in about one round trip and the rest stay quiet.
-//! The core's constant or exponential polling stays the safety net.
+//! **Wake-up and handoff.** A release that frees the lock hands it straight
+//! to a live writer at the head of the queue and publishes `<owner>:<fence>`;
+//! otherwise it publishes the id of the waiter now first in line. One
+//! subscriber connection per engine passes each message to that waiter alone
+//! (see `notify`): a handed-over writer holds without another round trip, a
+//! woken one polls. The core's constant or exponential polling stays the
+//! safety net.
 //!
 //! **Fencing without leaks.** A token is the server clock in microseconds,
 //! bumped past the last token while that is kept (`fence_retention`, default
