@@ -1,5 +1,5 @@
 //! dlock's lock engines, one module per engine, each behind its cargo feature,
-//! and [`conformance`], the behaviour suite every engine passes unchanged.
+//! and `conformance`, the behaviour suite every engine passes unchanged.
 
 use std::sync::Arc;
 

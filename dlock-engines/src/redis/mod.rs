@@ -1,6 +1,6 @@
 //! The Redis engine: ylock's AQS-like read/write lock in Redis, improved.
 //!
-//! Per lock, under one hash tag (see [`keys`]): a waiter queue (list of
+//! Per lock, under one hash tag (see `keys.rs`): a waiter queue (list of
 //! `w:<owner>` / `r:<owner>`), the writer (string with a PX lease), the
 //! readers (sorted set scored by each reader's own deadline on the server's
 //! clock, so a dead reader expires while others renew — ylock's single-TTL
