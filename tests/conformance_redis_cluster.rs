@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::Engine;
+use dlock::engines::conformance;
 use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
-use dlock::engines::conformance::{Harness, cases};
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
 
 struct Cluster {
@@ -104,23 +104,11 @@ async fn engine() -> Arc<dyn Engine> {
 
 dlock::engines::conformance_suite!(engine);
 
-/// The suite once more on a fresh set of groups, run in one test so the
-/// check after it sees every key it made: each node ends up empty.
+/// The whole suite once more, in one test so the check after it sees every
+/// key it made: each node ends up empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_key_is_left_on_any_node() {
-    macro_rules! run {
-        ($($case:ident),*) => {$( cases::$case(&Harness::new(engine().await)).await; )*};
-    }
-    run!(
-        mutual_exclusion,
-        readers_overlap,
-        fifo_order,
-        queued_readers_admitted_together,
-        downgrade_write_to_read,
-        cancelled_waiter_leaves_queue,
-        lease_expiry_frees_abandoned_holder,
-        key_edge_cases
-    );
+    conformance::run_each(engine).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     for node in &cluster().nodes {
         let port = node.port.to_string();

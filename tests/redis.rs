@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
 use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
-use dlock::engines::conformance::{Harness, SETTINGS, cases};
+use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
 use dlock_core::{OwnerId, Poll, Request};
@@ -237,29 +237,8 @@ async fn a_restarted_server_makes_holders_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_key_is_left_behind() {
     let server = start();
-    macro_rules! run {
-        ($($case:ident),*) => {$(
-            cases::$case(&Harness::new(engine(&server).await as Arc<dyn Engine>)).await;
-        )*};
-    }
-    run!(
-        mutual_exclusion,
-        readers_overlap,
-        writer_excludes_readers_and_writers,
-        fifo_order,
-        queued_readers_admitted_together,
-        reentrancy_makes_no_engine_call,
-        downgrade_write_to_read,
-        try_lock_does_not_queue,
-        wait_timeout,
-        cancelled_waiter_leaves_queue,
-        guard_dropped_in_cancelled_task_frees_lock,
-        lease_expiry_frees_abandoned_holder,
-        fencing_is_monotonic,
-        lost_when_renewals_fail,
-        lost_when_server_drops_hold,
-        key_edge_cases
-    );
+    let server_ref = &server;
+    conformance::run_each(|| async move { engine(server_ref).await as Arc<dyn Engine> }).await;
     let mut raw = raw(&server).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -80,12 +80,23 @@ fn rand_suffix() -> u32 {
     (dlock_core::OwnerId::random().as_u128() & 0xffff_ffff) as u32
 }
 
+/// Runs every case in turn, each on a fresh harness over an engine from
+/// `factory`: for checks that need the whole suite done first (no key left).
+pub async fn run_each<F, Fut>(factory: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Engine>>,
+{
+    crate::conformance_suite!(@list @each factory);
+}
+
 /// Expands to one `#[tokio::test]` per conformance case for the engine made by
 /// `$factory` (an async closure returning `Arc<dyn Engine>`).
 #[macro_export]
 macro_rules! conformance_suite {
-    ($factory:expr) => {
-        $crate::conformance_suite!(@cases $factory;
+    // The one list of cases: every way of running them goes through it.
+    (@list $($then:tt)*) => {
+        $crate::conformance_suite! { $($then)*;
             mutual_exclusion,
             readers_overlap,
             writer_excludes_readers_and_writers,
@@ -105,9 +116,9 @@ macro_rules! conformance_suite {
             lost_when_server_drops_hold,
             key_edge_cases,
             invalid_keys_are_rejected,
-        );
+        }
     };
-    (@cases $factory:expr; $($case:ident,)*) => {
+    (@tests $factory:expr; $($case:ident,)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
@@ -116,5 +127,11 @@ macro_rules! conformance_suite {
                 $crate::conformance::cases::$case(&harness).await;
             }
         )*
+    };
+    (@each $factory:ident; $($case:ident,)*) => {
+        $( $crate::conformance::cases::$case(&$crate::conformance::Harness::new($factory().await)).await; )*
+    };
+    ($factory:expr) => {
+        $crate::conformance_suite! { @list @tests $factory }
     };
 }
