@@ -1,5 +1,7 @@
 //! The conformance suite on a real redis-server, started on a free loopback port.
 
+#![cfg(feature = "redis")]
+
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 

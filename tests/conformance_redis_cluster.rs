@@ -1,6 +1,8 @@
 //! The conformance suite on a 3-master Redis Cluster on loopback, then a
 //! check that every node is empty once leases and retention have run out.
 
+#![cfg(feature = "redis")]
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;

@@ -2,6 +2,8 @@
 //! waiters and readers, reader runs, script cache flush, server restart,
 //! leak-freedom, unreachable servers.
 
+#![cfg(feature = "redis")]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

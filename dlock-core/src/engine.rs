@@ -102,6 +102,17 @@ impl std::fmt::Debug for Poll {
     }
 }
 
+/// What ends a hold whose holder stops renewing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// The server forgets the hold once its lease runs out unrenewed.
+    Lease,
+    /// The hold lives as long as the client's session with the server: a
+    /// crashed or cut-off client loses it after the session timeout, a live
+    /// one keeps it until it lets go (ZooKeeper).
+    Session,
+}
+
 /// What went wrong inside an engine; the core adds the engine's and lock's names.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -127,6 +138,11 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Where the server is, for error messages (`"127.0.0.1:6379"`).
     fn address(&self) -> String;
+
+    /// What ends an abandoned hold; see [`Expiry`].
+    fn expiry(&self) -> Expiry {
+        Expiry::Lease
+    }
 
     /// Whether read (shared) mode is offered. The core answers
     /// [`Error::Unsupported`](crate::Error::Unsupported) for read requests otherwise.

@@ -12,6 +12,8 @@ pub mod conformance;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 /// Builds any engine compiled into this build, by its config `kind`.
 pub struct Factory;
@@ -26,6 +28,8 @@ impl dlock_core::Factory for Factory {
             "redis",
             #[cfg(feature = "redis")]
             "redis-cluster",
+            #[cfg(feature = "zookeeper")]
+            "zookeeper",
         ]
     }
 
@@ -42,6 +46,14 @@ impl dlock_core::Factory for Factory {
             #[cfg(feature = "redis")]
             "redis" => Ok(Arc::new(
                 redis::RedisEngine::connect(name, &config.settings(name)?).await?,
+            )),
+            #[cfg(feature = "redis")]
+            "redis-cluster" => Ok(Arc::new(
+                redis::RedisEngine::connect_cluster(name, &config.settings(name)?).await?,
+            )),
+            #[cfg(feature = "zookeeper")]
+            "zookeeper" => Ok(Arc::new(
+                zookeeper::ZooKeeperEngine::connect(name, &config.settings(name)?).await?,
             )),
             other => Err(Error::config(
                 format!("engines.{name}.kind"),

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dlock_core::engine::Expiry;
 use dlock_core::{Error, Lock, LockKey, LostReason, Mode, OwnerId, Poll, Request};
 use tokio::sync::{Barrier, oneshot};
 use tokio::time::{Instant, sleep, timeout};
@@ -468,6 +469,12 @@ pub async fn guard_dropped_in_cancelled_task_frees_lock(h: &Harness) {
 /// A peer that took the lock and vanished (no renewal, no release) holds it
 /// only until its lease runs out.
 pub async fn lease_expiry_frees_abandoned_holder(h: &Harness) {
+    if h.engine.expiry() == Expiry::Session {
+        return h.skip(
+            "lease_expiry_frees_abandoned_holder",
+            "holds end with the session, not a lease",
+        );
+    }
     let abandoned = Request {
         lease: Duration::from_secs(1),
         ..raw_request(h, "abandoned", Mode::Write, false)
@@ -551,6 +558,24 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
     assert!(guard.is_lost());
     let nested = lock.lock().await.expect_err("reentering a lost lock");
     assert!(matches!(nested, Error::Lost { .. }), "{nested}");
+    if h.engine.expiry() == Expiry::Session {
+        // The session, not the cut path, keeps the hold: letting go frees it.
+        h.faults.set_cut(false);
+        let lost_fence = guard.fence();
+        let err = guard
+            .release()
+            .await
+            .expect_err("release of a lost lock must report it");
+        assert!(matches!(err, Error::Lost { .. }), "{err}");
+        let next = h
+            .peer_lock("lost-cut")
+            .try_lock()
+            .await
+            .expect("try")
+            .expect("free after release");
+        assert!(next.fence() > lost_fence, "new holder's fence must be greater");
+        return next.release().await.expect("release");
+    }
     let next = within(
         Duration::from_secs(5),
         "peer acquire after the loss",
@@ -571,6 +596,12 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
 /// The engine forgets the hold early (its leases run ten times shorter than
 /// the holder thinks); the next renewal is refused and the holder learns it.
 pub async fn lost_when_server_drops_hold(h: &Harness) {
+    if h.engine.expiry() == Expiry::Session {
+        return h.skip(
+            "lost_when_server_drops_hold",
+            "holds end with the session, not a lease",
+        );
+    }
     h.faults.shorten_leases(10);
     let lock = h.lock("lost-early").with_lease(Duration::from_secs(1));
     let guard = lock.lock().await.expect("lock");

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+use dlock_core::engine::Expiry;
 use dlock_core::{Engine, EngineError, Poll, Request, Wake, async_trait};
 
 pub struct Faults {
@@ -65,6 +66,10 @@ impl Engine for Faults {
 
     fn supports_read(&self) -> bool {
         self.inner.supports_read()
+    }
+
+    fn expiry(&self) -> Expiry {
+        self.inner.expiry()
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {

@@ -121,3 +121,69 @@ pub fn redis_args(port: u16, extra: &[&str]) -> Vec<String> {
         .chain(extra.iter().map(|a| a.to_string()))
         .collect()
 }
+
+/// Arguments for `java` running a throwaway ZooKeeper on `port`, loopback
+/// only, data under a fresh directory. `ensemble` lists every member's
+/// (client, quorum, election) ports with this member at `id` (from 1);
+/// empty for a standalone server. Containers are swept every 500 ms.
+pub fn zookeeper_args(port: u16, ensemble: &[(u16, u16, u16)], id: usize) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("dlock-zk-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("ZooKeeper data dir");
+    let mut cfg = format!(
+        "tickTime=200\ninitLimit=50\nsyncLimit=25\ndataDir={}\nclientPort={port}\n\
+         clientPortAddress=127.0.0.1\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
+         admin.enableServer=false\n4lw.commands.whitelist=*\n",
+        dir.display()
+    );
+    for (n, (client, quorum, election)) in ensemble.iter().enumerate() {
+        cfg += &format!(
+            "server.{}=127.0.0.1:{quorum}:{election};127.0.0.1:{client}\n",
+            n + 1
+        );
+    }
+    if !ensemble.is_empty() {
+        std::fs::write(dir.join("myid"), id.to_string()).expect("myid");
+    }
+    let cfg_file = dir.join("zoo.cfg");
+    std::fs::write(&cfg_file, cfg).expect("zoo.cfg");
+    [
+        "-Xmx256m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-Dznode.container.checkIntervalMs=500",
+        "-cp",
+        "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar",
+        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([cfg_file.display().to_string()])
+    .collect()
+}
+
+/// Sends a four-letter command (`srvr`, `cons`, ...) and returns the answer.
+pub fn four_letter(address: &str, command: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect(address) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.write_all(command.as_bytes());
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+/// Waits until the ZooKeeper at `address` serves requests (an ensemble
+/// member only does once a quorum has formed).
+pub fn wait_serving(address: &str) {
+    let started = Instant::now();
+    while !four_letter(address, "srvr").contains("Mode:") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "ZooKeeper at {address} did not serve within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

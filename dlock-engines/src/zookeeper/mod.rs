@@ -1,0 +1,471 @@
+//! The ZooKeeper engine, wire-compatible with Apache Curator's
+//! `InterProcessReadWriteLock`: a Java service using Curator and a Rust
+//! service using dlock on the same path exclude each other.
+//!
+//! A lock `group`/`name` is the path `<root>/<group>/<name>` (each part
+//! escaped, see `nodes.rs`), created as container nodes that the server
+//! deletes once empty. Each acquisition creates one `EPHEMERAL_SEQUENTIAL`
+//! child `_c_<uuid>-__WRIT__<seq>` or `_c_<uuid>-__READ__<seq>`. A writer
+//! holds when its node is first, else it watches the node just ahead; a
+//! reader holds when no writer is ahead, else it watches the first writer
+//! ahead. Each waiter watches one node, so a release wakes one waiter (or the
+//! readers behind it), never the whole line. A downgrade swaps the write node
+//! for a read node with the same sequence in one `multi`, so it keeps its
+//! place (CURATOR-621).
+//!
+//! **Fencing token**: the node's `czxid`, the transaction id that created it.
+//! Conflicting holders of one path hold in node order, and nodes are created
+//! in zxid order, so the token strictly increases per path across holders,
+//! sessions and server restarts (zxids never go back while the data
+//! directory is kept).
+//!
+//! **Liveness** comes from the session, not a lease: every node lives as long
+//! as the engine's session. When the session ends (expired, or cut off longer
+//! than the session timeout) every hold on it fires lost, and waiters queue
+//! again on a new session. A blip shorter than the timeout loses nothing.
+//! Renewal checks that the hold's node still exists.
+//!
+//! Config:
+//!
+//! ```toml
+//! [engines.zk]
+//! kind = "zookeeper"
+//! connect = "10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181"
+//! root = "/locks"
+//! session_timeout = "10s"
+//! connect_timeout = "5s"
+//! keeper_idle = "1m"          # LockKeeper: drop per-lock state idle this long
+//! # digest = "user:password"  # digest auth; nodes then get creator-only ACLs
+//! ```
+
+mod keeper;
+mod nodes;
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::engine::Expiry;
+use dlock_core::{Engine, EngineError, Error, Poll, Request, Wake, async_trait};
+use serde::Deserialize;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use zookeeper_client::{Acls, CreateMode, Error as ZkError};
+
+use keeper::Keeper;
+use nodes::Turn;
+use session::{Session, Sessions};
+
+/// Settings of the ZooKeeper engine, `kind = "zookeeper"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZooKeeperConfig {
+    /// `host:port[,host:port...]`, optionally followed by a chroot path.
+    pub connect: String,
+    /// Parent of every lock path; Curator peers name `<root>/<group>/<name>`.
+    #[serde(default = "default_root")]
+    pub root: String,
+    #[serde(default = "default_session_timeout", with = "humantime_serde")]
+    pub session_timeout: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// How long the LockKeeper keeps a lock's state after its last request.
+    #[serde(default = "default_keeper_idle", with = "humantime_serde")]
+    pub keeper_idle: Duration,
+    /// `user:password` for ZooKeeper digest authentication.
+    #[serde(default)]
+    pub digest: Option<String>,
+}
+
+impl ZooKeeperConfig {
+    /// Defaults for everything but the connect string.
+    pub fn new(connect: impl Into<String>) -> Self {
+        ZooKeeperConfig {
+            connect: connect.into(),
+            root: default_root(),
+            session_timeout: default_session_timeout(),
+            connect_timeout: default_connect_timeout(),
+            keeper_idle: default_keeper_idle(),
+            digest: None,
+        }
+    }
+}
+
+fn default_root() -> String {
+    "/locks".to_owned()
+}
+
+fn default_session_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_keeper_idle() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// One request's node.
+struct Node {
+    name: String,
+    fence: u64,
+    session: Arc<Session>,
+    /// While waiting: the watch on the node ahead, and whether it fired.
+    watch: Option<(watch::Receiver<bool>, AbortHandle)>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some((_, task)) = &self.watch {
+            task.abort();
+        }
+    }
+}
+
+/// The ZooKeeper engine. See the [module docs](self).
+pub struct ZooKeeperEngine {
+    sessions: Sessions,
+    root: String,
+    acls: Acls<'static>,
+    keeper: Arc<Keeper<Node>>,
+    address: String,
+}
+
+impl ZooKeeperEngine {
+    /// Connects engine `name` (for error messages) and opens its session.
+    pub async fn connect(name: &str, config: &ZooKeeperConfig) -> Result<Self, Error> {
+        let field = |f: &str| format!("engines.{name}.{f}");
+        if config.connect.trim().is_empty() {
+            return Err(Error::config(field("connect"), "name at least one host:port"));
+        }
+        let root = config.root.trim_end_matches('/');
+        if !root.starts_with('/') || root.contains("//") {
+            return Err(Error::config(
+                field("root"),
+                format!("`{}` is not an absolute ZooKeeper path", config.root),
+            ));
+        }
+        if config.digest.as_ref().is_some_and(|d| !d.contains(':')) {
+            return Err(Error::config(field("digest"), "write it as `user:password`"));
+        }
+        let sessions = Sessions::connect(config.clone())
+            .await
+            .map_err(|e| Error::Unavailable {
+                engine: name.to_owned(),
+                kind: "zookeeper",
+                address: config.connect.clone(),
+                source: e.into(),
+            })?;
+        Ok(ZooKeeperEngine {
+            sessions,
+            root: root.to_owned(),
+            acls: if config.digest.is_some() {
+                Acls::creator_all()
+            } else {
+                Acls::anyone_all()
+            },
+            keeper: Keeper::new(config.keeper_idle),
+            address: config.connect.clone(),
+        })
+    }
+
+    /// Locks whose state the LockKeeper holds now, idle ones included.
+    pub fn kept_locks(&self) -> usize {
+        self.keeper.len()
+    }
+
+    /// The current session's id, e.g. to find it in the server's `cons` list.
+    pub fn session_id(&self) -> i64 {
+        self.sessions.current().client.session_id().0
+    }
+
+    fn path(&self, req: &Request) -> Arc<str> {
+        self.keeper.with(
+            &req.key,
+            || nodes::lock_path(&self.root, &req.key),
+            |e| e.path.clone(),
+        )
+    }
+
+    /// Joins the line with a new node on the live session, then looks.
+    async fn enqueue(&self, req: &Request) -> Result<Poll, EngineError> {
+        let session = self.sessions.live().await?;
+        let path = self.path(req);
+        let (name, fence) = self.create(&session, &path, req).await?;
+        let node = Node {
+            name,
+            fence,
+            session,
+            watch: None,
+        };
+        self.keeper
+            .with(&req.key, String::new, |e| e.nodes.insert(req.owner, node));
+        self.look(req, &path).await
+    }
+
+    /// Creates this request's node, and the container parents if missing.
+    async fn create(
+        &self,
+        session: &Session,
+        path: &str,
+        req: &Request,
+    ) -> Result<(String, u64), EngineError> {
+        let client = &session.client;
+        let prefix = format!("{path}/{}", nodes::node_prefix(req.owner, req.mode));
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls);
+        // A container parent can vanish between our creating it and using it.
+        for _ in 0..5 {
+            match client.create(&prefix, &[], &options).await {
+                Ok((stat, seq)) => {
+                    return Ok((format!("{}{seq}", &prefix[path.len() + 1..]), fence(stat.czxid)));
+                }
+                Err(ZkError::NoNode) => self.create_parents(session, path).await?,
+                // The reply was lost: the node may exist, found by its owner prefix.
+                Err(ZkError::ConnectionLoss) => {
+                    if let Some(found) = self.find_own(session, path, req).await? {
+                        return Ok(found);
+                    }
+                }
+                Err(e) => return Err(EngineError::failed(e)),
+            }
+        }
+        Err(EngineError::failed(format!(
+            "{path}: parent nodes keep disappearing"
+        )))
+    }
+
+    async fn create_parents(&self, session: &Session, path: &str) -> Result<(), EngineError> {
+        let options = CreateMode::Container.with_acls(self.acls);
+        let ends = path
+            .match_indices('/')
+            .map(|(at, _)| at)
+            .skip(1)
+            .chain([path.len()]);
+        for end in ends {
+            match session.client.create(&path[..end], &[], &options).await {
+                Ok(_) | Err(ZkError::NodeExists) => {}
+                Err(e) => return Err(EngineError::failed(e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn find_own(
+        &self,
+        session: &Session,
+        path: &str,
+        req: &Request,
+    ) -> Result<Option<(String, u64)>, EngineError> {
+        let mine = nodes::protected_prefix(req.owner);
+        let children = match session.client.list_children(path).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(None),
+            Err(e) => return Err(EngineError::failed(e)),
+        };
+        let Some(name) = children.into_iter().find(|c| c.starts_with(&mine)) else {
+            return Ok(None);
+        };
+        match session.client.check_stat(&format!("{path}/{name}")).await {
+            Ok(Some(stat)) => Ok(Some((name, fence(stat.czxid)))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(EngineError::failed(e)),
+        }
+    }
+
+    /// Whose turn it is; while not ours, arms a watch on the node ahead.
+    async fn look(&self, req: &Request, path: &str) -> Result<Poll, EngineError> {
+        loop {
+            let (session, name) = self.node(req, |n| (n.session.clone(), n.name.clone()))?;
+            let children = session
+                .client
+                .list_children(path)
+                .await
+                .map_err(EngineError::failed)?;
+            let ahead = match nodes::turn(&children, &name) {
+                Turn::Held => {
+                    let fence = self.node(req, |n| {
+                        n.watch = None;
+                        n.fence
+                    })?;
+                    return Ok(Poll::Held(fence));
+                }
+                Turn::Gone => {
+                    return Err(EngineError::failed(format!(
+                        "{path}/{name} vanished while queued"
+                    )));
+                }
+                Turn::Watch(ahead) => format!("{path}/{ahead}"),
+            };
+            let (stat, watcher) = session
+                .client
+                .check_and_watch_stat(&ahead)
+                .await
+                .map_err(EngineError::failed)?;
+            if stat.is_none() {
+                continue; // Gone already: look again.
+            }
+            let (fire, fired) = watch::channel(false);
+            let task = tokio::spawn(async move {
+                watcher.changed().await;
+                let _ = fire.send(true);
+            })
+            .abort_handle();
+            let wake = wake_on(fired.clone());
+            self.node(req, |n| n.watch = Some((fired, task)))?;
+            return Ok(Poll::Waiting(wake));
+        }
+    }
+
+    /// Runs `f` on this request's node.
+    fn node<R>(&self, req: &Request, f: impl FnOnce(&mut Node) -> R) -> Result<R, EngineError> {
+        self.keeper
+            .with(
+                &req.key,
+                || nodes::lock_path(&self.root, &req.key),
+                |e| e.nodes.get_mut(&req.owner).map(f),
+            )
+            .ok_or_else(|| EngineError::failed("no such request"))
+    }
+
+    /// Deletes this request's node; `Ok(false)` if it was already gone.
+    async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
+        let Some(node) = self.keeper.take(&req.key, req.owner) else {
+            return Ok(false);
+        };
+        if node.session.is_ended() {
+            return Ok(false);
+        }
+        let path = format!("{}/{}", self.path(req), node.name);
+        match node.session.client.delete(&path, None).await {
+            Ok(()) => Ok(true),
+            Err(ZkError::NoNode | ZkError::SessionExpired) => Ok(false),
+            // Keep trying while the session lives, as Curator's guaranteed
+            // delete does: a node left behind would block the lock for good.
+            Err(_) => {
+                tokio::spawn(delete_until_gone(node.session.clone(), path));
+                Ok(true)
+            }
+        }
+    }
+}
+
+fn fence(czxid: i64) -> u64 {
+    czxid as u64
+}
+
+fn wake_on(mut fired: watch::Receiver<bool>) -> Wake {
+    Box::pin(async move {
+        let _ = fired.wait_for(|fired| *fired).await;
+    })
+}
+
+async fn delete_until_gone(session: Arc<Session>, path: String) {
+    while !session.is_ended() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        match session.client.delete(&path, None).await {
+            Ok(()) | Err(ZkError::NoNode | ZkError::SessionExpired) => return,
+            Err(_) => {}
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for ZooKeeperEngine {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn expiry(&self) -> Expiry {
+        Expiry::Session
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let answer = self.enqueue(req).await;
+        if !req.queue && !matches!(answer, Ok(Poll::Held(_))) {
+            self.remove(req).await?;
+        }
+        answer
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        let state = self.node(req, |n| {
+            let fired = n.watch.as_ref().map(|(fired, _)| *fired.borrow());
+            (
+                n.session.is_ended(),
+                fired,
+                n.watch.as_ref().map(|(w, _)| w.clone()),
+            )
+        });
+        match state {
+            // The session ended with our place in line: queue again.
+            Ok((true, _, _)) | Err(_) => {
+                self.keeper.take(&req.key, req.owner);
+                self.enqueue(req).await
+            }
+            // Nothing moved ahead of us: keep waiting, no round trip.
+            Ok((false, Some(false), Some(fired))) => Ok(Poll::Waiting(wake_on(fired))),
+            Ok(_) => self.look(req, &self.path(req)).await,
+        }
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.remove(req).await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        let (session, name) = match self.node(req, |n| (n.session.clone(), n.name.clone())) {
+            Ok(node) => node,
+            Err(_) => return Ok(false),
+        };
+        if session.is_ended() {
+            return Ok(false);
+        }
+        let path = format!("{}/{name}", self.path(req));
+        match session.client.check_stat(&path).await {
+            Ok(found) => Ok(found.is_some()),
+            Err(ZkError::SessionExpired) => Ok(false),
+            Err(e) => Err(EngineError::failed(e)),
+        }
+    }
+
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        let (session, name) = match self.node(req, |n| (n.session.clone(), n.name.clone())) {
+            Ok(node) => node,
+            Err(_) => return Ok(false),
+        };
+        let read = nodes::downgraded(&name).ok_or_else(|| EngineError::failed("not a write node"))?;
+        let path = self.path(req);
+        let mut swap = session.client.new_multi_writer();
+        let options = CreateMode::Ephemeral.with_acls(self.acls);
+        swap.add_create(&format!("{path}/{read}"), &[], &options)
+            .map_err(EngineError::failed)?;
+        swap.add_delete(&format!("{path}/{name}"), None)
+            .map_err(EngineError::failed)?;
+        match swap.commit().await {
+            Ok(_) => {
+                self.node(req, |n| n.name = read)?;
+                Ok(true)
+            }
+            Err(zookeeper_client::MultiWriteError::OperationFailed {
+                source: ZkError::NoNode,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(EngineError::failed(e)),
+        }
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.remove(req).await
+    }
+
+    fn lost(&self, req: &Request) -> Option<Wake> {
+        let session = self.node(req, |n| n.session.clone()).ok()?;
+        Some(Box::pin(session.ended()))
+    }
+}

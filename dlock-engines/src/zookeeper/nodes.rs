@@ -1,0 +1,253 @@
+//! Curator's `InterProcessReadWriteLock` layout: where a lock lives, what its
+//! contenders' nodes are called, and whose turn it is.
+//!
+//! Each contender is one `EPHEMERAL_SEQUENTIAL` child of the lock path named
+//! `_c_<uuid>-__READ__<seq>` or `_c_<uuid>-__WRIT__<seq>` (Curator's
+//! "protection" prefix, which lets a client find its node again after a lost
+//! create reply). Contenders are ordered by the sequence suffix alone.
+
+use dlock_core::{LockKey, Mode, OwnerId};
+
+const READ: &str = "__READ__";
+const WRITE: &str = "__WRIT__";
+
+/// `<root>/<group>/<name>`, each part escaped so that any text is one valid
+/// path component: `/`, `%` and characters ZooKeeper rejects become `%XX`,
+/// and the components `.` and `..` become `%2E`, `%2E%2E`.
+pub(crate) fn lock_path(root: &str, key: &LockKey) -> String {
+    let mut path = String::with_capacity(root.len() + key.group().len() + key.name().len() + 2);
+    path.push_str(root);
+    for part in [key.group(), key.name()] {
+        path.push('/');
+        if part == "." || part == ".." {
+            path.push_str(&"%2E".repeat(part.len()));
+        } else {
+            escape_into(part, &mut path);
+        }
+    }
+    path
+}
+
+fn escape_into(text: &str, out: &mut String) {
+    for c in text.chars() {
+        // ZooKeeper's PathUtils refuses these code points in a path.
+        // Beyond U+FFFF Java sees a surrogate pair, which it refuses too.
+        let refused = matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}')
+            || c >= '\u{fff0}';
+        if c == '/' || c == '%' || refused {
+            let mut buf = [0; 4];
+            for byte in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// The name prefix of this owner's nodes: `_c_<owner as a UUID>-`.
+pub(crate) fn protected_prefix(owner: OwnerId) -> String {
+    let h = format!("{owner}");
+    format!(
+        "_c_{}-{}-{}-{}-{}-",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The name passed to a sequential create: ZooKeeper appends the sequence.
+pub(crate) fn node_prefix(owner: OwnerId, mode: Mode) -> String {
+    let kind = match mode {
+        Mode::Read => READ,
+        Mode::Write => WRITE,
+    };
+    protected_prefix(owner) + kind
+}
+
+/// The read node that replaces a write node on downgrade: same owner, same
+/// sequence, so it keeps the write node's place in line (CURATOR-621).
+pub(crate) fn downgraded(write_node: &str) -> Option<String> {
+    let at = write_node.rfind(WRITE)?;
+    Some(format!(
+        "{}{READ}{}",
+        &write_node[..at],
+        &write_node[at + WRITE.len()..]
+    ))
+}
+
+/// One contender, as listed under the lock path.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Contender<'a> {
+    order: u64,
+    name: &'a str,
+    writer: bool,
+}
+
+impl<'a> Contender<'a> {
+    /// `None` for a child that is not a read/write lock node.
+    fn parse(name: &'a str) -> Option<Self> {
+        let (at, writer) = match (name.rfind(READ), name.rfind(WRITE)) {
+            (Some(r), Some(w)) => (r.max(w), w > r),
+            (Some(r), None) => (r, false),
+            (None, Some(w)) => (w, true),
+            (None, None) => return None,
+        };
+        let seq: i64 = name[at + READ.len()..].parse().ok()?;
+        Some(Contender {
+            order: sequence_order(seq),
+            name,
+            writer,
+        })
+    }
+}
+
+/// ZooKeeper numbers children with the parent's 32-bit child version printed
+/// as `%010d`, so after 2^31 - 1 it goes on at -2^31 ("-2147483648").
+/// Curator compares the text, which puts those first; read as unsigned they
+/// stay in creation order.
+fn sequence_order(seq: i64) -> u64 {
+    if seq < 0 {
+        (seq + (1 << 32)) as u64
+    } else {
+        seq as u64
+    }
+}
+
+/// Whose turn it is, for the node `ours` among `children`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Turn<'a> {
+    /// Ours holds the lock.
+    Held,
+    /// Wait until this node is gone: a writer watches the node just ahead of
+    /// it, a reader the first writer ahead of it (no herd: one node each).
+    Watch(&'a str),
+    /// Our node is not among the children any more.
+    Gone,
+}
+
+pub(crate) fn turn<'a>(children: &'a [String], ours: &str) -> Turn<'a> {
+    let mut line: Vec<Contender<'a>> = children.iter().filter_map(|c| Contender::parse(c)).collect();
+    line.sort_unstable();
+    let Some(at) = line.iter().position(|c| c.name == ours) else {
+        return Turn::Gone;
+    };
+    let ahead = &line[..at];
+    let blocker = if line[at].writer {
+        ahead.last()
+    } else {
+        ahead.iter().find(|c| c.writer)
+    };
+    match blocker {
+        None => Turn::Held,
+        Some(c) => Turn::Watch(c.name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn writers_wait_for_the_node_just_ahead() {
+        let kids = names(&[
+            "_c_a-__WRIT__0000000003",
+            "_c_b-__READ__0000000001",
+            "_c_c-__WRIT__0000000002",
+        ]);
+        assert_eq!(turn(&kids, "_c_b-__READ__0000000001"), Turn::Held);
+        assert_eq!(
+            turn(&kids, "_c_c-__WRIT__0000000002"),
+            Turn::Watch("_c_b-__READ__0000000001")
+        );
+        assert_eq!(
+            turn(&kids, "_c_a-__WRIT__0000000003"),
+            Turn::Watch("_c_c-__WRIT__0000000002")
+        );
+        assert_eq!(turn(&kids, "_c_z-__WRIT__0000000009"), Turn::Gone);
+    }
+
+    #[test]
+    fn readers_wait_only_for_the_first_writer_ahead() {
+        let kids = names(&[
+            "_c_a-__READ__0000000001",
+            "_c_b-__READ__0000000002",
+            "_c_c-__WRIT__0000000003",
+            "_c_d-__READ__0000000004",
+            "_c_e-__WRIT__0000000005",
+            "_c_f-__READ__0000000006",
+            "not-a-lock-node",
+        ]);
+        assert_eq!(turn(&kids, "_c_b-__READ__0000000002"), Turn::Held);
+        assert_eq!(
+            turn(&kids, "_c_d-__READ__0000000004"),
+            Turn::Watch("_c_c-__WRIT__0000000003")
+        );
+        assert_eq!(
+            turn(&kids, "_c_f-__READ__0000000006"),
+            Turn::Watch("_c_c-__WRIT__0000000003")
+        );
+    }
+
+    #[test]
+    fn sequence_numbers_past_2_pow_31_stay_in_creation_order() {
+        // What the server prints for child versions 2^31 - 2, 2^31 - 1, 2^31, 2^31 + 1.
+        let kids = names(&[
+            "_c_c-__WRIT__-2147483648",
+            "_c_a-__WRIT__2147483646",
+            "_c_d-__WRIT__-2147483647",
+            "_c_b-__WRIT__2147483647",
+        ]);
+        assert_eq!(turn(&kids, "_c_a-__WRIT__2147483646"), Turn::Held);
+        assert_eq!(
+            turn(&kids, "_c_b-__WRIT__2147483647"),
+            Turn::Watch("_c_a-__WRIT__2147483646")
+        );
+        assert_eq!(
+            turn(&kids, "_c_c-__WRIT__-2147483648"),
+            Turn::Watch("_c_b-__WRIT__2147483647")
+        );
+        assert_eq!(
+            turn(&kids, "_c_d-__WRIT__-2147483647"),
+            Turn::Watch("_c_c-__WRIT__-2147483648")
+        );
+        // Text order, as Curator compares, would have put the negative ones first.
+        assert!("-2147483648" < "2147483646");
+    }
+
+    #[test]
+    fn a_downgraded_read_node_keeps_the_write_nodes_place() {
+        let read = downgraded("_c_a-__WRIT__0000000001").unwrap();
+        assert_eq!(read, "_c_a-__READ__0000000001");
+        let kids = names(&[&read, "_c_b-__WRIT__0000000002", "_c_c-__READ__0000000003"]);
+        assert_eq!(turn(&kids, "_c_b-__WRIT__0000000002"), Turn::Watch(&read));
+        assert_eq!(
+            turn(&kids, "_c_c-__READ__0000000003"),
+            Turn::Watch("_c_b-__WRIT__0000000002")
+        );
+    }
+
+    #[test]
+    fn curator_names_and_escaped_paths() {
+        let owner = OwnerId::random();
+        let prefix = node_prefix(owner, Mode::Write);
+        assert!(prefix.starts_with("_c_") && prefix.ends_with("-__WRIT__"));
+        // `_c_` + 36-character UUID + `-`.
+        assert_eq!(protected_prefix(owner).len(), 3 + 36 + 1);
+        let key = |g: &str, n: &str| lock_path("/locks", &LockKey::new(g, n).unwrap());
+        assert_eq!(key("order", "42"), "/locks/order/42");
+        assert_eq!(key("a/b", "c"), "/locks/a%2Fb/c");
+        assert_ne!(key("a/b", "c"), key("a", "b/c"));
+        assert_eq!(key("g", ".."), "/locks/g/%2E%2E");
+        assert_eq!(key("g", "%2F"), "/locks/g/%252F");
+        assert_eq!(key("g", "\n\t"), "/locks/g/%0A%09");
+        assert_eq!(key("g", "ünï 锁"), "/locks/g/ünï 锁");
+        assert_eq!(key("g", "🔒"), "/locks/g/%F0%9F%94%92");
+    }
+}

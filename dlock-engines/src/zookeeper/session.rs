@@ -1,0 +1,119 @@
+//! The engine's ZooKeeper session: one per engine, replaced when it ends.
+//!
+//! A session *ends* for dlock when the server expired or closed it, or when
+//! the client has been cut off for longer than the session timeout (by then
+//! the server has expired it, even if the client cannot hear so yet). Every
+//! hold taken on a session is lost when it ends; a blip shorter than the
+//! timeout ends nothing.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, watch};
+use zookeeper_client::{Client, SessionState, StateWatcher};
+
+use dlock_core::EngineError;
+
+use super::ZooKeeperConfig;
+
+pub(crate) struct Session {
+    pub client: Client,
+    ended: watch::Receiver<bool>,
+}
+
+impl Session {
+    pub fn is_ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
+    /// Resolves when the session ends.
+    pub fn ended(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut ended = self.ended.clone();
+        async move {
+            let _ = ended.wait_for(|ended| *ended).await;
+        }
+    }
+}
+
+/// The current session, and how to make the next one.
+pub(crate) struct Sessions {
+    config: ZooKeeperConfig,
+    current: RwLock<Arc<Session>>,
+    reconnecting: Mutex<()>,
+}
+
+impl Sessions {
+    pub async fn connect(config: ZooKeeperConfig) -> Result<Self, EngineError> {
+        let first = open(&config).await?;
+        Ok(Sessions {
+            config,
+            current: RwLock::new(Arc::new(first)),
+            reconnecting: Mutex::new(()),
+        })
+    }
+
+    /// The live session, opening a new one if the current one has ended.
+    pub async fn live(&self) -> Result<Arc<Session>, EngineError> {
+        let current = self.current();
+        if !current.is_ended() {
+            return Ok(current);
+        }
+        let _one_at_a_time = self.reconnecting.lock().await;
+        let current = self.current();
+        if !current.is_ended() {
+            return Ok(current);
+        }
+        let fresh = Arc::new(open(&self.config).await?);
+        *self.current.write().expect("not poisoned") = fresh.clone();
+        Ok(fresh)
+    }
+
+    pub fn current(&self) -> Arc<Session> {
+        self.current.read().expect("not poisoned").clone()
+    }
+}
+
+async fn open(config: &ZooKeeperConfig) -> Result<Session, EngineError> {
+    let mut connector = Client::connector()
+        .with_session_timeout(config.session_timeout)
+        .with_connection_timeout(config.connect_timeout);
+    if let Some(auth) = &config.digest {
+        connector = connector.with_auth("digest", auth.as_bytes());
+    }
+    let client = tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect))
+        .await
+        .map_err(|_| format!("no session within {:?}", config.connect_timeout))
+        .and_then(|connected| connected.map_err(|e| e.to_string()))
+        .map_err(|why| {
+            EngineError::failed(format!(
+                "cannot connect to ZooKeeper at {}: {why}",
+                config.connect
+            ))
+        })?;
+    let (end, ended) = watch::channel(false);
+    tokio::spawn(watch_state(client.state_watcher(), client.session_timeout(), end));
+    Ok(Session { client, ended })
+}
+
+/// Marks the session ended on a terminal state or a disconnection that
+/// outlasts the timeout; stops early once nobody uses the session.
+async fn watch_state(mut states: StateWatcher, timeout: Duration, end: watch::Sender<bool>) {
+    let mut state = states.peek_state();
+    loop {
+        let next = async {
+            match state {
+                SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => None,
+                SessionState::Disconnected => tokio::time::timeout(timeout, states.changed()).await.ok(),
+                _ => Some(states.changed().await),
+            }
+        };
+        tokio::select! {
+            next = next => match next {
+                Some(next) => state = next,
+                None => break,
+            },
+            _ = end.closed() => return,
+        }
+    }
+    let _ = end.send(true);
+}
