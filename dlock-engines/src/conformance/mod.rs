@@ -13,6 +13,7 @@
 
 pub mod cases;
 mod faults;
+pub mod proxy;
 pub mod server;
 
 use std::sync::Arc;

@@ -125,7 +125,8 @@ pub fn redis_args(port: u16, extra: &[&str]) -> Vec<String> {
 /// Arguments for `java` running a throwaway ZooKeeper on `port`, loopback
 /// only, data under a fresh directory. `ensemble` lists every member's
 /// (client, quorum, election) ports with this member at `id` (from 1);
-/// empty for a standalone server. Containers are swept every 500 ms.
+/// empty for a standalone server. Nothing is synced to disk, and empty
+/// containers are swept every 500 ms.
 pub fn zookeeper_args(port: u16, ensemble: &[(u16, u16, u16)], id: usize) -> Vec<String> {
     let dir = std::env::temp_dir().join(format!("dlock-zk-{}-{port}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -133,7 +134,7 @@ pub fn zookeeper_args(port: u16, ensemble: &[(u16, u16, u16)], id: usize) -> Vec
     let mut cfg = format!(
         "tickTime=200\ninitLimit=50\nsyncLimit=25\ndataDir={}\nclientPort={port}\n\
          clientPortAddress=127.0.0.1\nminSessionTimeout=400\nmaxSessionTimeout=60000\n\
-         admin.enableServer=false\n4lw.commands.whitelist=*\n",
+         admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=no\n",
         dir.display()
     );
     for (n, (client, quorum, election)) in ensemble.iter().enumerate() {
@@ -150,8 +151,8 @@ pub fn zookeeper_args(port: u16, ensemble: &[(u16, u16, u16)], id: usize) -> Vec
     [
         "-Xmx256m",
         "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
         "-Dznode.container.checkIntervalMs=500",
+        "-Dznode.container.maxPerMinute=1000000",
         "-cp",
         "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar",
         "org.apache.zookeeper.server.quorum.QuorumPeerMain",

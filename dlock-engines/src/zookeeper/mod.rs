@@ -20,9 +20,10 @@
 //! directory is kept).
 //!
 //! **Liveness** comes from the session, not a lease: every node lives as long
-//! as the engine's session. When the session ends (expired, or cut off longer
-//! than the session timeout) every hold on it fires lost, and waiters queue
-//! again on a new session. A blip shorter than the timeout loses nothing.
+//! as the engine's session. When the session ends (expired, or cut off for
+//! half the session timeout, before the server can expire it; see
+//! `session.rs`) every hold on it fires lost, and waiters queue again on a
+//! new session. A shorter blip loses nothing.
 //! Renewal checks that the hold's node still exists.
 //!
 //! Config:
@@ -236,16 +237,20 @@ impl ZooKeeperEngine {
         )))
     }
 
+    /// Creates `path` and any missing ancestors as containers, deepest
+    /// first: usually only the lock's own path is missing.
     async fn create_parents(&self, session: &Session, path: &str) -> Result<(), EngineError> {
         let options = CreateMode::Container.with_acls(self.acls);
-        let ends = path
-            .match_indices('/')
-            .map(|(at, _)| at)
-            .skip(1)
-            .chain([path.len()]);
-        for end in ends {
-            match session.client.create(&path[..end], &[], &options).await {
-                Ok(_) | Err(ZkError::NodeExists) => {}
+        let mut missing = vec![path];
+        while let Some(&next) = missing.last() {
+            match session.client.create(next, &[], &options).await {
+                Ok(_) | Err(ZkError::NodeExists) => {
+                    missing.pop();
+                }
+                Err(ZkError::NoNode) => match next.rfind('/') {
+                    Some(at) if at > 0 => missing.push(&next[..at]),
+                    _ => return Err(EngineError::failed(format!("cannot create {path}"))),
+                },
                 Err(e) => return Err(EngineError::failed(e)),
             }
         }

@@ -1,0 +1,109 @@
+// A Curator peer for dlock's ZooKeeper tests and benchmark, compiled with
+// javac at test time against Debian's libcurator-recipes-java.
+//
+//   java CuratorPeer <connect> <path>          commands on stdin, one per line:
+//       write <ms> | read <ms>   acquire within ms: prints "held" or "timeout"
+//       release                  releases everything held: prints "released"
+//   java CuratorPeer <connect> <path> bench <cycles> <clients>
+//       prints "uncontended_ns <mean>" and "handoff_ns <p50>"
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Deque;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.retry.RetryOneTime;
+
+public class CuratorPeer {
+    public static void main(String[] args) throws Exception {
+        if (args.length > 2 && args[2].equals("bench")) {
+            bench(args[0], args[1], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            return;
+        }
+        CuratorFramework client = connect(args[0]);
+        InterProcessReadWriteLock lock = new InterProcessReadWriteLock(client, args[1]);
+        Deque<InterProcessMutex> held = new ArrayDeque<>();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        System.out.println("ready");
+        for (String line; (line = in.readLine()) != null; ) {
+            String[] cmd = line.trim().split(" ");
+            switch (cmd[0]) {
+                case "write":
+                case "read":
+                    InterProcessMutex m = cmd[0].equals("write") ? lock.writeLock() : lock.readLock();
+                    if (m.acquire(Long.parseLong(cmd[1]), TimeUnit.MILLISECONDS)) {
+                        held.push(m);
+                        System.out.println("held");
+                    } else {
+                        System.out.println("timeout");
+                    }
+                    break;
+                case "release":
+                    while (!held.isEmpty()) held.pop().release();
+                    System.out.println("released");
+                    break;
+                default:
+                    System.out.println("unknown " + cmd[0]);
+            }
+        }
+        client.close();
+    }
+
+    static CuratorFramework connect(String connect) throws Exception {
+        CuratorFramework client = CuratorFrameworkFactory.newClient(connect, 10000, 5000, new RetryOneTime(100));
+        client.start();
+        client.blockUntilConnected();
+        return client;
+    }
+
+    static void bench(String connect, String path, int cycles, int clients) throws Exception {
+        CuratorFramework one = connect(connect);
+        InterProcessMutex solo = new InterProcessReadWriteLock(one, path + "-solo").writeLock();
+        for (int i = 0; i < cycles / 10; i++) { solo.acquire(); solo.release(); } // warm-up
+        long start = System.nanoTime();
+        for (int i = 0; i < cycles; i++) { solo.acquire(); solo.release(); }
+        System.out.println("uncontended_ns " + (System.nanoTime() - start) / cycles);
+        one.close();
+
+        // Handoff: from one client's release to the next client's acquire.
+        List<CuratorFramework> sessions = new ArrayList<>();
+        for (int i = 0; i < clients; i++) sessions.add(connect(connect));
+        AtomicLong releasedAt = new AtomicLong();
+        List<Long> handoffs = Collections.synchronizedList(new ArrayList<>());
+        CountDownLatch done = new CountDownLatch(clients);
+        int each = Math.max(1, cycles / clients);
+        for (CuratorFramework session : sessions) {
+            InterProcessMutex m = new InterProcessReadWriteLock(session, path + "-contended").writeLock();
+            new Thread(() -> {
+                try {
+                    for (int i = 0; i < each; i++) {
+                        m.acquire();
+                        long released = releasedAt.get();
+                        if (released != 0) handoffs.add(System.nanoTime() - released);
+                        releasedAt.set(System.nanoTime());
+                        m.release();
+                    }
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                } finally {
+                    done.countDown();
+                }
+            }).start();
+        }
+        done.await();
+        List<Long> sorted = new ArrayList<>(handoffs);
+        Collections.sort(sorted);
+        System.out.println("handoff_ns " + sorted.get(sorted.size() / 2));
+        for (CuratorFramework s : sessions) s.close();
+    }
+}

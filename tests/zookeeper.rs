@@ -1,0 +1,418 @@
+//! ZooKeeper-specific behaviour against a real server on loopback: interop
+//! with the real Apache Curator, session expiry and blips (through a proxy
+//! that cuts the real connection), the LockKeeper, one watch per waiter,
+//! digest auth, unreachable servers.
+
+#![cfg(feature = "zookeeper")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::proxy::CutProxy;
+use dlock::engines::conformance::server::{TestServer, four_letter, wait_serving, zookeeper_args};
+use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
+use dlock::{Error, LostReason, Registry, Settings};
+
+fn server() -> &'static TestServer {
+    static SERVER: OnceLock<TestServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
+        wait_serving(&server.address());
+        server
+    })
+}
+
+fn config(connect: String) -> ZooKeeperConfig {
+    ZooKeeperConfig {
+        session_timeout: Duration::from_secs(2),
+        keeper_idle: Duration::from_millis(500),
+        ..ZooKeeperConfig::new(connect)
+    }
+}
+
+async fn engine_at(connect: String) -> Arc<ZooKeeperEngine> {
+    Arc::new(
+        ZooKeeperEngine::connect("zk", &config(connect))
+            .await
+            .expect("connect"),
+    )
+}
+
+fn registry(engine: Arc<ZooKeeperEngine>) -> Registry {
+    let settings = Settings {
+        wait: Some(Duration::from_secs(20)),
+        ..Settings::default()
+    };
+    Registry::with_engine("zk", engine, settings)
+}
+
+async fn client() -> (Registry, Arc<ZooKeeperEngine>) {
+    let engine = engine_at(server().address()).await;
+    (registry(engine.clone()), engine)
+}
+
+/// The real Apache Curator, driven line by line (tests/curator/CuratorPeer.java).
+struct Curator {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Curator {
+    fn start(path: &str) -> Self {
+        let mut child = Command::new("java")
+            .args([
+                "-cp",
+                &curator_classpath(),
+                "CuratorPeer",
+                &server().address(),
+                path,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start java");
+        let input = child.stdin.take().expect("stdin");
+        let output = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut curator = Curator { child, input, output };
+        assert_eq!(curator.answer(), "ready");
+        curator
+    }
+
+    fn say(&mut self, line: &str) -> String {
+        writeln!(self.input, "{line}").expect("write to Curator");
+        self.answer()
+    }
+
+    fn answer(&mut self) -> String {
+        let mut line = String::new();
+        self.output.read_line(&mut line).expect("read from Curator");
+        line.trim().to_owned()
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Compiles the Curator peer once per test binary.
+fn curator_classpath() -> String {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    let jars = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+    let classes = CLASSES.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("dlock-curator-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("classes dir");
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
+        let status = Command::new("javac")
+            .args(["-cp", jars, "-d"])
+            .arg(&dir)
+            .arg(source)
+            .status()
+            .expect("run javac (scripts/test installs it)");
+        assert!(status.success(), "javac failed");
+        dir
+    });
+    format!("{}:{jars}", classes.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curator_writer_and_dlock_exclude_each_other_both_ways() {
+    let (dlock, _engine) = client().await;
+    let lock = dlock.locks("interop").get("write");
+    let mut curator = Curator::start("/locks/interop/write");
+
+    // Curator holds the write lock: dlock can neither write nor read.
+    assert_eq!(curator.say("write 5000"), "held");
+    assert!(
+        lock.try_lock().await.expect("try").is_none(),
+        "dlock wrote under Curator's writer"
+    );
+    assert!(
+        lock.try_read().await.expect("try").is_none(),
+        "dlock read under Curator's writer"
+    );
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "dlock's queued writer got in under Curator's writer"
+    );
+    assert_eq!(curator.say("release"), "released");
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("dlock's writer was not admitted after Curator released")
+        .expect("task")
+        .expect("lock");
+
+    // dlock holds the write lock: Curator can neither write nor read.
+    assert_eq!(curator.say("write 500"), "timeout");
+    assert_eq!(curator.say("read 500"), "timeout");
+    guard.release().await.expect("release");
+    assert_eq!(curator.say("write 5000"), "held");
+    assert_eq!(curator.say("release"), "released");
+
+    // dlock holds read: Curator may read too, but not write.
+    let read = lock.read().await.expect("read");
+    assert_eq!(curator.say("read 5000"), "held");
+    assert_eq!(curator.say("release"), "released");
+    assert_eq!(curator.say("write 500"), "timeout");
+    read.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curator_and_dlock_readers_share_and_a_dlock_writer_waits_its_turn() {
+    let (dlock, _engine) = client().await;
+    let lock = dlock.locks("interop").get("read");
+    let mut curator = Curator::start("/locks/interop/read");
+    assert_eq!(curator.say("read 5000"), "held");
+    let shared = lock
+        .try_read()
+        .await
+        .expect("try")
+        .expect("readers share with Curator's reader");
+    shared.release().await.expect("release");
+
+    // A dlock writer queues behind Curator's reader and gets in when it leaves.
+    let writer = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "dlock's writer got in beside Curator's reader"
+    );
+    let released = Instant::now();
+    assert_eq!(curator.say("release"), "released");
+    let guard = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("writer not admitted after Curator's reader left")
+        .expect("task")
+        .expect("lock");
+    println!(
+        "dlock writer admitted {:?} after Curator's reader released",
+        released.elapsed()
+    );
+    guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_expiry_fires_lost_and_the_next_waiter_proceeds() {
+    let target: SocketAddr = server().address().parse().expect("address");
+    let proxy = CutProxy::start(target).await;
+    let (holder, _) = {
+        let engine = engine_at(proxy.address.to_string()).await;
+        (registry(engine.clone()), engine)
+    };
+    let (waiter, _) = client().await;
+    let guard = holder.locks("expiry").get("k").lock().await.expect("lock");
+    let lost = guard.lost();
+    let next = tokio::spawn(async move { waiter.locks("expiry").get("k").lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let cut_at = Instant::now();
+    proxy.cut();
+    let reason = tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .expect("lost never fired");
+    assert_eq!(reason, LostReason::Engine);
+    let lost_after = cut_at.elapsed();
+    let next = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the waiter never got the lock")
+        .expect("task")
+        .expect("lock");
+    let admitted_after = cut_at.elapsed();
+    println!(
+        "session timeout 2 s: lost fired {lost_after:?} after the cut, waiter admitted {admitted_after:?} after it"
+    );
+    assert!(
+        lost_after < admitted_after,
+        "the holder heard of its loss after the next holder got in"
+    );
+    assert!(next.fence() > guard.fence(), "fence must increase");
+    proxy.heal();
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    next.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_blip_shorter_than_the_session_timeout_loses_nothing() {
+    let target: SocketAddr = server().address().parse().expect("address");
+    let proxy = CutProxy::start(target).await;
+    let engine = engine_at(proxy.address.to_string()).await;
+    let holder = registry(engine);
+    let guard = holder.locks("blip").get("k").lock().await.expect("lock");
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!guard.is_lost(), "a 0.7 s blip lost a hold on a 2 s session");
+    let (peer, _) = client().await;
+    assert!(
+        peer.locks("blip")
+            .get("k")
+            .try_lock()
+            .await
+            .expect("try")
+            .is_none()
+    );
+    guard.release().await.expect("release after a blip");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lock_keeper_forgets_100k_locks_once_idle() {
+    let (dlock, engine) = client().await;
+    let locks = dlock.locks("keeper");
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..50 {
+        let locks = locks.clone();
+        tasks.spawn(async move {
+            for i in 0..2_000 {
+                let guard = locks
+                    .get(format!("user-{worker}-{i}"))
+                    .lock()
+                    .await
+                    .expect("lock");
+                guard.release().await.expect("release");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("worker");
+    }
+    let peak = engine.kept_locks();
+    println!(
+        "100,000 distinct locks in {:?}; {peak} kept at the end",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(engine.kept_locks(), 0, "the keeper still holds idle locks");
+    // The server removes the empty container parents by itself.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stat = four_letter(&server().address(), "stat");
+        let nodes: usize = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("Node count: "))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("node count");
+        if nodes < 1_000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{nodes} nodes left on the server");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_waiter_watches_one_node_never_the_children_list() {
+    let (dlock, _engine) = client().await;
+    let holder = dlock.locks("herd").get("k").lock().await.expect("lock");
+    let mut waiters = Vec::new();
+    for _ in 0..10 {
+        let (peer, _) = client().await;
+        waiters.push(tokio::spawn(async move {
+            let guard = peer.locks("herd").get("k").lock().await.expect("lock");
+            guard.release().await.expect("release");
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // `wchp`: each watched path, then the sessions watching it, one per line.
+    let watches = four_letter(&server().address(), "wchp");
+    let mut watched = std::collections::HashMap::<&str, usize>::new();
+    let mut path = "";
+    for line in watches.lines() {
+        if line.starts_with('/') {
+            path = line;
+        } else if path.starts_with("/locks/herd/") && line.trim().starts_with("0x") {
+            *watched.entry(path).or_default() += 1;
+        }
+    }
+    assert!(
+        !watched.contains_key("/locks/herd/k"),
+        "someone watches the children list:\n{watches}"
+    );
+    assert_eq!(watched.len(), 10, "10 waiters, 10 watched nodes:\n{watches}");
+    assert!(
+        watched.values().all(|&n| n == 1),
+        "one watcher per node:\n{watches}"
+    );
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_server_is_an_error_naming_engine_and_address() {
+    let nobody = dlock::engines::conformance::server::free_port();
+    let config = ZooKeeperConfig {
+        connect_timeout: Duration::from_millis(800),
+        ..ZooKeeperConfig::new(format!("127.0.0.1:{nobody}"))
+    };
+    let started = Instant::now();
+    let err = match ZooKeeperEngine::connect("zk-main", &config).await {
+        Ok(_) => panic!("connected to nothing"),
+        Err(e) => e,
+    };
+    let message = err.to_string();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        message.contains("zk-main") && message.contains(&format!("127.0.0.1:{nobody}")),
+        "{message}"
+    );
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn digest_auth_keeps_other_clients_out_of_the_lock() {
+    let secured = |digest: Option<&str>| ZooKeeperConfig {
+        digest: digest.map(str::to_owned),
+        root: "/secured".to_owned(),
+        ..config(server().address())
+    };
+    let connect = |config: ZooKeeperConfig| async move {
+        registry(Arc::new(
+            ZooKeeperEngine::connect("zk", &config).await.expect("connect"),
+        ))
+    };
+    let app = connect(secured(Some("app:secret"))).await;
+    let guard = app.locks("g").get("k").lock().await.expect("lock");
+    // Another instance with the credentials contends as usual...
+    let twin = connect(secured(Some("app:secret"))).await;
+    assert!(twin.locks("g").get("k").try_lock().await.expect("try").is_none());
+    // ...while a client without them cannot even queue under the lock path.
+    let stranger = connect(secured(None)).await;
+    let err = stranger
+        .locks("g")
+        .get("k")
+        .try_lock()
+        .await
+        .expect_err("a stranger queued under a secured lock");
+    assert!(err.to_string().contains("not authorized"), "{err}");
+    guard.release().await.expect("release");
+    let twin = twin
+        .locks("g")
+        .get("k")
+        .try_lock()
+        .await
+        .expect("try")
+        .expect("free");
+    twin.release().await.expect("release");
+}
