@@ -51,7 +51,7 @@ use dlock_core::{Engine, EngineError, Error, Poll, Request, Wake, async_trait};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use zookeeper_client::{Acls, CreateMode, Error as ZkError};
+use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError};
 
 use keeper::Keeper;
 use nodes::Turn;
@@ -217,14 +217,19 @@ impl ZooKeeperEngine {
         let prefix = format!("{path}/{}", nodes::node_prefix(req.owner, req.mode));
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
         // A container parent can vanish between our creating it and using it.
-        for _ in 0..5 {
+        let mut vanished = 0;
+        loop {
             match client.create(&prefix, &[], &options).await {
                 Ok((stat, seq)) => {
                     return Ok((format!("{}{seq}", &prefix[path.len() + 1..]), fence(stat.czxid)));
                 }
-                Err(ZkError::NoNode) => self.create_parents(session, path).await?,
-                // The reply was lost: the node may exist, found by its owner prefix.
-                Err(ZkError::ConnectionLoss) => {
+                Err(ZkError::NoNode) if vanished < 5 => {
+                    vanished += 1;
+                    self.create_parents(session, path).await?;
+                }
+                // The reply may be lost with the node made: find it by its
+                // owner prefix (Curator's "protection") before trying again.
+                Err(e) if session::transient(&e) && !session.is_ended() => {
                     if let Some(found) = self.find_own(session, path, req).await? {
                         return Ok(found);
                     }
@@ -232,9 +237,6 @@ impl ZooKeeperEngine {
                 Err(e) => return Err(EngineError::failed(e)),
             }
         }
-        Err(EngineError::failed(format!(
-            "{path}: parent nodes keep disappearing"
-        )))
     }
 
     /// Creates `path` and any missing ancestors as containers, deepest
@@ -243,7 +245,7 @@ impl ZooKeeperEngine {
         let options = CreateMode::Container.with_acls(self.acls);
         let mut missing = vec![path];
         while let Some(&next) = missing.last() {
-            match session.client.create(next, &[], &options).await {
+            match session.retry(|| session.client.create(next, &[], &options)).await {
                 Ok(_) | Err(ZkError::NodeExists) => {
                     missing.pop();
                 }
@@ -264,7 +266,7 @@ impl ZooKeeperEngine {
         req: &Request,
     ) -> Result<Option<(String, u64)>, EngineError> {
         let mine = nodes::protected_prefix(req.owner);
-        let children = match session.client.list_children(path).await {
+        let children = match session.retry(|| session.client.list_children(path)).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(None),
             Err(e) => return Err(EngineError::failed(e)),
@@ -272,7 +274,8 @@ impl ZooKeeperEngine {
         let Some(name) = children.into_iter().find(|c| c.starts_with(&mine)) else {
             return Ok(None);
         };
-        match session.client.check_stat(&format!("{path}/{name}")).await {
+        let node = format!("{path}/{name}");
+        match session.retry(|| session.client.check_stat(&node)).await {
             Ok(Some(stat)) => Ok(Some((name, fence(stat.czxid)))),
             Ok(None) => Ok(None),
             Err(e) => Err(EngineError::failed(e)),
@@ -284,8 +287,7 @@ impl ZooKeeperEngine {
         loop {
             let (session, name) = self.node(req, |n| (n.session.clone(), n.name.clone()))?;
             let children = session
-                .client
-                .list_children(path)
+                .retry(|| session.client.list_children(path))
                 .await
                 .map_err(EngineError::failed)?;
             let ahead = match nodes::turn(&children, &name) {
@@ -304,8 +306,7 @@ impl ZooKeeperEngine {
                 Turn::Watch(ahead) => format!("{path}/{ahead}"),
             };
             let (stat, watcher) = session
-                .client
-                .check_and_watch_stat(&ahead)
+                .retry(|| session.client.check_and_watch_stat(&ahead))
                 .await
                 .map_err(EngineError::failed)?;
             if stat.is_none() {
@@ -446,23 +447,36 @@ impl Engine for ZooKeeperEngine {
         };
         let read = nodes::downgraded(&name).ok_or_else(|| EngineError::failed("not a write node"))?;
         let path = self.path(req);
-        let mut swap = session.client.new_multi_writer();
         let options = CreateMode::Ephemeral.with_acls(self.acls);
-        swap.add_create(&format!("{path}/{read}"), &[], &options)
-            .map_err(EngineError::failed)?;
-        swap.add_delete(&format!("{path}/{name}"), None)
-            .map_err(EngineError::failed)?;
-        match swap.commit().await {
-            Ok(_) => {
-                self.node(req, |n| n.name = read)?;
-                Ok(true)
+        let mut retried = false;
+        loop {
+            let mut swap = session.client.new_multi_writer();
+            swap.add_create(&format!("{path}/{read}"), &[], &options)
+                .map_err(EngineError::failed)?;
+            swap.add_delete(&format!("{path}/{name}"), None)
+                .map_err(EngineError::failed)?;
+            match swap.commit().await {
+                Ok(_) => break,
+                // A retry after a lost reply finds its own swap done.
+                Err(MultiWriteError::OperationFailed {
+                    index: 0,
+                    source: ZkError::NodeExists,
+                }) if retried => break,
+                Err(MultiWriteError::OperationFailed {
+                    source: ZkError::NoNode,
+                    ..
+                }) => return Ok(false),
+                Err(MultiWriteError::RequestFailed { source })
+                    if session::transient(&source) && !session.is_ended() =>
+                {
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(EngineError::failed(e)),
             }
-            Err(zookeeper_client::MultiWriteError::OperationFailed {
-                source: ZkError::NoNode,
-                ..
-            }) => Ok(false),
-            Err(e) => Err(EngineError::failed(e)),
         }
+        self.node(req, |n| n.name = read)?;
+        Ok(true)
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {

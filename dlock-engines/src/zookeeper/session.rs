@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, watch};
-use zookeeper_client::{Client, SessionState, StateWatcher};
+use zookeeper_client::{Client, Error as ZkError, SessionState, StateWatcher};
 
 use dlock_core::EngineError;
 
@@ -36,6 +36,34 @@ impl Session {
             let _ = ended.wait_for(|ended| *ended).await;
         }
     }
+}
+
+impl Session {
+    /// Runs `op` again while it fails for want of a connection and the
+    /// session lives: ZooKeeper keeps a session across reconnects (to another
+    /// ensemble member, say), so such a failure says nothing about the lock
+    /// yet. Only for operations that are safe to repeat.
+    pub async fn retry<T, F, Fut>(&self, mut op: F) -> Result<T, ZkError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ZkError>>,
+    {
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match op().await {
+                Err(e) if transient(&e) && !self.is_ended() => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                done => return done,
+            }
+        }
+    }
+}
+
+/// A failure of the connection, not of the operation.
+pub(crate) fn transient(e: &ZkError) -> bool {
+    matches!(e, ZkError::ConnectionLoss | ZkError::Timeout | ZkError::Custom(_))
 }
 
 /// The current session, and how to make the next one.
