@@ -7,15 +7,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::proxy::CutProxy;
-use dlock::engines::conformance::server::{TestServer, four_letter, wait_serving, zookeeper_args};
+use dlock::engines::conformance::server::{
+    TestServer, curator_classpath, four_letter, wait_serving, zookeeper_args,
+};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Error, LostReason, Registry, Settings};
+
+const CURATOR_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
 
 fn server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
@@ -67,7 +70,7 @@ impl Curator {
         let mut child = Command::new("java")
             .args([
                 "-cp",
-                &curator_classpath(),
+                &curator_classpath(CURATOR_PEER),
                 "CuratorPeer",
                 &server().address(),
                 path,
@@ -100,26 +103,6 @@ impl Drop for Curator {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Compiles the Curator peer once per test binary.
-fn curator_classpath() -> String {
-    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
-    let jars = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
-    let classes = CLASSES.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("dlock-curator-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("classes dir");
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
-        let status = Command::new("javac")
-            .args(["-cp", jars, "-d"])
-            .arg(&dir)
-            .arg(source)
-            .status()
-            .expect("run javac (scripts/test installs it)");
-        assert!(status.success(), "javac failed");
-        dir
-    });
-    format!("{}:{jars}", classes.display())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -188,3 +188,23 @@ pub fn wait_serving(address: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Compiles a Java peer against Debian's Apache Curator (once per process)
+/// and returns the classpath to run it with.
+pub fn curator_classpath(source: &str) -> String {
+    static CLASSES: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let jars = "/usr/share/java/curator-recipes.jar:/usr/share/java/slf4j-nop.jar";
+    let classes = CLASSES.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("dlock-curator-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("classes dir");
+        let status = Command::new("javac")
+            .args(["-cp", jars, "-d"])
+            .arg(&dir)
+            .arg(source)
+            .status()
+            .expect("run javac (scripts/test installs it)");
+        assert!(status.success(), "javac failed on {source}");
+        dir
+    });
+    format!("{}:{jars}", classes.display())
+}

@@ -194,7 +194,7 @@ impl ZooKeeperEngine {
     async fn enqueue(&self, req: &Request) -> Result<Poll, EngineError> {
         let session = self.sessions.live().await?;
         let path = self.path(req);
-        let (name, fence) = self.create(&session, &path, req).await?;
+        let (name, fence, children) = self.create(&session, &path, req).await?;
         let node = Node {
             name,
             fence,
@@ -203,25 +203,32 @@ impl ZooKeeperEngine {
         };
         self.keeper
             .with(&req.key, String::new, |e| e.nodes.insert(req.owner, node));
-        self.look(req, &path).await
+        self.look(req, &path, children).await
     }
 
     /// Creates this request's node, and the container parents if missing.
+    /// The siblings are listed in the same round trip: ZooKeeper serves one
+    /// session's requests in order, so a listing sent right behind the
+    /// create sees the new node (the uncontended cycle is then two round
+    /// trips, like a bare create + delete).
     async fn create(
         &self,
         session: &Session,
         path: &str,
         req: &Request,
-    ) -> Result<(String, u64), EngineError> {
+    ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
         let client = &session.client;
         let prefix = format!("{path}/{}", nodes::node_prefix(req.owner, req.mode));
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
         // A container parent can vanish between our creating it and using it.
         let mut vanished = 0;
         loop {
-            match client.create(&prefix, &[], &options).await {
+            let (created, listed) =
+                tokio::join!(client.create(&prefix, &[], &options), client.list_children(path));
+            match created {
                 Ok((stat, seq)) => {
-                    return Ok((format!("{}{seq}", &prefix[path.len() + 1..]), fence(stat.czxid)));
+                    let name = format!("{}{seq}", &prefix[path.len() + 1..]);
+                    return Ok((name, fence(stat.czxid), listed.ok()));
                 }
                 Err(ZkError::NoNode) if vanished < 5 => {
                     vanished += 1;
@@ -230,8 +237,8 @@ impl ZooKeeperEngine {
                 // The reply may be lost with the node made: find it by its
                 // owner prefix (Curator's "protection") before trying again.
                 Err(e) if session::transient(&e) && !session.is_ended() => {
-                    if let Some(found) = self.find_own(session, path, req).await? {
-                        return Ok(found);
+                    if let Some((name, fence)) = self.find_own(session, path, req).await? {
+                        return Ok((name, fence, None));
                     }
                 }
                 Err(e) => return Err(EngineError::failed(e)),
@@ -282,14 +289,23 @@ impl ZooKeeperEngine {
         }
     }
 
-    /// Whose turn it is; while not ours, arms a watch on the node ahead.
-    async fn look(&self, req: &Request, path: &str) -> Result<Poll, EngineError> {
+    /// Whose turn it is, from `listed` if given; while not ours, arms a
+    /// watch on the node ahead.
+    async fn look(
+        &self,
+        req: &Request,
+        path: &str,
+        mut listed: Option<Vec<String>>,
+    ) -> Result<Poll, EngineError> {
         loop {
             let (session, name) = self.node(req, |n| (n.session.clone(), n.name.clone()))?;
-            let children = session
-                .retry(|| session.client.list_children(path))
-                .await
-                .map_err(EngineError::failed)?;
+            let children = match listed.take() {
+                Some(children) => children,
+                None => session
+                    .retry(|| session.client.list_children(path))
+                    .await
+                    .map_err(EngineError::failed)?,
+            };
             let ahead = match nodes::turn(&children, &name) {
                 Turn::Held => {
                     let fence = self.node(req, |n| {
@@ -416,7 +432,7 @@ impl Engine for ZooKeeperEngine {
             }
             // Nothing moved ahead of us: keep waiting, no round trip.
             Ok((false, Some(false), Some(fired))) => Ok(Poll::Waiting(wake_on(fired))),
-            Ok(_) => self.look(req, &self.path(req)).await,
+            Ok(_) => self.look(req, &self.path(req), None).await,
         }
     }
 
