@@ -179,6 +179,47 @@ async fn bad_files_fail_naming_the_field() {
     }
 }
 
+#[cfg(all(feature = "redis", feature = "zookeeper"))]
+#[tokio::test]
+async fn bad_engine_settings_fail_naming_the_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[engines.zk]\nkind = \"zookeeper\"", "engines.zk", "connect"),
+        (
+            "[engines.zk]\nkind = \"zookeeper\"\nconect = \"127.0.0.1:2181\"",
+            "engines.zk.conect",
+            "unknown field",
+        ),
+        (
+            "[engines.zk]\nkind = \"zookeeper\"\nconnect = \"127.0.0.1:2181\"\nroot = \"locks\"",
+            "engines.zk.root",
+            "not an absolute",
+        ),
+        (
+            "[engines.zk]\nkind = \"zookeeper\"\nconnect = \"127.0.0.1:2181\"\nsession_timeout = \"ten\"",
+            "engines.zk.session_timeout",
+            "",
+        ),
+        (
+            "[engines.zk]\nkind = \"zookeeper\"\nconnect = \"127.0.0.1:2181\"\ndigest = \"nopassword\"",
+            "engines.zk.digest",
+            "user:password",
+        ),
+        (
+            "[engines.rc]\nkind = \"redis-cluster\"\nnodes = []",
+            "engines.rc.nodes",
+            "at least one",
+        ),
+    ];
+    for (text, want_field, want_message) in cases {
+        let (field, message) = field_of(build(text).await);
+        assert_eq!(&field, want_field, "for config:\n{text}\nmessage: {message}");
+        assert!(
+            message.contains(want_message),
+            "for config:\n{text}\nmessage {message:?} lacks {want_message:?}"
+        );
+    }
+}
+
 #[test]
 fn a_missing_file_names_the_path() {
     let (field, message) = field_of(Config::from_file("/nonexistent/dlock.toml"));
