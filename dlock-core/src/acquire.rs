@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep_until};
 
+use crate::config::Queue;
 use crate::hold::Hold;
+use crate::line::Place;
 use crate::lock::GroupCtx;
 use crate::metrics::{Event, Gauge, Labels, Span};
 use crate::{Engine, Error, Guard, LockKey, Mode, OwnerId, Poll, Request};
@@ -47,13 +49,18 @@ pub(crate) async fn acquire(
     let since = Instant::now();
     let granted = {
         let _waiting = Waiting::start(&ctx.labels, mode);
-        wait_for_grant(ctx, &req, since, wait).await
+        match local_turn(ctx, &req, since, wait).await {
+            Ok(place) => wait_for_grant(ctx, &req, since, wait)
+                .await
+                .map(|grant| (place, grant)),
+            Err(e) => Err(e),
+        }
     };
     match granted {
-        Ok((fence, lease_from)) => {
+        Ok((place, (fence, lease_from))) => {
             ctx.labels.span(Span::Wait, mode, since.elapsed());
             ctx.labels.event(mode, Event::Acquired);
-            let hold = Hold::start(ctx.clone(), req, fence, lease_from);
+            let hold = Hold::start(ctx.clone(), req, place, fence, lease_from);
             Ok(Guard::new(hold, mode))
         }
         Err(e) => {
@@ -67,6 +74,37 @@ pub(crate) async fn acquire(
     }
 }
 
+/// With `queue = "local"`, waits for this request's turn in the process's
+/// own line for the lock (see `line.rs`), within the wait.
+async fn local_turn(
+    ctx: &GroupCtx,
+    req: &Request,
+    since: Instant,
+    wait: Option<Duration>,
+) -> Result<Option<Place>, Error> {
+    if ctx.settings.queue == Queue::Engine {
+        return Ok(None);
+    }
+    let engine = Arc::as_ptr(&ctx.engine.engine) as *const () as usize;
+    let timeout = || Error::Timeout {
+        key: req.key.clone(),
+        waited: since.elapsed(),
+    };
+    if !req.queue {
+        return Place::try_take(engine, &req.key, req.mode)
+            .map(Some)
+            .ok_or_else(timeout);
+    }
+    let turn = Place::take(engine, &req.key, req.mode);
+    match wait {
+        Some(wait) => tokio::time::timeout_at(since + wait, turn)
+            .await
+            .map(Some)
+            .map_err(|_| timeout()),
+        None => Ok(Some(turn.await)),
+    }
+}
+
 /// Asks until granted or the wait runs out; on timeout the request is
 /// withdrawn. Returns the fence and when the granting request was sent, from
 /// which the engine counts the lease.
@@ -77,24 +115,35 @@ async fn wait_for_grant(
     wait: Option<Duration>,
 ) -> Result<(u64, Instant), Error> {
     let deadline = wait.map(|w| since + w);
+    // An engine error is retried on the polling schedule until the wait runs
+    // out (for at most a lease if it never does): a restarted or failed-over
+    // server, or a dropped connection, comes back; one that stays away is an
+    // error, never a silent hang.
+    let give_up = deadline.unwrap_or(since + req.lease);
     let engine = &ctx.engine.engine;
     let mut withdraw = Withdraw::arm(engine.clone(), req.clone());
     let mut pauses = ctx.settings.poll.intervals();
     let mut sent = Instant::now();
+    let mut queued = false;
     let mut answer = engine.acquire(req).await;
     loop {
-        let wake = match answer.map_err(|e| ctx.engine_error(&req.key, e))? {
-            Poll::Held(fence) => {
+        let (wake, failed) = match answer {
+            Ok(Poll::Held(fence)) => {
                 withdraw.disarm();
                 return Ok((fence, sent));
             }
-            Poll::Waiting(wake) => wake,
+            Ok(Poll::Waiting(wake)) => {
+                queued = true;
+                (wake, None)
+            }
+            Err(e) => (Box::pin(std::future::pending()) as crate::Wake, Some(e)),
         };
         let now = Instant::now();
-        let timed_out = match deadline {
+        let timed_out = match (&failed, deadline) {
             _ if !req.queue => true,
-            Some(deadline) => now >= deadline,
-            None => false,
+            (Some(_), _) => now >= give_up,
+            (None, Some(deadline)) => now >= deadline,
+            (None, None) => false,
         };
         if timed_out {
             withdraw.disarm();
@@ -102,21 +151,31 @@ async fn wait_for_grant(
                 // Awaited, so the queue is clean when the caller sees the timeout.
                 let _ = engine.cancel(req).await;
             }
-            return Err(Error::Timeout {
-                key: req.key.clone(),
-                waited: since.elapsed(),
+            return Err(match failed {
+                Some(e) => ctx.engine_error(&req.key, e),
+                None => Error::Timeout {
+                    key: req.key.clone(),
+                    waited: since.elapsed(),
+                },
             });
         }
         let mut next = now + pauses.next().expect("endless");
         if let Some(deadline) = deadline {
             next = next.min(deadline);
         }
+        if failed.is_some() {
+            next = next.min(give_up);
+        }
         tokio::select! {
             _ = wake => {}
             _ = sleep_until(next) => {}
         }
         sent = Instant::now();
-        answer = engine.poll(req).await;
+        answer = if queued {
+            engine.poll(req).await
+        } else {
+            engine.acquire(req).await
+        };
     }
 }
 

@@ -63,6 +63,22 @@ pub struct Defaults {
     /// How long a silent waiter stays queued on the server before others kick it.
     #[serde(with = "humantime_serde")]
     pub waiter_ttl: Duration,
+    /// Where this process's waiters line up; see [`Queue`].
+    pub queue: Queue,
+}
+
+/// Where a process's waiters for one lock line up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Queue {
+    /// Every waiter joins the engine's queue: strict FIFO across processes.
+    #[default]
+    Engine,
+    /// Waiters line up in the process first, and only the process's head
+    /// (one writer, or a run of readers) joins the engine's queue: FIFO
+    /// within a process and among the processes' heads. The engine then
+    /// carries a few waiters per lock instead of thousands (a flash sale).
+    Local,
 }
 
 impl Default for Defaults {
@@ -73,6 +89,7 @@ impl Default for Defaults {
             wait: None,
             poll: Polling::default(),
             waiter_ttl: Duration::from_secs(3),
+            queue: Queue::Engine,
         }
     }
 }
@@ -151,6 +168,7 @@ pub struct GroupConfig {
     pub lease: Option<Duration>,
     #[serde(default, with = "humantime_serde")]
     pub wait: Option<Duration>,
+    pub queue: Option<Queue>,
 }
 
 impl Config {

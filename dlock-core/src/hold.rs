@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::line::Place;
 use crate::lock::GroupCtx;
 use crate::metrics::{Event, Gauge, Span};
 use crate::{Error, LockKey, LostReason, Mode, Request};
@@ -99,6 +100,8 @@ pub(crate) struct Hold {
     pub lease_from: Instant,
     /// When the grant arrived: the hold span runs from here.
     held_since: Instant,
+    /// Its place in the local line, given up on release.
+    place: Mutex<Option<Place>>,
 }
 
 impl Hold {
@@ -125,7 +128,13 @@ impl Hold {
     }
 
     /// Files a fresh engine-level hold for the current task.
-    pub fn start(ctx: Arc<GroupCtx>, req: Request, fence: u64, lease_from: Instant) -> Arc<Hold> {
+    pub fn start(
+        ctx: Arc<GroupCtx>,
+        req: Request,
+        place: Option<Place>,
+        fence: u64,
+        lease_from: Instant,
+    ) -> Arc<Hold> {
         let counts = match req.mode {
             Mode::Write => Counts { writes: 1, reads: 0 },
             Mode::Read => Counts { writes: 0, reads: 1 },
@@ -141,6 +150,7 @@ impl Hold {
             released: tokio::sync::Mutex::new(false),
             lease_from,
             held_since: Instant::now(),
+            place: Mutex::new(place),
         });
         // Two concurrent futures of one task (join!) may both reach the engine;
         // the first filed serves reentry, the other stays unfiled.
@@ -186,6 +196,8 @@ impl Hold {
         *released = true;
         let started = Instant::now();
         let result = self.ctx.engine.engine.release(&self.req).await;
+        // The next local request goes to the engine only once this one let go.
+        lock(&self.place).take();
         let (labels, mode) = (&self.ctx.labels, self.req.mode);
         labels.span(Span::Release, mode, started.elapsed());
         labels.span(Span::Hold, mode, self.held_since.elapsed());
@@ -208,7 +220,12 @@ impl Hold {
             return Ok(());
         }
         match self.ctx.engine.engine.downgrade(&self.req).await {
-            Ok(true) => self.ok_unless_lost(),
+            Ok(true) => {
+                if let Some(place) = lock(&self.place).as_ref() {
+                    place.downgrade();
+                }
+                self.ok_unless_lost()
+            }
             Ok(false) => {
                 self.mark_lost(LostReason::Rejected);
                 self.ok_unless_lost()

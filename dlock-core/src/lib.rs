@@ -16,6 +16,7 @@ mod error;
 pub mod guard;
 mod hold;
 mod key;
+mod line;
 pub mod lock;
 pub mod metrics;
 mod mode;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::{Config, Defaults, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Polling};
+use crate::config::{Config, Defaults, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Polling, Queue};
 use crate::lock::{GroupCtx, Locks};
 use crate::{Engine, Error};
 
@@ -29,6 +29,7 @@ pub struct Settings {
     pub wait: Option<Duration>,
     pub poll: Polling,
     pub waiter_ttl: Duration,
+    pub queue: Queue,
 }
 
 impl Default for Settings {
@@ -44,6 +45,7 @@ impl From<&Defaults> for Settings {
             wait: d.wait,
             poll: d.poll,
             waiter_ttl: d.waiter_ttl,
+            queue: d.queue,
         }
     }
 }
@@ -171,6 +173,7 @@ impl Registry {
             if let Some(g) = config {
                 settings.lease = g.lease.unwrap_or(settings.lease);
                 settings.wait = g.wait.or(settings.wait);
+                settings.queue = g.queue.unwrap_or(settings.queue);
             }
             Arc::new(GroupCtx::new(group.into(), engine.clone(), settings))
         });

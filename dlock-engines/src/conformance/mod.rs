@@ -14,12 +14,13 @@
 pub mod cases;
 mod faults;
 pub mod proxy;
+pub mod register;
 pub mod server;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::config::Polling;
+use dlock_core::config::{Polling, Queue};
 use dlock_core::{Engine, Lock, Registry, Settings};
 
 pub use faults::Faults;
@@ -34,6 +35,7 @@ pub const SETTINGS: Settings = Settings {
         max: Duration::from_millis(100),
     },
     waiter_ttl: Duration::from_secs(1),
+    queue: Queue::Engine,
 };
 
 /// What a case works with: the engine under test, seen by two clients.

@@ -192,9 +192,17 @@ impl ZooKeeperEngine {
 
     /// Joins the line with a new node on the live session, then looks.
     async fn enqueue(&self, req: &Request) -> Result<Poll, EngineError> {
-        let session = self.sessions.live().await?;
         let path = self.path(req);
-        let (name, fence, children) = self.create(&session, &path, req).await?;
+        let mut session = self.sessions.live().await?;
+        let (name, fence, children) = match self.create(&session, &path, req).await {
+            Ok(created) => created,
+            // Expired under us: once more, on a new session.
+            Err(_) if session.is_ended() => {
+                session = self.sessions.live().await?;
+                self.create(&session, &path, req).await?
+            }
+            Err(e) => return Err(e),
+        };
         let node = Node {
             name,
             fence,
@@ -241,7 +249,7 @@ impl ZooKeeperEngine {
                         return Ok((name, fence, None));
                     }
                 }
-                Err(e) => return Err(EngineError::failed(e)),
+                Err(e) => return Err(session.failed(e)),
             }
         }
     }
@@ -260,7 +268,7 @@ impl ZooKeeperEngine {
                     Some(at) if at > 0 => missing.push(&next[..at]),
                     _ => return Err(EngineError::failed(format!("cannot create {path}"))),
                 },
-                Err(e) => return Err(EngineError::failed(e)),
+                Err(e) => return Err(session.failed(e)),
             }
         }
         Ok(())
@@ -276,7 +284,7 @@ impl ZooKeeperEngine {
         let children = match session.retry(|| session.client.list_children(path)).await {
             Ok(children) => children,
             Err(ZkError::NoNode) => return Ok(None),
-            Err(e) => return Err(EngineError::failed(e)),
+            Err(e) => return Err(session.failed(e)),
         };
         let Some(name) = children.into_iter().find(|c| c.starts_with(&mine)) else {
             return Ok(None);
@@ -285,7 +293,7 @@ impl ZooKeeperEngine {
         match session.retry(|| session.client.check_stat(&node)).await {
             Ok(Some(stat)) => Ok(Some((name, fence(stat.czxid)))),
             Ok(None) => Ok(None),
-            Err(e) => Err(EngineError::failed(e)),
+            Err(e) => Err(session.failed(e)),
         }
     }
 
@@ -304,7 +312,7 @@ impl ZooKeeperEngine {
                 None => session
                     .retry(|| session.client.list_children(path))
                     .await
-                    .map_err(EngineError::failed)?,
+                    .map_err(|e| session.failed(e))?,
             };
             let ahead = match nodes::turn(&children, &name) {
                 Turn::Held => {
@@ -324,7 +332,7 @@ impl ZooKeeperEngine {
             let (stat, watcher) = session
                 .retry(|| session.client.check_and_watch_stat(&ahead))
                 .await
-                .map_err(EngineError::failed)?;
+                .map_err(|e| session.failed(e))?;
             if stat.is_none() {
                 continue; // Gone already: look again.
             }
@@ -488,7 +496,7 @@ impl Engine for ZooKeeperEngine {
                     retried = true;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(e) => return Err(EngineError::failed(e)),
+                Err(e) => return Err(session.failed(e.into())),
             }
         }
         self.node(req, |n| n.name = read)?;

@@ -21,12 +21,22 @@ use super::ZooKeeperConfig;
 
 pub(crate) struct Session {
     pub client: Client,
+    end: Arc<watch::Sender<bool>>,
     ended: watch::Receiver<bool>,
 }
 
 impl Session {
     pub fn is_ended(&self) -> bool {
         *self.ended.borrow()
+    }
+
+    /// An operation's failure; one that says the session expired ends it at
+    /// once (the state watcher may hear of it later).
+    pub fn failed(&self, e: ZkError) -> EngineError {
+        if matches!(e, ZkError::SessionExpired) {
+            self.end.send_replace(true);
+        }
+        EngineError::failed(e)
     }
 
     /// Resolves when the session ends.
@@ -122,17 +132,18 @@ async fn open(config: &ZooKeeperConfig) -> Result<Session, EngineError> {
             ))
         })?;
     let (end, ended) = watch::channel(false);
+    let end = Arc::new(end);
     tokio::spawn(watch_state(
         client.state_watcher(),
         client.session_timeout() / 2,
-        end,
+        end.clone(),
     ));
-    Ok(Session { client, ended })
+    Ok(Session { client, end, ended })
 }
 
 /// Marks the session ended on a terminal state or a disconnection that
 /// lasts `grace`; stops early once nobody uses the session.
-async fn watch_state(mut states: StateWatcher, grace: Duration, end: watch::Sender<bool>) {
+async fn watch_state(mut states: StateWatcher, grace: Duration, end: Arc<watch::Sender<bool>>) {
     let mut state = states.peek_state();
     loop {
         let next = async {
