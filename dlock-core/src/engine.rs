@@ -24,7 +24,7 @@
 //! |---|---|---|---|---|
 //! | memory | a FIFO queue per key in process | a `Notify` per waiter, lease timers | extend the lease | — |
 //! | redis | one Lua script each (enqueue, try, kick dead head) | sharded pub/sub on release, polling as safety net | Lua: extend owner's PX if still owner | — |
-//! | zookeeper | create `EPHEMERAL_SEQUENTIAL` child, then sort siblings | a watch on the one node ahead | check the session is alive | session expired |
+//! | zookeeper | create `EPHEMERAL_SEQUENTIAL` child, then sort siblings | a watch on the one node ahead | check the node still exists | session ended |
 //! | etcd | put a key under a lease, compare create revisions | watch the key ahead for delete | lease keep-alive | lease revoked |
 //! | postgres | `pg_try_advisory_lock` on a dedicated connection | polling | ping the connection | connection closed |
 //! | mysql | upsert the lock row in a transaction | polling | bump the expiry if still owner | — |
