@@ -399,3 +399,26 @@ async fn digest_auth_keeps_other_clients_out_of_the_lock() {
         .expect("free");
     twin.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_whose_connection_drops_keeps_its_turn() {
+    let target: SocketAddr = server().address().parse().expect("address");
+    let proxy = CutProxy::start(target).await;
+    let (holder, _) = client().await;
+    let waiter = registry(engine_at(proxy.address.to_string()).await);
+    let guard = holder.locks("drop").get("k").lock().await.expect("lock");
+    let waiting = tokio::spawn(async move { waiter.locks("drop").get("k").lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the waiter got in beside the holder");
+    guard.release().await.expect("release");
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter never got the lock after its connection came back")
+        .expect("task")
+        .expect("lock");
+    next.release().await.expect("release");
+}
