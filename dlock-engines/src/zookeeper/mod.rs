@@ -177,11 +177,6 @@ impl ZooKeeperEngine {
         self.keeper.len()
     }
 
-    /// The current session's id, e.g. to find it in the server's `cons` list.
-    pub fn session_id(&self) -> i64 {
-        self.sessions.current().client.session_id().0
-    }
-
     fn path(&self, req: &Request) -> Arc<str> {
         self.keeper.with(
             &req.key,

@@ -109,7 +109,7 @@ impl Sessions {
         Ok(fresh)
     }
 
-    pub fn current(&self) -> Arc<Session> {
+    fn current(&self) -> Arc<Session> {
         self.current.read().expect("not poisoned").clone()
     }
 }
