@@ -3,84 +3,22 @@
 
 #![cfg(feature = "redis")]
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::Engine;
 use dlock::engines::conformance;
-use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
+use dlock::engines::conformance::server::{TestServer, redis_cli, redis_cluster};
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
 
 struct Cluster {
     nodes: Vec<TestServer>,
 }
 
-/// A port whose cluster bus port (port + 10000) is free too.
-fn node_port() -> u16 {
-    loop {
-        let port = free_port();
-        if port <= 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
-}
-
-fn redis_cli(args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
-        .args(args)
-        .output()
-        .expect("redis-cli (package redis-tools)");
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
-}
-
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| {
-        let dir: PathBuf = std::env::temp_dir().join(format!("dlock-cluster-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("cluster dir");
-        let nodes: Vec<TestServer> = (0..3)
-            .map(|_| {
-                TestServer::start_at(node_port(), "redis-server", |port| {
-                    let conf = dir
-                        .join(format!("nodes-{port}.conf"))
-                        .to_string_lossy()
-                        .into_owned();
-                    let cluster = [
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-node-timeout",
-                        "3000",
-                    ];
-                    redis_args(port, &cluster)
-                })
-            })
-            .collect();
-        let addresses: Vec<String> = nodes.iter().map(TestServer::address).collect();
-        let mut create = vec!["--cluster", "create"];
-        create.extend(addresses.iter().map(String::as_str));
-        create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
-        let created = redis_cli(&create);
-        assert!(
-            created.contains("All 16384 slots covered"),
-            "cluster create failed:\n{created}"
-        );
-        let started = Instant::now();
-        for node in &nodes {
-            let port = node.port.to_string();
-            while !redis_cli(&["-p", &port, "cluster", "info"]).contains("cluster_state:ok") {
-                assert!(
-                    started.elapsed() < Duration::from_secs(30),
-                    "cluster not ok within 30 s"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        Cluster { nodes }
+    CLUSTER.get_or_init(|| Cluster {
+        nodes: redis_cluster(3),
     })
 }
 

@@ -13,42 +13,51 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::register::{FencedRegister, Report};
-use dlock::engines::conformance::server::{TestServer, redis_args, wait_serving, zookeeper_args};
+use dlock::engines::conformance::server::{
+    TestServer, redis_args, redis_cluster, wait_serving, zookeeper_args,
+};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Redis,
+    RedisCluster,
     ZooKeeper,
 }
 
-/// A real server of `kind` and a config file pointing workers at it.
+/// A real server of `kind` (the first node of a cluster) and a config file
+/// pointing workers at it.
 struct Setup {
     kind: Kind,
     server: TestServer,
+    others: Vec<TestServer>,
     dir: PathBuf,
 }
 
 impl Setup {
     fn start(kind: Kind, test: &str) -> Self {
-        let server = match kind {
-            Kind::Redis => TestServer::start("redis-server", |port| redis_args(port, &[])),
+        let mut servers = match kind {
+            Kind::Redis => vec![TestServer::start("redis-server", |port| redis_args(port, &[]))],
+            Kind::RedisCluster => redis_cluster(3),
             Kind::ZooKeeper => {
                 let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
                 wait_serving(&server.address());
-                server
+                vec![server]
             }
         };
+        let server = servers.remove(0);
         let dir =
             PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("test dir");
-        Setup { kind, server, dir }
+        Setup {
+            kind,
+            server,
+            others: servers,
+            dir,
+        }
     }
 
     fn name(&self) -> &'static str {
-        match self.kind {
-            Kind::Redis => "redis",
-            Kind::ZooKeeper => "zookeeper",
-        }
+        kind_name(self.kind)
     }
 
     /// Config with a 1 s lease, a 2 s ZooKeeper session and this wait,
@@ -60,6 +69,13 @@ impl Setup {
     fn config_queued(&self, wait: &str, queue: &str) -> PathBuf {
         let engine = match self.kind {
             Kind::Redis => format!("kind = \"redis\"\nurl = \"redis://{}\"", self.server.address()),
+            Kind::RedisCluster => {
+                let nodes: Vec<String> = std::iter::once(&self.server)
+                    .chain(&self.others)
+                    .map(|n| format!("\"redis://{}\"", n.address()))
+                    .collect();
+                format!("kind = \"redis-cluster\"\nnodes = [{}]", nodes.join(", "))
+            }
             Kind::ZooKeeper => format!(
                 "kind = \"zookeeper\"\nconnect = \"{}\"\nsession_timeout = \"2s\"",
                 self.server.address()
@@ -234,8 +250,8 @@ fn holder_killed(kind: Kind) {
     let summary = waiter.finish(LONG);
     assert_eq!(summary.bought, 1, "{summary:?}");
     let bound = match kind {
-        Kind::Redis => Duration::from_millis(1000 + 700), // the lease, and a margin
         Kind::ZooKeeper => Duration::from_millis(2000 + 1500), // the session timeout
+        _ => Duration::from_millis(1000 + 700),                // the lease, and a margin
     };
     assert!(recovered < bound, "free again only after {recovered:?}");
     assert_eq!(register.value(), 1);
@@ -243,8 +259,8 @@ fn holder_killed(kind: Kind) {
         "{}: holder SIGKILLed → lock free again after {recovered:.2?} ({})",
         setup.name(),
         match kind {
-            Kind::Redis => "lease 1 s",
             Kind::ZooKeeper => "session timeout 2 s",
+            _ => "lease 1 s",
         }
     ));
 }
@@ -252,6 +268,7 @@ fn holder_killed(kind: Kind) {
 fn kind_name(kind: Kind) -> &'static str {
     match kind {
         Kind::Redis => "redis",
+        Kind::RedisCluster => "redis-cluster",
         Kind::ZooKeeper => "zookeeper",
     }
 }
@@ -445,6 +462,11 @@ fn zookeeper_server_gone_mid_wait_fails_within_the_wait() {
 #[test]
 fn redis_flash_sale_across_four_processes() {
     flash_sale(Kind::Redis);
+}
+
+#[test]
+fn redis_cluster_flash_sale_across_four_processes() {
+    flash_sale(Kind::RedisCluster);
 }
 
 #[test]

@@ -208,3 +208,69 @@ pub fn curator_classpath(source: &str) -> String {
     });
     format!("{}:{jars}", classes.display())
 }
+
+/// A Redis Cluster of `masters` nodes on loopback, created with
+/// `redis-cli --cluster create` and waited on until every node says ok.
+pub fn redis_cluster(masters: usize) -> Vec<TestServer> {
+    let dir = std::env::temp_dir().join(format!("dlock-cluster-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("cluster dir");
+    let nodes: Vec<TestServer> = (0..masters)
+        .map(|_| {
+            TestServer::start_at(cluster_port(), "redis-server", |port| {
+                let conf = dir
+                    .join(format!("nodes-{port}.conf"))
+                    .to_string_lossy()
+                    .into_owned();
+                let cluster = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    "3000",
+                ];
+                redis_args(port, &cluster)
+            })
+        })
+        .collect();
+    let addresses: Vec<String> = nodes.iter().map(TestServer::address).collect();
+    let mut create = vec!["--cluster", "create"];
+    create.extend(addresses.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    let created = redis_cli(&create);
+    assert!(
+        created.contains("All 16384 slots covered"),
+        "cluster create failed:\n{created}"
+    );
+    let started = Instant::now();
+    for node in &nodes {
+        let port = node.port.to_string();
+        while !redis_cli(&["-p", &port, "cluster", "info"]).contains("cluster_state:ok") {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "cluster not ok within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    nodes
+}
+
+/// A free port whose cluster bus port (port + 10000) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Runs `redis-cli` (package redis-tools) and returns what it printed.
+pub fn redis_cli(args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .args(args)
+        .output()
+        .expect("redis-cli (package redis-tools)");
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
