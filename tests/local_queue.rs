@@ -1,0 +1,116 @@
+//! `queue = "local"`: a process lines its waiters up before the engine sees
+//! them. Checked on the memory engine, counting engine calls through the
+//! conformance fault wrapper.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dlock::config::Queue;
+use dlock::engines::conformance::Faults;
+use dlock::engines::memory::MemoryEngine;
+use dlock::{Error, Registry, Settings};
+
+fn local(faults: Arc<Faults>, wait: Option<Duration>) -> Registry {
+    let settings = Settings {
+        queue: Queue::Local,
+        wait,
+        ..Settings::default()
+    };
+    Registry::with_engine("memory", faults, settings)
+}
+
+fn faults() -> Arc<Faults> {
+    Arc::new(Faults::new(Arc::new(MemoryEngine::new())))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_local_waiters_stay_exclusive_and_barely_touch_the_engine() {
+    let faults = faults();
+    let registry = Arc::new(local(faults.clone(), None));
+    let (inside, violations, counter) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let (registry, inside, violations, counter) = (
+            registry.clone(),
+            inside.clone(),
+            violations.clone(),
+            counter.clone(),
+        );
+        tasks.spawn(async move {
+            for _ in 0..10 {
+                let guard = registry.locks("local").get("k").lock().await.expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    violations.fetch_add(1, Ordering::SeqCst);
+                }
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("task");
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    assert_eq!(counter.load(Ordering::SeqCst), 2_000);
+    // Each acquisition reaches the engine once to ask and once to let go:
+    // nobody polls, because only the head of the line is at the engine.
+    assert_eq!(faults.calls(), 4_000, "engine calls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_lets_local_readers_in_and_writers_keep_waiting() {
+    let registry = Arc::new(local(faults(), Some(Duration::from_secs(5))));
+    let lock = registry.locks("local").get("down");
+    let write = lock.lock().await.expect("write");
+    let read = lock.read().await.expect("nested read");
+    let reader = tokio::spawn({
+        let registry = registry.clone();
+        async move { registry.locks("local").get("down").read().await.map(drop) }
+    });
+    let writer = tokio::spawn({
+        let registry = registry.clone();
+        async move { registry.locks("local").get("down").lock().await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!reader.is_finished(), "a local reader got in beside a writer");
+    write.release().await.expect("downgrade");
+    tokio::time::timeout(Duration::from_secs(2), reader)
+        .await
+        .expect("the local reader waited past the downgrade")
+        .expect("task")
+        .expect("read");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!writer.is_finished(), "a local writer got in beside a reader");
+    read.release().await.expect("release");
+    writer.await.expect("task").expect("write");
+}
+
+#[tokio::test]
+async fn the_local_line_counts_against_the_wait_and_try_lock_never_joins_it() {
+    let registry = local(faults(), Some(Duration::from_millis(200)));
+    let lock = registry.locks("local").get("timeout");
+    let held = lock.lock().await.expect("lock");
+    let held_task = tokio::task::spawn({
+        let lock = lock.clone();
+        async move {
+            assert!(lock.try_lock().await.expect("try").is_none());
+            lock.lock().await.map(drop)
+        }
+    });
+    let err = held_task.await.expect("task").expect_err("waited past the wait");
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    held.release().await.expect("release");
+    let again = tokio::spawn(async move { lock.try_lock().await.map(|g| g.is_some()) });
+    assert!(
+        again.await.expect("task").expect("try"),
+        "the timed-out waiter left the line"
+    );
+}
