@@ -41,12 +41,10 @@ pub enum Event {
     Renewed,
     RenewalFailed,
     Lost,
-    /// A dead waiter was removed from the head of a queue.
-    WaiterKicked,
 }
 
 impl Event {
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 9] = [
         Event::Attempt,
         Event::Acquired,
         Event::Reentered,
@@ -56,7 +54,6 @@ impl Event {
         Event::Renewed,
         Event::RenewalFailed,
         Event::Lost,
-        Event::WaiterKicked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -70,7 +67,6 @@ impl Event {
             Event::Renewed => "renewed",
             Event::RenewalFailed => "renewal_failed",
             Event::Lost => "lost",
-            Event::WaiterKicked => "waiter_kicked",
         }
     }
 }
