@@ -65,7 +65,8 @@ async fn many_local_waiters_stay_exclusive_and_barely_touch_the_engine() {
     assert_eq!(faults.calls(), 4_000, "engine calls");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: each spawned task joins the line before the next is spawned.
+#[tokio::test]
 async fn a_downgrade_lets_local_readers_in_and_writers_keep_waiting() {
     let registry = Arc::new(local(faults(), Some(Duration::from_secs(5))));
     let lock = registry.locks("local").get("down");
@@ -75,6 +76,7 @@ async fn a_downgrade_lets_local_readers_in_and_writers_keep_waiting() {
         let registry = registry.clone();
         async move { registry.locks("local").get("down").read().await.map(drop) }
     });
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let writer = tokio::spawn({
         let registry = registry.clone();
         async move { registry.locks("local").get("down").lock().await.map(drop) }
