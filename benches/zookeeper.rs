@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::{TestServer, curator_classpath, wait_serving, zookeeper_args};
+use dlock::engines::conformance::server::{TestServer, curator_classpath, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Registry, Settings};
 use zookeeper_client::{Acls, Client, CreateMode};
@@ -132,8 +132,7 @@ fn micros(d: Duration) -> String {
 
 #[tokio::main]
 async fn main() {
-    let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
-    wait_serving(&server.address());
+    let server = zookeeper();
     println!(
         "ZooKeeper 3.8 on {}, {CYCLES} cycles, {CLIENTS} contenders",
         server.address()

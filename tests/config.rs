@@ -116,6 +116,18 @@ fn a_bad_environment_value_names_the_field() {
     );
 }
 
+/// Each (config, field, message part): building it fails naming that field.
+async fn fails_naming_the_field(cases: &[(&str, &str, &str)]) {
+    for (text, want_field, want_message) in cases {
+        let (field, message) = field_of(build(text).await);
+        assert_eq!(&field, want_field, "for config:\n{text}\nmessage: {message}");
+        assert!(
+            message.contains(want_message),
+            "for config:\n{text}\nmessage {message:?} lacks {want_message:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn bad_files_fail_naming_the_field() {
     let cases: &[(&str, &str, &str)] = &[
@@ -169,14 +181,7 @@ async fn bad_files_fail_naming_the_field() {
         ("[surprise]\nx = 1", "surprise", "unknown field"),
         ("[defaults\nlease = 1", "config", "line 1"),
     ];
-    for (text, want_field, want_message) in cases {
-        let (field, message) = field_of(build(text).await);
-        assert_eq!(&field, want_field, "for config:\n{text}\nmessage: {message}");
-        assert!(
-            message.contains(want_message),
-            "for config:\n{text}\nmessage {message:?} lacks {want_message:?}"
-        );
-    }
+    fails_naming_the_field(cases).await;
 }
 
 #[cfg(all(feature = "redis", feature = "zookeeper"))]
@@ -210,14 +215,7 @@ async fn bad_engine_settings_fail_naming_the_field() {
             "at least one",
         ),
     ];
-    for (text, want_field, want_message) in cases {
-        let (field, message) = field_of(build(text).await);
-        assert_eq!(&field, want_field, "for config:\n{text}\nmessage: {message}");
-        assert!(
-            message.contains(want_message),
-            "for config:\n{text}\nmessage {message:?} lacks {want_message:?}"
-        );
-    }
+    fails_naming_the_field(cases).await;
 }
 
 #[test]

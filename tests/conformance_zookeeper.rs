@@ -7,16 +7,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock::Engine;
-use dlock::engines::conformance::server::{TestServer, wait_serving, zookeeper_args};
+use dlock::engines::conformance::server::{TestServer, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 
 fn server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
-        wait_serving(&server.address());
-        server
-    })
+    SERVER.get_or_init(zookeeper)
 }
 
 async fn engine() -> Arc<dyn Engine> {

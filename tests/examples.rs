@@ -1,21 +1,9 @@
 //! Runs the real examples (cargo builds examples for `cargo test`) and
 //! checks their verdict lines.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-fn example(name: &str) -> PathBuf {
-    // target/<profile>/deps/<this test> → target/<profile>/examples/<name>
-    let deps = std::env::current_exe().expect("test path");
-    let dir = deps.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: the whole `cargo test` builds examples (or run `cargo build --examples`)",
-        path.display()
-    );
-    path
-}
+use dlock::engines::conformance::server::example;
 
 #[test]
 fn ten_items_ten_thousand_buyers_none_oversold() {

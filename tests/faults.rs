@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::register::{FencedRegister, Report};
 use dlock::engines::conformance::server::{
-    TestServer, redis_args, redis_cluster, wait_serving, zookeeper_args,
+    TestServer, example, redis_args, redis_cluster, wait_serving, zookeeper,
 };
 
 #[derive(Clone, Copy, PartialEq)]
@@ -38,11 +38,7 @@ impl Setup {
         let mut servers = match kind {
             Kind::Redis => vec![TestServer::start("redis-server", |port| redis_args(port, &[]))],
             Kind::RedisCluster => redis_cluster(3),
-            Kind::ZooKeeper => {
-                let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
-                wait_serving(&server.address());
-                vec![server]
-            }
+            Kind::ZooKeeper => vec![zookeeper()],
         };
         let server = servers.remove(0);
         let dir =
@@ -209,18 +205,6 @@ impl Summary {
         }
         s
     }
-}
-
-fn example(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().expect("test path");
-    let dir = deps.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is not built (the whole `cargo test` builds examples)",
-        path.display()
-    );
-    path
 }
 
 fn figure(line: String) {

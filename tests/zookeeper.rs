@@ -12,9 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::proxy::CutProxy;
-use dlock::engines::conformance::server::{
-    TestServer, curator_classpath, four_letter, wait_serving, zookeeper_args,
-};
+use dlock::engines::conformance::server::{TestServer, curator_classpath, four_letter, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Error, LostReason, Registry, Settings};
 
@@ -22,11 +20,7 @@ const CURATOR_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/C
 
 fn server() -> &'static TestServer {
     static SERVER: OnceLock<TestServer> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
-        wait_serving(&server.address());
-        server
-    })
+    SERVER.get_or_init(zookeeper)
 }
 
 fn config(connect: String) -> ZooKeeperConfig {

@@ -274,3 +274,24 @@ pub fn redis_cli(args: &[&str]) -> String {
         .expect("redis-cli (package redis-tools)");
     String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
+
+/// A standalone ZooKeeper on a free loopback port, serving.
+pub fn zookeeper() -> TestServer {
+    let server = TestServer::start("java", |port| zookeeper_args(port, &[], 0));
+    wait_serving(&server.address());
+    server
+}
+
+/// An example program of this workspace, built by `cargo test` next to the
+/// test binaries (`target/<profile>/examples/<name>`).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let test = std::env::current_exe().expect("test path");
+    let dir = test.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: the whole `cargo test` builds examples (or run `cargo build --examples`)",
+        path.display()
+    );
+    path
+}
