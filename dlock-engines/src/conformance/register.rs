@@ -59,13 +59,12 @@ impl FencedRegister {
 
     /// The value, without a token (for the suite, after the workers).
     pub fn value(&self) -> u64 {
-        let _lock = self.lock();
-        self.load().1
+        Self::load(&mut self.lock()).1
     }
 
     fn apply(&self, fence: u64, op: &str, f: impl FnOnce(u64) -> u64) -> Result<u64, Stale> {
         let mut file = self.lock();
-        let (newest, value) = self.load();
+        let (newest, value) = Self::load(&mut file);
         if fence < newest {
             self.journal(fence, &format!("{op}-refused"));
             return Err(Stale { fence, newest });
@@ -88,10 +87,11 @@ impl FencedRegister {
         file
     }
 
-    fn load(&self) -> (u64, u64) {
+    /// Reads the register through the handle that holds its lock.
+    fn load(file: &mut File) -> (u64, u64) {
         let mut text = String::new();
-        File::open(&self.state)
-            .and_then(|mut f| f.read_to_string(&mut text))
+        file.rewind()
+            .and_then(|()| file.read_to_string(&mut text))
             .expect("read register");
         let mut parts = text
             .split_whitespace()
