@@ -104,6 +104,27 @@ async fn a_dead_waiter_at_the_head_is_kicked() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_dies_leaves_its_waiters_first_in_line() {
+    let server = start();
+    let engine = engine(&server).await;
+    let (lease, waiter_ttl) = (Duration::from_millis(300), Duration::from_secs(3));
+    let holder = request("order", "k", Mode::Write, lease, waiter_ttl, false);
+    let waiter = request("order", "k", Mode::Write, lease, waiter_ttl, true);
+    let newcomer = request("order", "k", Mode::Write, lease, waiter_ttl, false);
+    assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+    assert!(matches!(engine.acquire(&waiter).await, Ok(Poll::Waiting(_))));
+    // The holder never renews: its lease runs out with the waiter still queued.
+    tokio::time::sleep(lease * 2).await;
+    assert!(
+        matches!(engine.acquire(&newcomer).await, Ok(Poll::Waiting(_))),
+        "a newcomer jumped the queue once the holder's lease ran out"
+    );
+    assert!(matches!(engine.poll(&waiter).await, Ok(Poll::Held(_))));
+    assert!(engine.release(&waiter).await.expect("release"));
+    assert!(matches!(engine.acquire(&newcomer).await, Ok(Poll::Held(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_reader_expires_on_its_own_while_others_renew() {
     let server = start();
     let engine = engine(&server).await;

@@ -1,13 +1,17 @@
 //! The Redis engine: ylock's AQS-like read/write lock in Redis, improved.
 //!
 //! Per lock, under one hash tag (see `keys.rs`): a waiter queue (list of
-//! `w:<owner>` / `r:<owner>`), the writer (string with a PX lease), the
-//! readers (sorted set scored by each reader's own deadline on the server's
-//! clock, so a dead reader expires while others renew — ylock's single-TTL
-//! set kept it alive), pending readers (the run admitted together), one
-//! liveness key per waiter (a dead queue head is kicked), and the last
-//! fencing token. Every state change is one Lua script, called by SHA and
-//! reloaded after `NOSCRIPT`.
+//! `w:<owner>` / `r:<owner>`), the readers (sorted set scored by each
+//! reader's own deadline on the server's clock, so a dead reader expires
+//! while others renew — ylock's single-TTL set kept it alive), pending
+//! readers (the run admitted together), one liveness key per waiter (a dead
+//! queue head is kicked), the last fencing token, and the gate: the writer,
+//! which also exists whenever any of the others does. So an idle lock is
+//! taken with `SET NX`, and a holder nobody waits for lets go with
+//! `GET` + `DEL`, as the plainest lock would; a holder that dies with
+//! waiters queued leaves the gate behind, and nobody jumps the queue
+//! (`scripts/common.lua` has the gate's forms). Every state change is one
+//! Lua script, called by SHA and reloaded after `NOSCRIPT`.
 //!
 //! **Wake-up and handoff.** A release that frees the lock hands it straight
 //! to a live writer at the head of the queue and publishes `<owner>:<fence>`;
@@ -81,6 +85,16 @@ fn default_connect_timeout() -> Duration {
 
 fn default_fence_retention() -> Duration {
     Duration::from_secs(60)
+}
+
+/// A script with the helpers all of them share (`scripts/common.lua`) in front.
+macro_rules! script {
+    ($name:literal) => {
+        concat!(
+            include_str!("scripts/common.lua"),
+            include_str!(concat!("scripts/", $name, ".lua"))
+        )
+    };
 }
 
 struct Scripts {
@@ -164,10 +178,10 @@ impl RedisEngine {
             notifier,
             publish,
             scripts: Scripts {
-                acquire: Script::new(include_str!("scripts/acquire.lua")),
-                renew: Script::new(include_str!("scripts/renew.lua")),
-                release: Script::new(include_str!("scripts/release.lua")),
-                downgrade: Script::new(include_str!("scripts/downgrade.lua")),
+                acquire: Script::new(script!("acquire")),
+                renew: Script::new(script!("renew")),
+                release: Script::new(script!("release")),
+                downgrade: Script::new(script!("downgrade")),
             },
             address: target.address,
             fence_retention,

@@ -1,23 +1,28 @@
 -- Extend this owner's lease, whether it holds for write or for read.
--- KEYS[1]  the lock's prefix
--- ARGV[1]  owner id
--- ARGV[2]  lease, ms (ARGV[3], the publish command, is unused here)
+-- ARGV[2]  lease, ms (ARGV[3] and ARGV[4] are unused here)
 -- returns  1 if extended, 0 if this owner no longer holds the lock
-local p = KEYS[1]
-local writer, readers = p .. ':w', p .. ':r'
-local me, lease = ARGV[1], tonumber(ARGV[2])
-if redis.call('GET', writer) == me then
-  redis.call('PEXPIRE', writer, lease)
+local lease = tonumber(ARGV[2])
+local value = redis.call('GET', gate)
+if value == me then
+  redis.call('PEXPIRE', gate, lease)
   return 1
 end
-local time = redis.call('TIME')
-local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
-local deadline = tonumber(redis.call('ZSCORE', readers, me))
-if deadline and deadline > now_ms then
+if not value or not string.find(value, '|', 1, true) then
+  return 0
+end
+local now_ms = millis(redis.call('TIME'))
+local holder, deadline = writer(value, now_ms)
+if holder == me then
+  settle(me, now_ms + lease, now_ms)
+  return 1
+end
+local until_ms = tonumber(redis.call('ZSCORE', readers, me))
+if until_ms and until_ms > now_ms then
   redis.call('ZADD', readers, 'XX', now_ms + lease, me)
   if redis.call('PTTL', readers) < lease then
     redis.call('PEXPIRE', readers, lease)
   end
+  settle(holder, deadline, now_ms)
   return 1
 end
 return 0
