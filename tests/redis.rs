@@ -13,6 +13,7 @@ use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
 use dlock_core::{OwnerId, Poll, Request};
+use futures_util::StreamExt;
 
 fn start() -> TestServer {
     TestServer::start("redis-server", |port| redis_args(port, &[]))
@@ -204,6 +205,81 @@ async fn thirty_queued_readers_are_admitted_on_one_notification() {
     assert!(
         took < Duration::from_millis(300),
         "readers admitted one poll at a time: {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_only_the_engine_of_the_next_waiter() {
+    let server = start();
+    // Polling once a second: only notifications can hand over quickly.
+    let settings = Settings {
+        poll: Polling::Constant {
+            interval: Duration::from_secs(1),
+        },
+        waiter_ttl: Duration::from_secs(5),
+        ..SETTINGS
+    };
+    let mut registries = Vec::new();
+    for _ in 0..3 {
+        registries.push(Arc::new(Registry::with_engine(
+            "redis",
+            engine(&server).await,
+            settings,
+        )));
+    }
+    let client = redis::Client::open(format!("redis://{}", server.address())).expect("url");
+    let mut listener = client.get_async_pubsub().await.expect("pubsub");
+    listener
+        .psubscribe("{dlock:fanout:k}:n:*")
+        .await
+        .expect("psubscribe");
+    let holder = registries[0].locks("fanout").get("k").lock().await.expect("lock");
+    let mut waiters = Vec::new();
+    for (registry, write) in [(registries[1].clone(), true), (registries[2].clone(), false)] {
+        waiters.push(tokio::spawn(async move {
+            let lock = registry.locks("fanout").get("k");
+            let guard = if write {
+                lock.lock().await
+            } else {
+                lock.read().await
+            }
+            .expect("lock");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.release().await.expect("release");
+        }));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let released = Instant::now();
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+    assert!(
+        released.elapsed() < Duration::from_millis(800),
+        "a waiter polled its way in"
+    );
+
+    let mut raw = raw(&server).await;
+    let mut messages = listener.on_message();
+    let mut channels = Vec::new();
+    for _ in 0..2 {
+        let message = tokio::time::timeout(Duration::from_secs(1), messages.next())
+            .await
+            .expect("a notification per handover")
+            .expect("message");
+        let channel = message.get_channel_name().to_owned();
+        let (_, listening): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut raw)
+            .await
+            .expect("numsub");
+        assert_eq!(listening, 1, "{channel} reaches more than one engine");
+        channels.push(channel);
+    }
+    assert_ne!(
+        channels[0], channels[1],
+        "both waiters' engines heard the same channel"
     );
 }
 

@@ -15,9 +15,10 @@
 //!
 //! **Wake-up and handoff.** A release that frees the lock hands it straight
 //! to a live writer at the head of the queue and publishes `<owner>:<fence>`;
-//! otherwise it publishes the id of the waiter now first in line. One
-//! subscriber connection per engine passes each message to that waiter alone
-//! (see `notify`): a handed-over writer holds without another round trip, a
+//! otherwise it publishes the id of the waiter now first in line, to that
+//! waiter's engine only (its liveness key names the engine). One subscriber
+//! connection per engine passes each message to that waiter alone (see
+//! `notify`): a handed-over writer holds without another round trip, a
 //! woken one polls. The core's constant or exponential polling stays the
 //! safety net.
 //!
@@ -45,7 +46,7 @@ mod notify;
 
 use std::time::Duration;
 
-use dlock_core::{Engine, EngineError, Error, Poll, Request, Wake, async_trait};
+use dlock_core::{Engine, EngineError, Error, OwnerId, Poll, Request, Wake, async_trait};
 use redis::{Client, Script};
 use serde::Deserialize;
 
@@ -117,6 +118,9 @@ pub struct RedisEngine {
     /// Locks handed to this process's waiters by a release (see release.lua),
     /// learned from the notification and not yet claimed by a poll.
     grants: notify::Grants,
+    /// Names this engine's channel for each lock (`<prefix>:n:<id>`), so a
+    /// release wakes only the process whose waiter is next.
+    id: String,
 }
 
 impl RedisEngine {
@@ -186,6 +190,7 @@ impl RedisEngine {
             address: target.address,
             fence_retention,
             grants: notify::Grants::default(),
+            id: OwnerId::random().to_string(),
         }
     }
 
@@ -198,7 +203,7 @@ impl RedisEngine {
             return Ok(Poll::Held(fence));
         }
         let prefix = keys::prefix(&req.key);
-        let channel = format!("{prefix}:n");
+        let channel = format!("{prefix}:n:{}", self.id);
         let watching = if queue {
             self.notifier.existing(&channel)
         } else {
@@ -214,12 +219,13 @@ impl RedisEngine {
             .acquire
             .key(&prefix)
             .arg(&owner)
+            .arg(self.publish)
+            .arg(millis(self.fence_retention))
             .arg(mode)
             .arg(millis(req.lease))
             .arg(millis(req.waiter_ttl))
             .arg(if queue { "1" } else { "0" })
-            .arg(millis(self.fence_retention))
-            .arg(self.publish)
+            .arg(&self.id)
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;
@@ -245,10 +251,13 @@ impl RedisEngine {
     fn extend_in_background(&self, req: &Request) {
         let (script, mut connection) = (self.scripts.renew.clone(), self.connection.clone());
         let (prefix, owner, lease) = (keys::prefix(&req.key), req.owner.to_string(), millis(req.lease));
+        let (publish, retention) = (self.publish, millis(self.fence_retention));
         tokio::spawn(async move {
             let _: redis::RedisResult<u8> = script
                 .key(prefix)
                 .arg(owner)
+                .arg(publish)
+                .arg(retention)
                 .arg(lease)
                 .invoke_async(&mut connection)
                 .await;
@@ -264,9 +273,9 @@ impl RedisEngine {
         let done: u8 = script
             .key(keys::prefix(&req.key))
             .arg(req.owner.to_string())
-            .arg(arg)
             .arg(self.publish)
             .arg(millis(self.fence_retention))
+            .arg(arg)
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;

@@ -1,7 +1,8 @@
 //! Release notifications: one subscriber connection per engine, one channel
-//! per lock (`<prefix>:n`), fanned out in process to that lock's waiters.
-//! A message names the waiter now first in line (or `*` for a run of
-//! readers), and only that waiter tries again: no herd of polls on release.
+//! per lock and engine (`<prefix>:n:<engine id>`), fanned out in process to
+//! that lock's waiters. A message goes only to the engine of the waiter now
+//! first in line and names it (or `*` for a run of readers), and only that
+//! waiter tries again: no herd of processes or polls on release.
 //! Notifications only make waiters try sooner; polling stays the safety net,
 //! so a dropped subscriber or message costs latency, never correctness.
 

@@ -1,18 +1,17 @@
 -- Acquire or poll: take the lock if this request's turn has come, else keep
 -- its place in the queue alive. Kicks dead waiters off the head of the queue.
--- Publishes `*` on the lock's channel when it admits a run of queued readers.
--- ARGV[2]  mode: "w" or "r"
--- ARGV[3]  lease, ms
--- ARGV[4]  waiter liveness ttl, ms
--- ARGV[5]  "1": join the queue if not granted; "0": try once
--- ARGV[6]  how long the last fencing token is kept after the lock goes idle, ms
--- ARGV[7]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
+-- Publishes `*` to the engines of a run of queued readers it admits.
+-- ARGV[4]  mode: "w" or "r"
+-- ARGV[5]  lease, ms
+-- ARGV[6]  waiter liveness ttl, ms
+-- ARGV[7]  "1": join the queue if not granted; "0": try once
+-- ARGV[8]  the caller's engine id
 -- returns  {1, fence} when granted, {0, 0} when not
-local mode, lease, waiter_ttl, retain = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local mode, lease, waiter_ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 
 -- An idle lock: no gate, so nobody holds, waits or reads.
 if mode == 'w' and redis.call('SET', gate, me, 'NX', 'PX', lease) then
-  return {1, next_fence(redis.call('TIME'), retain)}
+  return {1, next_fence(redis.call('TIME'))}
 end
 
 local time = redis.call('TIME')
@@ -23,7 +22,7 @@ local holder, deadline = writer(redis.call('GET', gate), now_ms)
 -- notification went astray: it holds already; a fresh fence serves.
 if mode == 'w' and holder == me then
   settle(me, now_ms + lease, now_ms)
-  return {1, next_fence(time, retain)}
+  return {1, next_fence(time)}
 end
 
 -- Readers expire one by one: each score is that reader's own deadline.
@@ -49,11 +48,11 @@ else
 end
 
 if not granted then
-  if ARGV[5] == '1' then
+  if ARGV[7] == '1' then
     if redis.call('EXISTS', alive) == 0 and redis.call('SISMEMBER', pending, me) == 0 then
       redis.call('RPUSH', queue, entry)
     end
-    redis.call('SET', alive, '1', 'PX', waiter_ttl)
+    redis.call('SET', alive, ARGV[8], 'PX', waiter_ttl)
     if redis.call('PTTL', queue) < waiter_ttl * 2 then
       redis.call('PEXPIRE', queue, waiter_ttl * 2)
     end
@@ -69,7 +68,7 @@ redis.call('SREM', pending, me)
 redis.call('DEL', alive)
 if mode == 'w' then
   settle(me, now_ms + lease, now_ms)
-  return {1, next_fence(time, retain)}
+  return {1, next_fence(time)}
 end
 
 redis.call('ZADD', readers, now_ms + lease, me)
@@ -77,20 +76,26 @@ if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
 end
 -- ylock's pending readers: the run of readers queued right behind this one
--- is admitted with it, instead of one head per poll.
-local admitted = 0
-while true do
-  local next = redis.call('LINDEX', queue, 0)
-  if not next or string.sub(next, 1, 2) ~= 'r:' then
-    break
-  end
+-- is admitted with it, instead of one head per poll; each of their engines
+-- hears it once.
+local engines, admitted = {}, false
+local queued = redis.call('LINDEX', queue, 0)
+while queued and string.sub(queued, 1, 2) == 'r:' do
   redis.call('LPOP', queue)
-  redis.call('SADD', pending, string.sub(next, 3))
-  admitted = admitted + 1
+  local owner = string.sub(queued, 3)
+  redis.call('SADD', pending, owner)
+  admitted = true
+  local engine = redis.call('GET', p .. ':a:' .. owner)
+  if engine then
+    engines[engine] = true
+  end
+  queued = redis.call('LINDEX', queue, 0)
 end
-if admitted > 0 then
+if admitted then
   redis.call('PEXPIRE', pending, waiter_ttl * 2)
-  redis.call(ARGV[7], p .. ':n', '*')
+end
+for engine in pairs(engines) do
+  wake(engine, '*')
 end
 settle(nil, nil, now_ms)
-return {1, next_fence(time, retain)}
+return {1, next_fence(time)}

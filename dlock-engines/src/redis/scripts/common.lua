@@ -1,6 +1,9 @@
 -- Prepended to every script (scripts cannot call each other).
--- KEYS[1] is the lock's prefix, `{dlock:<group>:<name>}`; every key below
--- shares its hash tag. ARGV[1] is always the caller's owner id.
+-- KEYS[1]  the lock's prefix, `{dlock:<group>:<name>}`; every key below shares its hash tag
+-- ARGV[1]  the caller's owner id
+-- ARGV[2]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
+-- ARGV[3]  how long the last fencing token is kept after the lock goes idle, ms
+-- ARGV[4…] the script's own
 --
 -- The gate `:w` exists whenever any part of the lock does, so an idle lock
 -- is taken with one `SET NX` and a lone holder lets go with `GET` + `DEL`:
@@ -13,7 +16,7 @@
 -- ends with `settle`, which keeps that promise.
 local p = KEYS[1]
 local gate, queue, readers, pending, fence_key = p .. ':w', p .. ':q', p .. ':r', p .. ':p', p .. ':f'
-local me = ARGV[1]
+local me, publish, retain = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 local function millis(time)
   return time[1] * 1000 + math.floor(time[2] / 1000)
@@ -58,7 +61,7 @@ end
 
 -- Fencing without a key that lives forever: microseconds of the server
 -- clock, bumped past the last token while that is kept (see the engine docs).
-local function next_fence(time, retain)
+local function next_fence(time)
   local now_us = time[1] * 1000000 + time[2]
   local last = redis.call('SET', fence_key, string.format('%d', now_us), 'PX', retain, 'GET')
   if last and tonumber(last) >= now_us then
@@ -69,11 +72,22 @@ local function next_fence(time, retain)
   return now_us
 end
 
+-- A waiter's liveness key holds the id of its engine, whose channel for
+-- this lock (`:n:<engine>`) is where that waiter hears from the lock.
+local function wake(engine, message)
+  redis.call(publish, p .. ':n:' .. engine, message)
+end
+
 -- Drop waiters whose liveness key is gone (they died) from the head of the
--- queue, stopping at `keep` (the caller's own entry); returns the new head.
+-- queue, stopping at `keep` (the caller's own entry); returns the new head
+-- and its engine.
 local function live_head(keep)
   local head = redis.call('LINDEX', queue, 0)
-  while head and head ~= keep and redis.call('EXISTS', p .. ':a:' .. string.sub(head, 3)) == 0 do
+  while head and head ~= keep do
+    local engine = redis.call('GET', p .. ':a:' .. string.sub(head, 3))
+    if engine then
+      return head, engine
+    end
     redis.call('LPOP', queue)
     head = redis.call('LINDEX', queue, 0)
   end

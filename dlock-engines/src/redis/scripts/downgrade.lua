@@ -1,8 +1,7 @@
 -- Turn this owner's write hold into a read hold without letting go.
--- ARGV[2]  lease, ms
--- ARGV[3]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
+-- ARGV[4]  lease, ms
 -- returns  1 if downgraded, 0 if this owner no longer held the write lock
-local lease = tonumber(ARGV[2])
+local lease = tonumber(ARGV[4])
 local now_ms = millis(redis.call('TIME'))
 if writer(redis.call('GET', gate), now_ms) ~= me then
   return 0
@@ -12,9 +11,9 @@ if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
 end
 -- Wake only the waiter now first in line (its id after `w:` / `r:`), not the herd.
-local head = redis.call('LINDEX', queue, 0)
+local head, engine = live_head(nil)
 if head then
-  redis.call(ARGV[3], p .. ':n', string.sub(head, 3))
+  wake(engine, string.sub(head, 3))
 end
 settle(nil, nil, now_ms)
 return 1

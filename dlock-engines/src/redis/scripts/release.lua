@@ -2,18 +2,15 @@
 -- then, if the lock is free and a live writer heads the queue, hand the lock
 -- straight to it (it learns the grant from the notification, without a
 -- round trip), else wake the waiter now first in line.
--- ARGV[2]  "release" or "cancel"
--- ARGV[3]  the publish command: "PUBLISH" (one server) or "SPUBLISH" (cluster)
--- ARGV[4]  how long the last fencing token is kept after the lock goes idle, ms
+-- ARGV[4]  "release" or "cancel"
 -- returns  1 if this owner held the lock, 0 if not
-local publish, retain = ARGV[3], tonumber(ARGV[4])
 local value = redis.call('GET', gate)
 -- A lone writer: nobody else to think of.
 if value == me then
   redis.call('DEL', gate)
   return 1
 end
-if ARGV[2] == 'cancel' then
+if ARGV[4] == 'cancel' then
   redis.call('LREM', queue, 0, 'w:' .. me)
   redis.call('LREM', queue, 0, 'r:' .. me)
   redis.call('SREM', pending, me)
@@ -41,7 +38,7 @@ else
   end
 end
 
-local head = live_head(nil)
+local head, engine = live_head(nil)
 if head then
   local owner = string.sub(head, 3)
   local free = not holder and redis.call('SCARD', pending) == 0
@@ -54,9 +51,9 @@ if head then
     holder, deadline = owner, now_ms + math.max(redis.call('PTTL', alive), 1)
     redis.call('LPOP', queue)
     redis.call('DEL', alive)
-    redis.call(publish, p .. ':n', owner .. ':' .. string.format('%d', next_fence(time, retain)))
+    wake(engine, owner .. ':' .. string.format('%d', next_fence(time)))
   else
-    redis.call(publish, p .. ':n', owner)
+    wake(engine, owner)
   end
 end
 settle(holder, deadline, now_ms)

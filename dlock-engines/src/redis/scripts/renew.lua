@@ -1,7 +1,7 @@
 -- Extend this owner's lease, whether it holds for write or for read.
--- ARGV[2]  lease, ms (ARGV[3] and ARGV[4] are unused here)
+-- ARGV[4]  lease, ms
 -- returns  1 if extended, 0 if this owner no longer holds the lock
-local lease = tonumber(ARGV[2])
+local lease = tonumber(ARGV[4])
 local value = redis.call('GET', gate)
 if value == me then
   redis.call('PEXPIRE', gate, lease)
