@@ -2,8 +2,16 @@
 //! redis-server this bench starts on a loopback port.
 //!
 //! - floor: the minimal correct lock, `SET key token NX PX` + compare-and-delete script;
+//! - fenced floor: the least a lock can do that hands out a fencing token
+//!   and changes state only in scripts, as dlock's brief asks: one script
+//!   `SET NX PX` + `TIME`, then compare-and-delete; no queue, no retention;
 //! - rslock: the `rslock` crate (Redlock on one instance);
 //! - dlock: the redis engine, write mode.
+//!
+//! Uncontended cycles run interleaved in blocks so every contender sees the
+//! same load; ratios are the median over blocks of (contender / floor).
+//! Contended runs alternate dlock and the floor in rounds, each with its
+//! own PING sample, and report the median round.
 //!
 //! ```text
 //! cargo bench --bench redis --features redis
@@ -18,11 +26,12 @@ use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Registry, Settings};
 use redis::aio::MultiplexedConnection;
 
-const CYCLES: usize = 3000;
+const CYCLES: usize = 4000;
 /// Cycles of one contender before the next takes a turn.
 const BLOCK: usize = 100;
 const CLIENTS: usize = 16;
-const CONTENDED_FOR: Duration = Duration::from_secs(3);
+const ROUNDS: usize = 5;
+const CONTENDED_FOR: Duration = Duration::from_secs(1);
 
 fn p50(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -31,6 +40,21 @@ fn p50(mut samples: Vec<Duration>) -> Duration {
 
 fn mean(samples: &[Duration]) -> Duration {
     samples.iter().sum::<Duration>() / samples.len() as u32
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Median over blocks of (block mean / the floor's block mean).
+fn block_ratio(times: &[Duration], floor: &[Duration]) -> f64 {
+    let ratios = times
+        .chunks(BLOCK)
+        .zip(floor.chunks(BLOCK))
+        .map(|(t, f)| mean(t).as_secs_f64() / mean(f).as_secs_f64())
+        .collect();
+    median(ratios)
 }
 
 async fn connection(server: &TestServer) -> MultiplexedConnection {
@@ -100,6 +124,35 @@ impl Floor {
     }
 }
 
+/// The fenced floor: one script takes the lock and reads the server clock.
+struct FencedFloor {
+    floor: Floor,
+    lock: redis::Script,
+}
+
+impl FencedFloor {
+    async fn try_lock(&mut self, key: &str, token: &str) -> Option<u64> {
+        let fence: Option<u64> = self
+            .lock
+            .key(key)
+            .arg(token)
+            .invoke_async(&mut self.floor.connection)
+            .await
+            .expect("lock");
+        fence
+    }
+}
+
+fn fenced_floor(connection: MultiplexedConnection) -> FencedFloor {
+    FencedFloor {
+        floor: floor(connection),
+        lock: redis::Script::new(
+            "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 30000) then \
+               local t = redis.call('TIME') return t[1] * 1000000 + t[2] end return false",
+        ),
+    }
+}
+
 fn floor(connection: MultiplexedConnection) -> Floor {
     Floor {
         connection,
@@ -109,87 +162,40 @@ fn floor(connection: MultiplexedConnection) -> Floor {
     }
 }
 
-#[tokio::main]
-async fn main() {
-    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
-    let mut raw = connection(&server).await;
-
-    // Round trip.
-    let mut pings = Vec::with_capacity(CYCLES);
-    for _ in 0..CYCLES {
+async fn ping(raw: &mut MultiplexedConnection, n: usize) -> Duration {
+    let mut pings = Vec::with_capacity(n);
+    for _ in 0..n {
         let started = Instant::now();
-        let _: String = redis::cmd("PING").query_async(&mut raw).await.expect("ping");
+        let _: String = redis::cmd("PING").query_async(raw).await.expect("ping");
         pings.push(started.elapsed());
     }
-    let ping = p50(pings);
+    p50(pings)
+}
 
-    // Uncontended cycles, interleaved in blocks so all three see the same machine load.
-    let mut fl = floor(connection(&server).await);
-    fl.unlock
-        .prepare_invoke()
-        .load_async(&mut fl.connection)
-        .await
-        .expect("load");
-    let rslock = rslock::LockManager::new(vec![format!("redis://{}", server.address())]);
-    let dlock = registry(&server).await;
-    let lock = dlock.locks("bench").get("uncontended");
-    lock.lock().await.expect("warm").release().await.expect("warm");
-    let (mut floor_times, mut rslock_times, mut dlock_times) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut floor_commands, mut dlock_commands) = (0, 0);
-    for block in 0..CYCLES / BLOCK {
-        reset(&mut raw).await;
-        for i in 0..BLOCK {
-            let token = format!("{block}-{i}");
-            let started = Instant::now();
-            assert!(fl.try_lock("floor", &token).await);
-            fl.unlock("floor", &token).await;
-            floor_times.push(started.elapsed());
-        }
-        floor_commands += commands(&mut raw).await;
-        for _ in 0..BLOCK {
-            let started = Instant::now();
-            let held = rslock
-                .lock("rslock", Duration::from_secs(30))
-                .await
-                .expect("rslock");
-            rslock.unlock(&held).await;
-            rslock_times.push(started.elapsed());
-        }
-        reset(&mut raw).await;
-        for _ in 0..BLOCK {
-            let started = Instant::now();
-            lock.lock().await.expect("lock").release().await.expect("release");
-            dlock_times.push(started.elapsed());
-        }
-        dlock_commands += commands(&mut raw).await;
+/// Times `BLOCK` cycles of `cycle`, appending each cycle's time, and
+/// returns how many commands the server ran for them.
+async fn block<F: AsyncFnMut(usize)>(
+    raw: &mut MultiplexedConnection,
+    times: &mut Vec<Duration>,
+    mut cycle: F,
+) -> u64 {
+    reset(raw).await;
+    for i in 0..BLOCK {
+        let started = Instant::now();
+        cycle(i).await;
+        times.push(started.elapsed());
     }
-    let floor_commands = floor_commands as f64 / CYCLES as f64;
-    let dlock_commands = dlock_commands as f64 / CYCLES as f64;
+    commands(raw).await
+}
 
-    // Reentrant: nested acquisitions under a held lock.
-    let outer = lock.lock().await.expect("outer");
-    reset(&mut raw).await;
-    let started = Instant::now();
-    for _ in 0..CYCLES {
-        lock.lock()
-            .await
-            .expect("nested")
-            .release()
-            .await
-            .expect("nested release");
-    }
-    let nested = started.elapsed() / CYCLES as u32;
-    let nested_commands = commands(&mut raw).await;
-    outer.release().await.expect("release");
+struct Contended {
+    handoff_p50: Duration,
+    per_second: f64,
+    same_owner: u64,
+}
 
-    // Contended, fair: 16 clients (each its own engine, as separate processes), one key.
-    let registries: Vec<Arc<Registry>> = {
-        let mut all = Vec::new();
-        for _ in 0..CLIENTS {
-            all.push(Arc::new(registry(&server).await));
-        }
-        all
-    };
+/// dlock, fair: 16 clients (each its own engine, as separate processes) on one key.
+async fn dlock_contended(registries: &[Arc<Registry>], name: &str) -> Contended {
     let released_at = Arc::new(Mutex::new(None::<(Instant, usize)>));
     let handoffs = Arc::new(Mutex::new(Vec::new()));
     let same_owner = Arc::new(AtomicU64::new(0));
@@ -201,8 +207,9 @@ async fn main() {
         .map(|(me, registry)| {
             let (registry, released_at, handoffs) = (registry.clone(), released_at.clone(), handoffs.clone());
             let (same_owner, stop, acquisitions) = (same_owner.clone(), stop.clone(), acquisitions.clone());
+            let name = name.to_owned();
             tokio::spawn(async move {
-                let lock = registry.locks("bench").get("contended");
+                let lock = registry.locks("bench").get(name);
                 while !stop.load(Ordering::Relaxed) {
                     let guard = lock.lock().await.expect("lock");
                     let now = Instant::now();
@@ -222,36 +229,145 @@ async fn main() {
     for task in tasks {
         task.await.expect("client");
     }
-    let dlock_throughput = acquisitions.load(Ordering::Relaxed) as f64 / CONTENDED_FOR.as_secs_f64();
-    let handoff = p50(handoffs.lock().unwrap().clone());
+    let handoffs = handoffs.lock().unwrap().clone();
+    Contended {
+        handoff_p50: p50(handoffs),
+        per_second: acquisitions.load(Ordering::Relaxed) as f64 / CONTENDED_FOR.as_secs_f64(),
+        same_owner: same_owner.load(Ordering::Relaxed),
+    }
+}
 
-    // The floor, contended: 16 clients retrying every 1 ms, unfair.
+/// The floor, contended: 16 clients retrying every 1 ms, unfair. Acquisitions a second.
+async fn floor_contended(floors: &mut Vec<Floor>, name: &str) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let acquisitions = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for me in 0..CLIENTS {
-        let mut fl = floor(connection(&server).await);
-        let (stop, acquisitions) = (stop.clone(), acquisitions.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let token = format!("{me}-{n}");
-                n += 1;
-                if fl.try_lock("floor-contended", &token).await {
-                    acquisitions.fetch_add(1, Ordering::Relaxed);
-                    fl.unlock("floor-contended", &token).await;
-                } else {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+    let tasks: Vec<_> = floors
+        .drain(..)
+        .enumerate()
+        .map(|(me, mut fl)| {
+            let (stop, acquisitions, key) = (stop.clone(), acquisitions.clone(), name.to_owned());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let token = format!("{me}-{n}");
+                    n += 1;
+                    if fl.try_lock(&key, &token).await {
+                        acquisitions.fetch_add(1, Ordering::Relaxed);
+                        fl.unlock(&key, &token).await;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
                 }
-            }
-        }));
-    }
+                fl
+            })
+        })
+        .collect();
     tokio::time::sleep(CONTENDED_FOR).await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
-        task.await.expect("client");
+        floors.push(task.await.expect("client"));
     }
-    let floor_throughput = acquisitions.load(Ordering::Relaxed) as f64 / CONTENDED_FOR.as_secs_f64();
+    acquisitions.load(Ordering::Relaxed) as f64 / CONTENDED_FOR.as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let mut raw = connection(&server).await;
+
+    // Uncontended cycles, interleaved in blocks so all see the same machine load.
+    let mut fl = floor(connection(&server).await);
+    let mut fenced = fenced_floor(connection(&server).await);
+    for script in [&fl.unlock, &fenced.lock] {
+        script.prepare_invoke().load_async(&mut raw).await.expect("load");
+    }
+    let rslock = rslock::LockManager::new(vec![format!("redis://{}", server.address())]);
+    let dlock = registry(&server).await;
+    let lock = dlock.locks("bench").get("uncontended");
+    lock.lock().await.expect("warm").release().await.expect("warm");
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    let mut counted = [0u64; 4];
+    for round in 0..CYCLES / BLOCK {
+        for turn in 0..4 {
+            // Each contender goes first in turn.
+            let who = (turn + round) % 4;
+            let times = &mut times[who];
+            counted[who] += match who {
+                0 => {
+                    block(&mut raw, times, async |i| {
+                        let token = format!("{round}-{i}");
+                        assert!(fl.try_lock("floor", &token).await);
+                        fl.unlock("floor", &token).await;
+                    })
+                    .await
+                }
+                1 => {
+                    block(&mut raw, times, async |i| {
+                        let token = format!("{round}-{i}");
+                        assert!(fenced.try_lock("fenced", &token).await.is_some());
+                        fenced.floor.unlock("fenced", &token).await;
+                    })
+                    .await
+                }
+                2 => {
+                    block(&mut raw, times, async |_| {
+                        let held = rslock
+                            .lock("rslock", Duration::from_secs(30))
+                            .await
+                            .expect("rslock");
+                        rslock.unlock(&held).await;
+                    })
+                    .await
+                }
+                _ => {
+                    block(&mut raw, times, async |_| {
+                        lock.lock().await.expect("lock").release().await.expect("release");
+                    })
+                    .await
+                }
+            };
+        }
+    }
+
+    // Reentrant: nested acquisitions under a held lock.
+    let outer = lock.lock().await.expect("outer");
+    reset(&mut raw).await;
+    let started = Instant::now();
+    for _ in 0..CYCLES {
+        lock.lock()
+            .await
+            .expect("nested")
+            .release()
+            .await
+            .expect("nested release");
+    }
+    let nested = started.elapsed() / CYCLES as u32;
+    let nested_commands = commands(&mut raw).await;
+    outer.release().await.expect("release");
+
+    // Contended: dlock fair and the floor unfair take turns, each round with its own PING.
+    let mut registries = Vec::new();
+    let mut floors = Vec::new();
+    for _ in 0..CLIENTS {
+        registries.push(Arc::new(registry(&server).await));
+        floors.push(floor(connection(&server).await));
+    }
+    let mut rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let ping = ping(&mut raw, 1000).await;
+        let dlock = dlock_contended(&registries, &format!("contended-{round}")).await;
+        let floor = floor_contended(&mut floors, &format!("floor-contended-{round}")).await;
+        println!(
+            "round {round}: PING {ping:?}; dlock handoff p50 {:?} ({:.2}x PING), {:.0} acq/s, \
+             same owner twice in a row {} times; floor unfair {floor:.0} acq/s ({:.2}x dlock)",
+            dlock.handoff_p50,
+            dlock.handoff_p50.as_secs_f64() / ping.as_secs_f64(),
+            dlock.per_second,
+            dlock.same_owner,
+            floor / dlock.per_second,
+        );
+        rounds.push((ping, dlock, floor));
+    }
 
     // 30 readers queued behind a writer: release to last reader admitted.
     let readers_registry = Arc::new(registry(&server).await);
@@ -285,31 +401,39 @@ async fn main() {
         admissions.push(last - released);
     }
 
-    let (floor_mean, floor_p50) = (mean(&floor_times), p50(floor_times));
-    let (rslock_mean, rslock_p50) = (mean(&rslock_times), p50(rslock_times));
-    let (dlock_mean, dlock_p50) = (mean(&dlock_times), p50(dlock_times));
-    let ratio = |d: Duration| d.as_secs_f64() / floor_mean.as_secs_f64();
-    println!("redis bench ({CYCLES} cycles each, one redis-server on loopback)");
-    println!("PING round trip p50: {ping:?}");
-    println!("| uncontended cycle | mean | p50 | vs floor (mean) | commands/cycle |");
-    println!("|---|---|---|---|---|");
+    let names = [
+        "floor: SET NX PX + compare-and-delete",
+        "fenced floor: script SET NX PX + TIME, compare-and-delete",
+        "rslock 0.10",
+        "dlock redis, write",
+    ];
+    let floor_mean = mean(&times[0]);
+    println!("redis bench ({CYCLES} uncontended cycles each, one redis-server on loopback)");
     println!(
-        "| floor: SET NX PX + compare-and-delete | {floor_mean:?} | {floor_p50:?} | 1.00 | {floor_commands:.2} |"
+        "| uncontended cycle | mean | p50 | vs floor (mean) | vs floor (median block) | commands/cycle |"
     );
-    println!(
-        "| rslock 0.10 | {rslock_mean:?} | {rslock_p50:?} | {:.2} | |",
-        ratio(rslock_mean)
-    );
-    println!(
-        "| dlock redis, write | {dlock_mean:?} | {dlock_p50:?} | {:.2} | {dlock_commands:.2} |",
-        ratio(dlock_mean)
-    );
+    println!("|---|---|---|---|---|---|");
+    for (who, name) in names.iter().enumerate() {
+        let m = mean(&times[who]);
+        println!(
+            "| {name} | {m:?} | {:?} | {:.2} | {:.2} | {:.2} |",
+            p50(times[who].clone()),
+            m.as_secs_f64() / floor_mean.as_secs_f64(),
+            block_ratio(&times[who], &times[0]),
+            counted[who] as f64 / CYCLES as f64,
+        );
+    }
     println!("nested reentrant acquire+release: {nested:?}, {nested_commands} Redis commands for {CYCLES}");
+    let handoff_ratio = median(
+        rounds
+            .iter()
+            .map(|(ping, d, _)| d.handoff_p50.as_secs_f64() / ping.as_secs_f64())
+            .collect(),
+    );
+    let throughput_ratio = median(rounds.iter().map(|(_, d, f)| d.per_second / f).collect());
     println!(
-        "contended, {CLIENTS} clients one key: dlock fair handoff p50 {handoff:?} ({:.2}x PING), {dlock_throughput:.0} acq/s, \
-         same owner twice in a row {} times; floor unfair with 1 ms retry {floor_throughput:.0} acq/s",
-        handoff.as_secs_f64() / ping.as_secs_f64(),
-        same_owner.load(Ordering::Relaxed)
+        "contended, {CLIENTS} clients one key, median of {ROUNDS} rounds: dlock fair handoff p50 \
+         {handoff_ratio:.2}x PING; dlock fair throughput {throughput_ratio:.2}x the floor's unfair"
     );
     println!(
         "30 queued readers, writer release to last admitted: p50 {:?}",
