@@ -31,9 +31,12 @@ redis.call('ZREMRANGEBYSCORE', readers, '-inf', now_ms)
 local alive = p .. ':a:' .. me
 local entry = mode .. ':' .. me
 local head = live_head(entry)
-for _, owner in ipairs(redis.call('SMEMBERS', pending)) do
-  if owner ~= me and redis.call('EXISTS', p .. ':a:' .. owner) == 0 then
-    redis.call('SREM', pending, owner)
+-- Pending readers hold back writers alone: a writer drops the dead ones.
+if mode == 'w' then
+  for _, owner in ipairs(redis.call('SMEMBERS', pending)) do
+    if redis.call('EXISTS', p .. ':a:' .. owner) == 0 then
+      redis.call('SREM', pending, owner)
+    end
   end
 end
 
