@@ -284,6 +284,53 @@ async fn a_release_wakes_only_the_engine_of_the_next_waiter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
+    let server = start();
+    // Polling once every 2 s: a waiter in well under that heard a notification.
+    let settings = Settings {
+        poll: Polling::Constant {
+            interval: Duration::from_secs(2),
+        },
+        waiter_ttl: Duration::from_secs(6),
+        ..SETTINGS
+    };
+    let registry = Arc::new(Registry::with_engine("redis", engine(&server).await, settings));
+    let mut raw = raw(&server).await;
+    for round in 0..2 {
+        let holder = registry.locks("resub").get("k").lock().await.expect("lock");
+        let waiter = {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                let guard = registry.locks("resub").get("k").lock().await.expect("lock");
+                let at = Instant::now();
+                guard.release().await.expect("release");
+                at
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if round == 0 {
+            // The subscriber goes; the waiter polls at once and subscribes anew.
+            let killed: u64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("pubsub")
+                .query_async(&mut raw)
+                .await
+                .expect("client kill");
+            assert_eq!(killed, 1, "one subscriber connection per engine");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let released = Instant::now();
+        holder.release().await.expect("release");
+        let took = waiter.await.expect("waiter") - released;
+        assert!(
+            took < Duration::from_millis(500),
+            "round {round}: waited {took:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_during_use_is_transparent() {
     let server = start();
     let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS);

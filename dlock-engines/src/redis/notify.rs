@@ -7,17 +7,20 @@
 //! so a dropped subscriber or message costs latency, never correctness.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use std::convert::Infallible;
+
 use dlock_core::{OwnerId, Wake};
-use futures_util::StreamExt;
-use futures_util::stream::BoxStream;
-use redis::aio::PubSubSink;
+use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, FromRedisValue, ProtocolVersion, PushKind, RedisResult};
-use tokio::sync::{broadcast, mpsc};
+use redis::{
+    AsyncConnectionConfig, Client, FromRedisValue, ProtocolVersion, PushInfo, PushKind, RedisResult,
+};
+use tokio::sync::broadcast;
 
 /// How long a channel nobody waits on stays subscribed, so a waiter that
 /// polls again soon finds it still there.
@@ -40,71 +43,80 @@ pub(crate) enum Source {
     Cluster(Vec<String>),
 }
 
-/// The subscribing half of the subscriber connection.
+/// The subscriber connection, RESP3: messages arrive as pushes.
 enum Sink {
-    Single(PubSubSink),
+    Single(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
 
 impl Sink {
     async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
         match self {
-            Sink::Single(sink) => sink.subscribe(channel).await,
+            Sink::Single(connection) => connection.subscribe(channel).await,
             Sink::Cluster(connection) => connection.ssubscribe(channel).await,
         }
     }
 
     async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
         match self {
-            Sink::Single(sink) => sink.unsubscribe(channels).await,
+            Sink::Single(connection) => connection.unsubscribe(channels).await,
             Sink::Cluster(connection) => connection.sunsubscribe(channels).await,
         }
     }
 }
 
-/// (channel, payload) of every message the subscriber receives.
-type Messages = BoxStream<'static, (String, String)>;
-
-async fn connect(source: &Source) -> Option<(Sink, Messages)> {
+/// Connects the subscriber. Its pushes are dispatched to `channels` right
+/// where the connection reads them, without a task in between: a handoff
+/// reaches its waiter one task switch sooner.
+async fn connect(source: &Source, channels: Channels, closed: Arc<AtomicBool>) -> Option<Sink> {
+    let dispatch = move |push: PushInfo| -> Result<(), Infallible> {
+        match push.kind {
+            PushKind::Message | PushKind::SMessage => {
+                if let [channel, payload] = &push.data[..]
+                    && let (Ok(channel), Ok(payload)) = (
+                        String::from_redis_value_ref(channel),
+                        String::from_redis_value_ref(payload),
+                    )
+                    && let Some(sender) = lock(&channels).get(&channel)
+                {
+                    let _ = sender.send(payload.into());
+                }
+            }
+            // Connection gone: dropping the senders wakes every waiter (they
+            // poll), and the first to wait again reconnects.
+            PushKind::Disconnection => {
+                closed.store(true, Ordering::Relaxed);
+                lock(&channels).clear();
+            }
+            _ => {}
+        }
+        Ok(())
+    };
     match source {
         Source::Single(client) => {
-            let (sink, stream) = client.get_async_pubsub().await.ok()?.split();
-            let messages = stream.map(|m| {
-                (
-                    m.get_channel_name().to_owned(),
-                    m.get_payload().unwrap_or_default(),
-                )
-            });
-            Some((Sink::Single(sink), messages.boxed()))
+            let info = client.get_connection_info().clone();
+            let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+            let client = Client::open(info.set_redis_settings(resp3)).ok()?;
+            let config = AsyncConnectionConfig::new().set_push_sender(dispatch);
+            let connection = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .ok()?;
+            Some(Sink::Single(connection))
         }
         Source::Cluster(nodes) => {
-            let (pushes, receiver) = mpsc::unbounded_channel();
             let client = ClusterClientBuilder::new(nodes.clone())
                 .use_protocol(ProtocolVersion::RESP3)
-                .push_sender(pushes)
+                .push_sender(dispatch)
                 .build()
                 .ok()?;
-            let connection = client.get_async_connection().await.ok()?;
-            let messages = futures_util::stream::unfold(receiver, |mut receiver| async move {
-                loop {
-                    let push = receiver.recv().await?;
-                    if push.kind != PushKind::SMessage {
-                        continue;
-                    }
-                    let mut data = push.data.into_iter();
-                    if let (Some(channel), Some(payload)) = (data.next(), data.next())
-                        && let (Ok(channel), Ok(payload)) = (
-                            String::from_redis_value(channel),
-                            String::from_redis_value(payload),
-                        )
-                    {
-                        return Some(((channel, payload), receiver));
-                    }
-                }
-            });
-            Some((Sink::Cluster(connection), messages.boxed()))
+            Some(Sink::Cluster(client.get_async_connection().await.ok()?))
         }
     }
+}
+
+fn lock(channels: &Channels) -> MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<str>>>> {
+    channels.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) struct Notifier {
@@ -121,6 +133,8 @@ pub(crate) struct Notifier {
 struct Live {
     sink: Arc<tokio::sync::Mutex<Sink>>,
     channels: Channels,
+    /// Set when the connection drops.
+    closed: Arc<AtomicBool>,
 }
 
 impl Notifier {
@@ -140,7 +154,8 @@ impl Notifier {
     }
 
     fn current(&self) -> Option<Live> {
-        self.live.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+        (!live.closed.load(Ordering::Relaxed)).then_some(live)
     }
 
     fn set(&self, live: Option<Live>) {
@@ -175,24 +190,21 @@ impl Notifier {
         if let Some(live) = self.current() {
             return Some(live);
         }
-        let (sink, mut stream) = connect(&self.source).await?;
+        let (channels, closed) = (Channels::default(), Arc::new(AtomicBool::new(false)));
+        let sink = connect(&self.source, channels.clone(), closed.clone()).await?;
         let live = Live {
             sink: Arc::new(tokio::sync::Mutex::new(sink)),
-            channels: Channels::default(),
+            channels,
+            closed,
         };
-        let dispatch = live.clone();
+        // Sweeps idle channels for as long as this subscriber is the live one.
+        let (sink, channels) = (Arc::downgrade(&live.sink), live.channels.clone());
         tokio::spawn(async move {
             let mut sweep = tokio::time::interval(LINGER);
             loop {
-                tokio::select! {
-                    message = stream.next() => match message {
-                        Some((channel, target)) => dispatch.wake(&channel, target.into()),
-                        // Connection gone: dropping the senders wakes every waiter
-                        // (they poll), and the next one to wait reconnects.
-                        None => return dispatch.channels().clear(),
-                    },
-                    _ = sweep.tick() => dispatch.sweep().await,
-                }
+                sweep.tick().await;
+                let Some(sink) = sink.upgrade() else { return };
+                unsubscribe_idle(&sink, &channels).await;
             }
         });
         self.set(Some(live.clone()));
@@ -202,32 +214,26 @@ impl Notifier {
 
 impl Live {
     fn channels(&self) -> MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<str>>>> {
-        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.channels)
     }
+}
 
-    fn wake(&self, channel: &str, target: Arc<str>) {
-        if let Some(sender) = self.channels().get(channel) {
-            let _ = sender.send(target);
+/// Unsubscribes channels that no waiter has listened to since the last sweep.
+async fn unsubscribe_idle(sink: &tokio::sync::Mutex<Sink>, channels: &Channels) {
+    let idle: Vec<String> = {
+        let mut channels = lock(channels);
+        let idle: Vec<String> = channels
+            .iter()
+            .filter(|(_, s)| s.receiver_count() == 0)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for channel in &idle {
+            channels.remove(channel);
         }
-    }
-
-    /// Unsubscribes channels that no waiter has listened to since the last sweep.
-    async fn sweep(&self) {
-        let idle: Vec<String> = {
-            let mut channels = self.channels();
-            let idle: Vec<String> = channels
-                .iter()
-                .filter(|(_, s)| s.receiver_count() == 0)
-                .map(|(c, _)| c.clone())
-                .collect();
-            for channel in &idle {
-                channels.remove(channel);
-            }
-            idle
-        };
-        if !idle.is_empty() {
-            let _ = self.sink.lock().await.unsubscribe(&idle).await;
-        }
+        idle
+    };
+    if !idle.is_empty() {
+        let _ = sink.lock().await.unsubscribe(&idle).await;
     }
 }
 
