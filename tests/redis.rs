@@ -44,6 +44,15 @@ async fn raw(server: &TestServer) -> redis::aio::MultiplexedConnection {
         .expect("raw connection")
 }
 
+/// Waiters poll only every `interval`, so one served sooner heard a notification.
+fn slow_polling(interval: Duration) -> Settings {
+    Settings {
+        poll: Polling::Constant { interval },
+        waiter_ttl: interval * 3,
+        ..SETTINGS
+    }
+}
+
 fn request(
     group: &str,
     name: &str,
@@ -172,13 +181,7 @@ async fn thirty_queued_readers_are_admitted_on_one_notification() {
     let server = start();
     let engine = engine(&server).await;
     // Polling once a second: only notifications can admit them quickly.
-    let settings = Settings {
-        poll: Polling::Constant {
-            interval: Duration::from_secs(1),
-        },
-        waiter_ttl: Duration::from_secs(5),
-        ..SETTINGS
-    };
+    let settings = slow_polling(Duration::from_secs(1));
     let registry = Arc::new(Registry::with_engine("redis", engine, settings));
     let writer = registry.locks("run").get("catalog").lock().await.expect("lock");
     let readers: Vec<_> = (0..30)
@@ -212,13 +215,7 @@ async fn thirty_queued_readers_are_admitted_on_one_notification() {
 async fn a_release_wakes_only_the_engine_of_the_next_waiter() {
     let server = start();
     // Polling once a second: only notifications can hand over quickly.
-    let settings = Settings {
-        poll: Polling::Constant {
-            interval: Duration::from_secs(1),
-        },
-        waiter_ttl: Duration::from_secs(5),
-        ..SETTINGS
-    };
+    let settings = slow_polling(Duration::from_secs(1));
     let mut registries = Vec::new();
     for _ in 0..3 {
         registries.push(Arc::new(Registry::with_engine(
@@ -287,13 +284,7 @@ async fn a_release_wakes_only_the_engine_of_the_next_waiter() {
 async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
     let server = start();
     // Polling once every 2 s: a waiter in well under that heard a notification.
-    let settings = Settings {
-        poll: Polling::Constant {
-            interval: Duration::from_secs(2),
-        },
-        waiter_ttl: Duration::from_secs(6),
-        ..SETTINGS
-    };
+    let settings = slow_polling(Duration::from_secs(2));
     let registry = Arc::new(Registry::with_engine("redis", engine(&server).await, settings));
     let mut raw = raw(&server).await;
     for round in 0..2 {
