@@ -59,8 +59,9 @@ if not granted then
     if redis.call('PTTL', queue) < waiter_ttl * 2 then
       redis.call('PEXPIRE', queue, waiter_ttl * 2)
     end
+    settle(holder, deadline, now_ms)
   end
-  settle(holder, deadline, now_ms)
+  -- A try that fails only dropped the dead: the gate still covers the rest.
   return {0, 0}
 end
 
