@@ -87,15 +87,7 @@ async fn release_wakes_the_next_waiter_through_sharded_pubsub() {
             .lock()
             .await
             .expect("lock");
-        let waiter = {
-            let (registry, name) = (waiter_side.clone(), name.clone());
-            tokio::spawn(async move {
-                let guard = registry.locks("sharded").get(name).lock().await.expect("lock");
-                let at = Instant::now();
-                guard.release().await.expect("release");
-                at
-            })
-        };
+        let waiter = conformance::timed_writer(waiter_side.locks("sharded").get(name.as_str()));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let released = Instant::now();
         held.release().await.expect("release");

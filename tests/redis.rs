@@ -95,12 +95,7 @@ async fn a_dead_waiter_at_the_head_is_kicked() {
     // Queued, then never heard from again: its liveness key lapses after 500 ms.
     assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Waiting(_))));
     let registry = Registry::with_engine("redis", engine.clone(), SETTINGS);
-    let next = tokio::spawn(async move {
-        let guard = registry.locks("kick").get("k").lock().await.expect("lock");
-        let at = Instant::now();
-        guard.release().await.expect("release");
-        at
-    });
+    let next = conformance::timed_writer(registry.locks("kick").get("k"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     assert!(engine.release(&holder).await.expect("release"));
@@ -156,13 +151,7 @@ async fn a_dead_reader_expires_on_its_own_while_others_renew() {
         .read()
         .await
         .expect("read");
-    let writer_lock = locks.get("r");
-    let writer = tokio::spawn(async move {
-        let guard = writer_lock.lock().await.expect("lock");
-        let at = Instant::now();
-        guard.release().await.expect("release");
-        at
-    });
+    let writer = conformance::timed_writer(locks.get("r"));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!writer.is_finished(), "writer admitted beside a live reader");
     let released = Instant::now();
@@ -285,19 +274,11 @@ async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
     let server = start();
     // Polling once every 2 s: a waiter in well under that heard a notification.
     let settings = slow_polling(Duration::from_secs(2));
-    let registry = Arc::new(Registry::with_engine("redis", engine(&server).await, settings));
+    let registry = Registry::with_engine("redis", engine(&server).await, settings);
     let mut raw = raw(&server).await;
     for round in 0..2 {
         let holder = registry.locks("resub").get("k").lock().await.expect("lock");
-        let waiter = {
-            let registry = registry.clone();
-            tokio::spawn(async move {
-                let guard = registry.locks("resub").get("k").lock().await.expect("lock");
-                let at = Instant::now();
-                guard.release().await.expect("release");
-                at
-            })
-        };
+        let waiter = conformance::timed_writer(registry.locks("resub").get("k"));
         tokio::time::sleep(Duration::from_millis(300)).await;
         if round == 0 {
             // The subscriber goes; the waiter polls at once and subscribes anew.

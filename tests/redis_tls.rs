@@ -6,8 +6,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::SETTINGS;
 use dlock::engines::conformance::server::{TestServer, redis_args};
+use dlock::engines::conformance::{SETTINGS, timed_writer};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Error, Registry};
 
@@ -124,17 +124,9 @@ async fn locks_and_notifications_work_over_tls() {
             .await
             .expect("connect over TLS"),
     );
-    let registry = Arc::new(Registry::with_engine("tls", engine, SETTINGS));
+    let registry = Registry::with_engine("tls", engine, SETTINGS);
     let held = registry.locks("tls").get("x").lock().await.expect("lock");
-    let waiter = {
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            let guard = registry.locks("tls").get("x").lock().await.expect("lock");
-            let at = Instant::now();
-            guard.release().await.expect("release");
-            at
-        })
-    };
+    let waiter = timed_writer(registry.locks("tls").get("x"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let released = Instant::now();
     held.release().await.expect("release");

@@ -25,6 +25,17 @@ use dlock_core::{Engine, Lock, Registry, Settings};
 
 pub use faults::Faults;
 
+/// Spawns a task that takes `lock` for write and lets go at once; it
+/// returns when it got the lock, for tests that time a handoff.
+pub fn timed_writer(lock: Lock) -> tokio::task::JoinHandle<std::time::Instant> {
+    tokio::spawn(async move {
+        let guard = lock.lock().await.expect("lock");
+        let at = std::time::Instant::now();
+        guard.release().await.expect("release");
+        at
+    })
+}
+
 /// Timing used by every case: short enough to keep the suite quick, long
 /// enough for a loopback server under a loaded 2-core machine.
 pub const SETTINGS: Settings = Settings {
