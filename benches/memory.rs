@@ -17,7 +17,7 @@ use dlock::{Engine, Registry, Settings};
 fn registry() -> (Registry, Arc<Faults>) {
     let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
     (
-        Registry::with_engine("memory", faults.clone(), Settings::default()),
+        Registry::with_engine("memory", faults.clone(), Settings::default()).expect("registry"),
         faults,
     )
 }

@@ -68,9 +68,10 @@ async fn registry(server: &TestServer) -> Registry {
         tls_ca_file: None,
         connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(60),
+        waiter_ttl: Duration::from_secs(3),
     };
     let engine = RedisEngine::connect("redis", &config).await.expect("connect");
-    Registry::with_engine("redis", Arc::new(engine), Settings::default())
+    Registry::with_engine("redis", Arc::new(engine), Settings::default()).expect("registry")
 }
 
 /// Commands the server ran since the last reset, less the bench's own

@@ -30,7 +30,7 @@ const ROUNDS: usize = 5;
 async fn dlock_client(server: &TestServer) -> Registry {
     let config = ZooKeeperConfig::new(server.address());
     let engine = ZooKeeperEngine::connect("zk", &config).await.expect("connect");
-    Registry::with_engine("zk", Arc::new(engine), Settings::default())
+    Registry::with_engine("zk", Arc::new(engine), Settings::default()).expect("registry")
 }
 
 /// Mean uncontended cycle of the floor.

@@ -6,10 +6,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub use dlock_core::Mode;
-use dlock_core::{Error, Held, Locks};
+use dlock_core::{Error, HeldLock, Locks, Wait};
 
 tokio::task_local! {
-    pub(crate) static CURRENT: Held;
+    pub(crate) static CURRENT: HeldLock;
 }
 
 /// What one annotated function asks for, as a `static` in its body.
@@ -123,17 +123,22 @@ pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Fut
     if let Some(lease) = site.lease {
         lock = lock.with_lease(lease);
     }
-    let guard = match lock.acquire(site.mode, site.wait).await {
+    if let Some(wait) = site.wait {
+        lock = lock.with_wait(Wait::For(wait));
+    }
+    let guard = match lock.acquire(site.mode).await {
         Ok(guard) => guard,
         Err(e) => return O::lock_error(e),
     };
     let held = guard.held().clone();
     let body = CURRENT.scope(held.clone(), body);
     let out = if site.cancel_on_lost {
+        // Lost first: a task resumed after a pause must not act before it
+        // learns that its lease ran out meanwhile.
         tokio::select! {
             biased;
-            out = body => out,
             reason = held.lost() => O::lock_error(Error::Lost { key: held.key().clone(), reason }),
+            out = body => out,
         }
     } else {
         body.await

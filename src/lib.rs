@@ -20,8 +20,14 @@ use std::path::Path;
 
 use once_cell::sync::OnceCell;
 
+/// What an engine author needs: implement [`Engine`], declare its
+/// [`Capabilities`], and register its kind in [`Kinds`].
 pub use dlock_core::{
-    Config, Engine, Error, Guard, Held, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, config,
+    BoxError, Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, Kinds, LostSignal, MIN_LEASE,
+    OwnerId, Poll, Request, Wake, Woken, async_trait, engine,
+};
+pub use dlock_core::{
+    Config, Error, Guard, HeldLock, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, Wait, config,
     metrics,
 };
 pub use dlock_engines as engines;
@@ -35,7 +41,13 @@ static REGISTRY: OnceCell<Registry> = OnceCell::new();
 /// Builds the configured engines into the global registry. Call once at
 /// startup, before the first lock; a bad config fails here, naming the field.
 pub async fn init(config: Config) -> Result<(), Error> {
-    install(Registry::build(&config, &engines::Factory).await?)
+    init_with(config, &engines::kinds()).await
+}
+
+/// [`init`] with engine kinds of your own besides the built-in ones:
+/// `let mut kinds = dlock::engines::kinds(); kinds.register("mine", ...);`.
+pub async fn init_with(config: Config, kinds: &Kinds) -> Result<(), Error> {
+    install(Registry::build(&config, kinds).await?)
 }
 
 /// Makes `registry` the global one: for engines built by hand (a custom
@@ -63,6 +75,7 @@ pub fn registry() -> &'static Registry {
 fn default_registry() -> Registry {
     let engine = std::sync::Arc::new(engines::memory::MemoryEngine::new());
     Registry::with_engine(config::IMPLICIT_ENGINE, engine, Settings::default())
+        .expect("the memory engine serves the default settings")
 }
 
 #[cfg(not(feature = "memory"))]
@@ -82,8 +95,8 @@ pub fn lock(group: &str, name: &str) -> Lock {
 
 /// The innermost lock held by a `#[distributed_lock]` function running in
 /// this task; `None` outside one. Spawned tasks do not inherit it.
-pub fn current() -> Option<Held> {
-    __private::CURRENT.try_with(Held::clone).ok()
+pub fn current() -> Option<HeldLock> {
+    __private::CURRENT.try_with(HeldLock::clone).ok()
 }
 
 /// The fencing token of [`current`]: pass it to storage with every write.

@@ -31,7 +31,8 @@ fn engine() -> &'static Faults {
     static FAULTS: OnceLock<Arc<Faults>> = OnceLock::new();
     FAULTS.get_or_init(|| {
         let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
-        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default())).expect("install");
+        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default()).expect("registry"))
+            .expect("install");
         faults
     })
 }

@@ -27,7 +27,8 @@ async fn engine() -> (&'static Faults, MutexGuard<'static, ()>) {
     static TURN: Mutex<()> = Mutex::const_new(());
     let faults = FAULTS.get_or_init(|| {
         let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
-        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default())).expect("install");
+        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default()).expect("registry"))
+            .expect("install");
         faults
     });
     (faults, TURN.lock().await)

@@ -3,14 +3,14 @@
 use std::time::Duration;
 
 use dlock::config::Polling;
-use dlock::{Config, Error, Registry};
+use dlock::{Config, Error, Registry, Wait};
 
 fn parse(text: &str) -> Result<Config, Error> {
     Config::parse(text, std::iter::empty())
 }
 
 async fn build(text: &str) -> Result<Registry, Error> {
-    Registry::build(&parse(text)?, &dlock::engines::Factory).await
+    Registry::build(&parse(text)?, &dlock::engines::kinds()).await
 }
 
 /// The field an error names, and its message.
@@ -28,7 +28,6 @@ engine = "main"
 lease = "20s"
 wait = "3s"
 poll = { strategy = "constant", interval = "50ms" }
-waiter_ttl = "2s"
 
 [engines.main]
 kind = "memory"
@@ -50,11 +49,11 @@ async fn a_good_file_routes_groups_and_applies_overrides() {
     let payment = registry.locks("payment");
     assert_eq!(payment.engine(), "side");
     assert_eq!(payment.settings().lease, Duration::from_secs(5));
-    assert_eq!(payment.settings().wait, Some(Duration::from_secs(3)));
+    assert_eq!(payment.settings().wait, Wait::For(Duration::from_secs(3)));
     let report = registry.locks("report");
     assert_eq!(report.engine(), "main");
     assert_eq!(report.settings().lease, Duration::from_secs(20));
-    assert_eq!(report.settings().wait, Some(Duration::from_millis(250)));
+    assert_eq!(report.settings().wait, Wait::For(Duration::from_millis(250)));
     assert_eq!(
         report.settings().poll,
         Polling::Constant {
@@ -74,7 +73,7 @@ async fn an_empty_config_serves_from_the_memory_engine() {
     let locks = registry.locks("g");
     assert_eq!(locks.engine(), "memory");
     assert_eq!(locks.settings().lease, Duration::from_secs(30));
-    assert_eq!(locks.settings().wait, None);
+    assert_eq!(locks.settings().wait, Wait::Forever);
     locks
         .get("n")
         .lock()
@@ -167,11 +166,6 @@ async fn bad_files_fail_naming_the_field() {
             "less than initial",
         ),
         (
-            "[defaults]\nwaiter_ttl = \"100ms\"",
-            "defaults.waiter_ttl",
-            "3 poll intervals",
-        ),
-        (
             "[engines.a]\nkind = \"memory\"\n[engines.b]\nkind = \"memory\"",
             "defaults.engine",
             "several engines",
@@ -187,6 +181,15 @@ async fn bad_files_fail_naming_the_field() {
 #[cfg(all(feature = "redis", feature = "zookeeper"))]
 #[tokio::test]
 async fn bad_engine_settings_fail_naming_the_field() {
+    use dlock::engines::conformance::server::TestServer;
+    use dlock::engines::conformance::server::redis_args;
+    // Checked against the engine's capabilities once it is connected.
+    let redis = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let short_waiter_ttl = format!(
+        "[engines.r]\nkind = \"redis\"\nurl = \"redis://{}\"\nwaiter_ttl = \"100ms\"",
+        redis.address()
+    );
+    fails_naming_the_field(&[(&short_waiter_ttl, "engines.r.waiter_ttl", "3 poll intervals")]).await;
     let cases: &[(&str, &str, &str)] = &[
         ("[engines.zk]\nkind = \"zookeeper\"", "engines.zk", "connect"),
         (

@@ -20,6 +20,7 @@ async fn engine() -> Arc<dyn Engine> {
         tls_ca_file: None,
         connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(2),
+        waiter_ttl: Duration::from_secs(1),
     };
     Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"))
 }

@@ -22,7 +22,7 @@ fn cluster() -> &'static Cluster {
     })
 }
 
-fn config() -> RedisClusterConfig {
+fn config(waiter_ttl: Duration) -> RedisClusterConfig {
     RedisClusterConfig {
         nodes: cluster()
             .nodes
@@ -31,15 +31,20 @@ fn config() -> RedisClusterConfig {
             .collect(),
         connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(1),
+        waiter_ttl,
     }
 }
 
-async fn engine() -> Arc<dyn Engine> {
+async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
     Arc::new(
-        RedisEngine::connect_cluster("cluster", &config())
+        RedisEngine::connect_cluster("cluster", &config(waiter_ttl))
             .await
             .expect("connect"),
     )
+}
+
+async fn engine() -> Arc<dyn Engine> {
+    engine_with(Duration::from_secs(1)).await
 }
 
 dlock::engines::conformance_suite!(engine);
@@ -74,11 +79,12 @@ async fn release_wakes_the_next_waiter_through_sharded_pubsub() {
         poll: Polling::Constant {
             interval: Duration::from_secs(1),
         },
-        waiter_ttl: Duration::from_secs(5),
         ..dlock::engines::conformance::SETTINGS
     };
-    let holder_side = dlock::Registry::with_engine("cluster", engine().await, settings);
-    let waiter_side = Arc::new(dlock::Registry::with_engine("cluster", engine().await, settings));
+    let engine = || engine_with(Duration::from_secs(5));
+    let holder_side = dlock::Registry::with_engine("cluster", engine().await, settings).expect("registry");
+    let waiter_side =
+        Arc::new(dlock::Registry::with_engine("cluster", engine().await, settings).expect("registry"));
     for round in 0..3 {
         let name = format!("wake-{round}");
         let held = holder_side

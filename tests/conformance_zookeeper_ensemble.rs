@@ -32,7 +32,7 @@ async fn conformance_on_an_ensemble_losing_its_leader() {
     };
 
     let survivor_engine = Arc::new(ZooKeeperEngine::connect("zk", &config).await.expect("connect"));
-    let survivor = Registry::with_engine("zk", survivor_engine, Settings::default());
+    let survivor = Registry::with_engine("zk", survivor_engine, Settings::default()).expect("registry");
     let held = survivor
         .locks("ensemble")
         .get("survivor")
@@ -57,7 +57,7 @@ async fn conformance_on_an_ensemble_losing_its_leader() {
 
     assert!(!held.is_lost(), "the hold did not survive the failover");
     let peer_engine = Arc::new(ZooKeeperEngine::connect("zk", &config).await.expect("connect"));
-    let peer = Registry::with_engine("zk", peer_engine, Settings::default());
+    let peer = Registry::with_engine("zk", peer_engine, Settings::default()).expect("registry");
     let lock = peer.locks("ensemble").get("survivor");
     assert!(
         lock.try_lock().await.expect("try").is_none(),

@@ -509,8 +509,9 @@ async fn memory_holder_stalled_past_its_lease_is_fenced() {
     let engine: Arc<dyn dlock::Engine> = Arc::new(MemoryEngine::new());
     let stalled_path = Faults::new(engine.clone());
     let stalled_path = Arc::new(stalled_path);
-    let holder = Registry::with_engine("memory", stalled_path.clone(), Settings::default());
-    let peer = Registry::with_engine("memory", engine, Settings::default());
+    let holder =
+        Registry::with_engine("memory", stalled_path.clone(), Settings::default()).expect("registry");
+    let peer = Registry::with_engine("memory", engine, Settings::default()).expect("registry");
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -9,15 +9,15 @@ use std::time::Duration;
 use dlock::config::Queue;
 use dlock::engines::conformance::Faults;
 use dlock::engines::memory::MemoryEngine;
-use dlock::{Error, Registry, Settings};
+use dlock::{Error, Registry, Settings, Wait};
 
-fn local(faults: Arc<Faults>, wait: Option<Duration>) -> Registry {
+fn local(faults: Arc<Faults>, wait: Wait) -> Registry {
     let settings = Settings {
         queue: Queue::Local,
         wait,
         ..Settings::default()
     };
-    Registry::with_engine("memory", faults, settings)
+    Registry::with_engine("memory", faults, settings).expect("registry")
 }
 
 fn faults() -> Arc<Faults> {
@@ -27,7 +27,7 @@ fn faults() -> Arc<Faults> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_local_waiters_stay_exclusive_and_barely_touch_the_engine() {
     let faults = faults();
-    let registry = Arc::new(local(faults.clone(), None));
+    let registry = Arc::new(local(faults.clone(), Wait::Forever));
     let (inside, violations, counter) = (
         Arc::new(AtomicU64::new(0)),
         Arc::new(AtomicU64::new(0)),
@@ -68,7 +68,7 @@ async fn many_local_waiters_stay_exclusive_and_barely_touch_the_engine() {
 // One thread: each spawned task joins the line before the next is spawned.
 #[tokio::test]
 async fn a_downgrade_lets_local_readers_in_and_writers_keep_waiting() {
-    let registry = Arc::new(local(faults(), Some(Duration::from_secs(5))));
+    let registry = Arc::new(local(faults(), Wait::For(Duration::from_secs(5))));
     let lock = registry.locks("local").get("down");
     let write = lock.lock().await.expect("write");
     let read = lock.read().await.expect("nested read");
@@ -97,7 +97,7 @@ async fn a_downgrade_lets_local_readers_in_and_writers_keep_waiting() {
 
 #[tokio::test]
 async fn the_local_line_counts_against_the_wait_and_try_lock_never_joins_it() {
-    let registry = local(faults(), Some(Duration::from_millis(200)));
+    let registry = local(faults(), Wait::For(Duration::from_millis(200)));
     let lock = registry.locks("local").get("timeout");
     let held = lock.lock().await.expect("lock");
     let held_task = tokio::task::spawn({

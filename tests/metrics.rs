@@ -99,7 +99,10 @@ impl Recorded {
 
 fn registry() -> (Registry, Arc<Faults>) {
     let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
-    (Registry::with_engine("mem", faults.clone(), SETTINGS), faults)
+    (
+        Registry::with_engine("mem", faults.clone(), SETTINGS).expect("registry"),
+        faults,
+    )
 }
 
 /// Lets background work (a dropped guard's release) finish.

@@ -12,7 +12,7 @@ use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
 use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
-use dlock_core::{OwnerId, Poll, Request};
+use dlock_core::{Poll, Request};
 use futures_util::StreamExt;
 
 fn start() -> TestServer {
@@ -25,15 +25,21 @@ fn config(server: &TestServer) -> RedisConfig {
         tls_ca_file: None,
         connect_timeout: Duration::from_secs(2),
         fence_retention: Duration::from_secs(1),
+        waiter_ttl: Duration::from_secs(1),
     }
 }
 
 async fn engine(server: &TestServer) -> Arc<RedisEngine> {
-    Arc::new(
-        RedisEngine::connect("redis", &config(server))
-            .await
-            .expect("connect"),
-    )
+    engine_with(server, Duration::from_secs(1)).await
+}
+
+/// An engine that drops waiters silent for `waiter_ttl`.
+async fn engine_with(server: &TestServer, waiter_ttl: Duration) -> Arc<RedisEngine> {
+    let config = RedisConfig {
+        waiter_ttl,
+        ..config(server)
+    };
+    Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"))
 }
 
 async fn raw(server: &TestServer) -> redis::aio::MultiplexedConnection {
@@ -44,57 +50,31 @@ async fn raw(server: &TestServer) -> redis::aio::MultiplexedConnection {
         .expect("raw connection")
 }
 
-/// Waiters poll only every `interval`, so one served sooner heard a notification.
+/// Waiters poll only every `interval`, so one served sooner heard a
+/// notification (their engine needs a `waiter_ttl` of 3 intervals).
 fn slow_polling(interval: Duration) -> Settings {
     Settings {
         poll: Polling::Constant { interval },
-        waiter_ttl: interval * 3,
         ..SETTINGS
     }
 }
 
-fn request(
-    group: &str,
-    name: &str,
-    mode: Mode,
-    lease: Duration,
-    waiter_ttl: Duration,
-    queue: bool,
-) -> Request {
-    Request {
-        key: LockKey::new(group, name).expect("key"),
-        owner: OwnerId::random(),
-        mode,
-        lease,
-        waiter_ttl,
-        queue,
-    }
+fn request(group: &str, name: &str, mode: Mode, lease: Duration, queue: bool) -> Request {
+    let mut req = Request::new(LockKey::new(group, name).expect("key"), mode, lease);
+    req.try_once = !queue;
+    req
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_waiter_at_the_head_is_kicked() {
     let server = start();
-    let engine = engine(&server).await;
-    let holder = request(
-        "kick",
-        "k",
-        Mode::Write,
-        Duration::from_secs(10),
-        Duration::from_secs(1),
-        false,
-    );
-    let dead = request(
-        "kick",
-        "k",
-        Mode::Write,
-        Duration::from_secs(10),
-        Duration::from_millis(500),
-        true,
-    );
+    let engine = engine_with(&server, Duration::from_millis(500)).await;
+    let holder = request("kick", "k", Mode::Write, Duration::from_secs(10), false);
+    let dead = request("kick", "k", Mode::Write, Duration::from_secs(10), true);
     assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
     // Queued, then never heard from again: its liveness key lapses after 500 ms.
     assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Waiting(_))));
-    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS);
+    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS).expect("registry");
     let next = conformance::timed_writer(registry.locks("kick").get("k"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
@@ -111,11 +91,11 @@ async fn a_dead_waiter_at_the_head_is_kicked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_dies_leaves_its_waiters_first_in_line() {
     let server = start();
-    let engine = engine(&server).await;
-    let (lease, waiter_ttl) = (Duration::from_millis(300), Duration::from_secs(3));
-    let holder = request("order", "k", Mode::Write, lease, waiter_ttl, false);
-    let waiter = request("order", "k", Mode::Write, lease, waiter_ttl, true);
-    let newcomer = request("order", "k", Mode::Write, lease, waiter_ttl, false);
+    let engine = engine_with(&server, Duration::from_secs(3)).await;
+    let lease = Duration::from_millis(300);
+    let holder = request("order", "k", Mode::Write, lease, false);
+    let waiter = request("order", "k", Mode::Write, lease, true);
+    let newcomer = request("order", "k", Mode::Write, lease, false);
     assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
     assert!(matches!(engine.acquire(&waiter).await, Ok(Poll::Waiting(_))));
     // The holder never renews: its lease runs out with the waiter still queued.
@@ -133,17 +113,10 @@ async fn a_holder_that_dies_leaves_its_waiters_first_in_line() {
 async fn a_dead_reader_expires_on_its_own_while_others_renew() {
     let server = start();
     let engine = engine(&server).await;
-    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS);
+    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS).expect("registry");
     let locks = registry.locks("readers");
     // A reader that dies at once, lease 1 s; a live reader renewing a 1 s lease for 2.5 s.
-    let dead = request(
-        "readers",
-        "r",
-        Mode::Read,
-        Duration::from_secs(1),
-        Duration::from_secs(1),
-        false,
-    );
+    let dead = request("readers", "r", Mode::Read, Duration::from_secs(1), false);
     assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Held(_))));
     let live = locks
         .get("r")
@@ -168,10 +141,10 @@ async fn a_dead_reader_expires_on_its_own_while_others_renew() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_queued_readers_are_admitted_on_one_notification() {
     let server = start();
-    let engine = engine(&server).await;
+    let engine = engine_with(&server, Duration::from_secs(3)).await;
     // Polling once a second: only notifications can admit them quickly.
     let settings = slow_polling(Duration::from_secs(1));
-    let registry = Arc::new(Registry::with_engine("redis", engine, settings));
+    let registry = Arc::new(Registry::with_engine("redis", engine, settings).expect("registry"));
     let writer = registry.locks("run").get("catalog").lock().await.expect("lock");
     let readers: Vec<_> = (0..30)
         .map(|_| {
@@ -207,11 +180,14 @@ async fn a_release_wakes_only_the_engine_of_the_next_waiter() {
     let settings = slow_polling(Duration::from_secs(1));
     let mut registries = Vec::new();
     for _ in 0..3 {
-        registries.push(Arc::new(Registry::with_engine(
-            "redis",
-            engine(&server).await,
-            settings,
-        )));
+        registries.push(Arc::new(
+            Registry::with_engine(
+                "redis",
+                engine_with(&server, Duration::from_secs(3)).await,
+                settings,
+            )
+            .expect("registry"),
+        ));
     }
     let client = redis::Client::open(format!("redis://{}", server.address())).expect("url");
     let mut listener = client.get_async_pubsub().await.expect("pubsub");
@@ -274,7 +250,8 @@ async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
     let server = start();
     // Polling once every 2 s: a waiter in well under that heard a notification.
     let settings = slow_polling(Duration::from_secs(2));
-    let registry = Registry::with_engine("redis", engine(&server).await, settings);
+    let engine = engine_with(&server, Duration::from_secs(6)).await;
+    let registry = Registry::with_engine("redis", engine, settings).expect("registry");
     let mut raw = raw(&server).await;
     for round in 0..2 {
         let holder = registry.locks("resub").get("k").lock().await.expect("lock");
@@ -305,7 +282,7 @@ async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_during_use_is_transparent() {
     let server = start();
-    let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS);
+    let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS).expect("registry");
     let lock = registry.locks("flush").get("x");
     let mut raw = raw(&server).await;
     for round in 0..6 {
@@ -324,7 +301,7 @@ async fn script_flush_during_use_is_transparent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_makes_holders_lost() {
     let mut server = start();
-    let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS);
+    let registry = Registry::with_engine("redis", engine(&server).await, SETTINGS).expect("registry");
     let guard = registry
         .locks("restart")
         .get("x")
@@ -380,10 +357,8 @@ async fn no_key_is_left_behind() {
 async fn an_unreachable_server_is_a_clear_error_in_time() {
     let port = free_port();
     let config = RedisConfig {
-        url: format!("redis://127.0.0.1:{port}"),
-        tls_ca_file: None,
         connect_timeout: Duration::from_secs(1),
-        fence_retention: Duration::from_secs(1),
+        ..RedisConfig::new(format!("redis://127.0.0.1:{port}"))
     };
     let started = Instant::now();
     let err = RedisEngine::connect("main", &config)
@@ -431,7 +406,8 @@ async fn acl_users_authenticate_from_the_url() {
         "redis",
         Arc::new(RedisEngine::connect("acl", &good).await.expect("connect")),
         SETTINGS,
-    );
+    )
+    .expect("registry");
     registry
         .locks("acl")
         .get("x")

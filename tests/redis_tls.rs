@@ -114,17 +114,17 @@ async fn locks_and_notifications_work_over_tls() {
     let certs = certificates();
     let server = tls_server(&certs);
     let config = RedisConfig {
-        url: format!("rediss://{}", server.address()),
         tls_ca_file: Some(certs.join("ca.crt")),
-        connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(1),
+        waiter_ttl: Duration::from_secs(1),
+        ..RedisConfig::new(format!("rediss://{}", server.address()))
     };
     let engine = Arc::new(
         RedisEngine::connect("tls", &config)
             .await
             .expect("connect over TLS"),
     );
-    let registry = Registry::with_engine("tls", engine, SETTINGS);
+    let registry = Registry::with_engine("tls", engine, SETTINGS).expect("registry");
     let held = registry.locks("tls").get("x").lock().await.expect("lock");
     let waiter = timed_writer(registry.locks("tls").get("x"));
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -41,10 +41,10 @@ async fn engine_at(connect: String) -> Arc<ZooKeeperEngine> {
 
 fn registry(engine: Arc<ZooKeeperEngine>) -> Registry {
     let settings = Settings {
-        wait: Some(Duration::from_secs(20)),
+        wait: dlock::Wait::For(Duration::from_secs(20)),
         ..Settings::default()
     };
-    Registry::with_engine("zk", engine, settings)
+    Registry::with_engine("zk", engine, settings).expect("registry")
 }
 
 async fn client() -> (Registry, Arc<ZooKeeperEngine>) {

@@ -3,64 +3,57 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::config::Queue;
-use crate::hold::Hold;
-use crate::line::Place;
-use crate::lock::GroupCtx;
+use crate::config::{Queue, Wait};
+use crate::engine::{Woken, within};
+use crate::guard::Guard;
+use crate::hold::{Grant, Hold, engine_id};
+use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Span};
-use crate::{Engine, Error, Guard, LockKey, Mode, OwnerId, Poll, Request};
+use crate::registry::Group;
+use crate::{Error, LockKey, Mode, Poll, Request, watchdog};
 
-/// Shortest lease accepted: engines with millisecond expiry need some margin.
-pub const MIN_LEASE: Duration = Duration::from_millis(30);
+/// How long a timed-out caller waits for its request to be withdrawn before
+/// it is answered; a slower withdrawal finishes in the background.
+const WITHDRAW_GRACE: Duration = Duration::from_millis(20);
 
 pub(crate) async fn acquire(
-    ctx: &Arc<GroupCtx>,
+    group: &Arc<Group>,
     name: Arc<str>,
     mode: Mode,
-    wait: Option<Duration>,
+    wait: Wait,
     lease: Duration,
 ) -> Result<Guard, Error> {
-    let key = LockKey::new(ctx.group.clone(), name)?;
+    let key = LockKey::new(group.name.clone(), name)?;
     // Checked before reentry too: a nested read would later need an engine downgrade.
-    if mode == Mode::Read && !ctx.engine.engine.supports_read() {
-        return Err(ctx.unsupported("read mode"));
+    if mode == Mode::Read && !group.capabilities.read {
+        return Err(group.unsupported("read mode".to_owned()));
     }
-    if let Some(hold) = Hold::reenter(ctx, &key, mode)? {
-        ctx.labels.event(mode, Event::Reentered);
+    if let Some(hold) = Hold::reenter(group, &key, mode)? {
+        group.labels.event(mode, Event::Reentered);
         return Ok(Guard::new(hold, mode));
     }
-    if lease < MIN_LEASE {
-        return Err(Error::config(
-            "lease",
-            format!("{lease:?} is too short; use at least {MIN_LEASE:?}"),
-        ));
-    }
-    let req = Request {
-        key,
-        owner: OwnerId::random(),
-        mode,
-        lease,
-        waiter_ttl: ctx.settings.waiter_ttl,
-        queue: wait != Some(Duration::ZERO),
-    };
-    ctx.labels.event(mode, Event::Attempt);
+    group.check_lease(lease)?;
+    let mut req = Request::new(key, mode, lease);
+    req.try_once = wait == Wait::TRY_ONCE;
+    group.labels.event(mode, Event::Attempt);
     let since = Instant::now();
     let granted = {
-        let _waiting = Waiting::start(&ctx.labels, mode);
-        match local_turn(ctx, &req, since, wait).await {
-            Ok(place) => wait_for_grant(ctx, &req, since, wait)
+        let _waiting = Waiting::start(&group.labels, mode);
+        match local_turn(group, &req, since, wait).await {
+            Ok(place) => wait_for_grant(group, &req, since, wait)
                 .await
                 .map(|grant| (place, grant)),
             Err(e) => Err(e),
         }
     };
     match granted {
-        Ok((place, (fence, lease_from))) => {
-            ctx.labels.span(Span::Wait, mode, since.elapsed());
-            ctx.labels.event(mode, Event::Acquired);
-            let hold = Hold::start(ctx.clone(), req, place, fence, lease_from);
+        Ok((place, grant)) => {
+            group.labels.span(Span::Wait, mode, since.elapsed());
+            group.labels.event(mode, Event::Acquired);
+            let hold = Hold::start(group.clone(), req, place, grant);
+            hold.set_watchdog(watchdog::spawn(hold.clone()));
             Ok(Guard::new(hold, mode))
         }
         Err(e) => {
@@ -68,91 +61,101 @@ pub(crate) async fn acquire(
                 Error::Timeout { .. } => Event::TimedOut,
                 _ => Event::Failed,
             };
-            ctx.labels.event(mode, event);
+            group.labels.event(mode, event);
             Err(e)
         }
     }
 }
 
 /// With `queue = "local"`, waits for this request's turn in the process's
-/// own line for the lock (see `line.rs`), within the wait.
+/// own queue for the lock (see `local_queue.rs`), within the wait.
 async fn local_turn(
-    ctx: &GroupCtx,
+    group: &Group,
     req: &Request,
     since: Instant,
-    wait: Option<Duration>,
+    wait: Wait,
 ) -> Result<Option<Place>, Error> {
-    if ctx.settings.queue == Queue::Engine {
+    if group.settings.queue == Queue::Engine {
         return Ok(None);
     }
-    let engine = Arc::as_ptr(&ctx.engine.engine) as *const () as usize;
+    let engine = engine_id(group);
     let timeout = || Error::Timeout {
         key: req.key.clone(),
         waited: since.elapsed(),
     };
-    if !req.queue {
+    if req.try_once {
         return Place::try_take(engine, &req.key, req.mode)
             .map(Some)
             .ok_or_else(timeout);
     }
     let turn = Place::take(engine, &req.key, req.mode);
     match wait {
-        Some(wait) => tokio::time::timeout_at(since + wait, turn)
+        Wait::For(wait) => tokio::time::timeout_at(since + wait, turn)
             .await
             .map(Some)
             .map_err(|_| timeout()),
-        None => Ok(Some(turn.await)),
+        Wait::Forever => Ok(Some(turn.await)),
     }
 }
 
 /// Asks until granted or the wait runs out; on timeout the request is
-/// withdrawn. Returns the fence and when the granting request was sent, from
-/// which the engine counts the lease.
-async fn wait_for_grant(
-    ctx: &GroupCtx,
-    req: &Request,
-    since: Instant,
-    wait: Option<Duration>,
-) -> Result<(u64, Instant), Error> {
-    let deadline = wait.map(|w| since + w);
+/// withdrawn. Every call is bounded: by the wait, and by `call_timeout`.
+async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait) -> Result<Grant, Error> {
+    let deadline = match wait {
+        Wait::For(wait) if !req.try_once => Some(since + wait),
+        _ => None,
+    };
     // An engine error is retried on the polling schedule until the wait runs
     // out (for at most a lease if it never does): a restarted or failed-over
     // server, or a dropped connection, comes back; one that stays away is an
     // error, never a silent hang.
     let give_up = deadline.unwrap_or(since + req.lease);
-    let engine = &ctx.engine.engine;
-    let mut withdraw = Withdraw::arm(engine.clone(), req.clone());
-    let mut pauses = ctx.settings.poll.intervals();
-    let mut sent = Instant::now();
+    let engine = &group.engine;
+    let call_timeout = group.settings.call_timeout;
+    let mut withdraw = Withdraw::arm(group, req);
+    let mut pauses = group.settings.poll.intervals();
     let mut queued = false;
-    let mut answer = engine.acquire(req).await;
     loop {
+        let sent = Instant::now();
+        let bound = deadline.map_or(sent + call_timeout, |d| d.min(sent + call_timeout));
+        let call = async {
+            if queued {
+                engine.poll(req).await
+            } else {
+                engine.acquire(req).await
+            }
+        };
+        let answer = within(bound, call).await;
+        let now = Instant::now();
         let (wake, failed) = match answer {
             Ok(Poll::Held(fence)) => {
                 withdraw.disarm();
-                return Ok((fence, sent));
+                return Ok(Grant {
+                    fence,
+                    valid_until: sent + req.lease,
+                });
             }
             Ok(Poll::Waiting(wake)) => {
                 queued = true;
                 (wake, None)
             }
-            Err(e) => (Box::pin(std::future::pending()) as crate::Wake, Some(e)),
+            // Cut off by the wait's deadline: a timeout, not an engine failure.
+            Err(_) if deadline.is_some_and(|d| now >= d) => (never(), None),
+            Err(e) => (never(), Some(e)),
         };
-        let now = Instant::now();
         let timed_out = match (&failed, deadline) {
-            _ if !req.queue => true,
+            _ if req.try_once => true,
             (Some(_), _) => now >= give_up,
             (None, Some(deadline)) => now >= deadline,
             (None, None) => false,
         };
         if timed_out {
-            withdraw.disarm();
-            if req.queue {
-                // Awaited, so the queue is clean when the caller sees the timeout.
-                let _ = engine.cancel(req).await;
+            if req.try_once && failed.is_none() {
+                withdraw.disarm(); // answered busy: nothing was queued
             }
+            withdraw.now().await;
             return Err(match failed {
-                Some(e) => ctx.engine_error(&req.key, e),
+                Some(e) => group.engine_error(&req.key, e),
                 None => Error::Timeout {
                     key: req.key.clone(),
                     waited: since.elapsed(),
@@ -167,45 +170,59 @@ async fn wait_for_grant(
             next = next.min(give_up);
         }
         tokio::select! {
-            _ = wake => {}
+            woken = wake => if let Woken::Granted { fence, valid_for } = woken {
+                withdraw.disarm();
+                return Ok(Grant { fence, valid_until: sent + valid_for });
+            },
             _ = sleep_until(next) => {}
         }
-        sent = Instant::now();
-        answer = if queued {
-            engine.poll(req).await
-        } else {
-            engine.acquire(req).await
-        };
     }
 }
 
-/// Withdraws the request in the background if the waiting future is dropped
-/// (caller cancelled) or fails, so no dead waiter or orphan hold is left behind.
-struct Withdraw {
-    armed: Option<(Arc<dyn Engine>, Request)>,
+fn never() -> crate::Wake {
+    Box::pin(std::future::pending())
 }
 
-impl Withdraw {
-    fn arm(engine: Arc<dyn Engine>, req: Request) -> Self {
+/// Withdraws the request if the waiting future is dropped (caller cancelled)
+/// or gives up, so no dead waiter or orphan hold is left behind. The
+/// withdrawal runs in its own task, bounded by `call_timeout`.
+struct Withdraw<'a> {
+    armed: Option<(&'a Group, &'a Request)>,
+}
+
+impl<'a> Withdraw<'a> {
+    fn arm(group: &'a Group, req: &'a Request) -> Self {
         Withdraw {
-            armed: Some((engine, req)),
+            armed: Some((group, req)),
         }
     }
 
     fn disarm(&mut self) {
         self.armed = None;
     }
+
+    /// Withdraws now, and waits a moment for it, so that the queue is
+    /// usually clean when the caller hears of its timeout.
+    async fn now(&mut self) {
+        if let Some(task) = self.spawn() {
+            let _ = timeout(WITHDRAW_GRACE, task).await;
+        }
+    }
+
+    fn spawn(&mut self) -> Option<tokio::task::JoinHandle<()>> {
+        let (group, req) = self.armed.take()?;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (engine, req) = (group.engine.clone(), req.clone());
+        let until = Instant::now() + group.settings.call_timeout;
+        Some(runtime.spawn(async move {
+            let _ = within(until, engine.cancel(&req)).await;
+        }))
+    }
 }
 
-impl Drop for Withdraw {
+impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
-        if let Some((engine, req)) = self.armed.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move {
-                let _ = engine.cancel(&req).await;
-            });
-        }
+        self.spawn();
     }
 }
 

@@ -25,10 +25,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 
 use crate::Error;
+
+/// Shortest lease accepted: engines with millisecond expiry need some margin.
+/// (`dlock-macros` checks the attribute's `lease` against the same value.)
+pub const MIN_LEASE: Duration = Duration::from_millis(30);
 
 /// Name of the engine used when the config defines none.
 pub const IMPLICIT_ENGINE: &str = "memory";
@@ -55,16 +59,45 @@ pub struct Defaults {
     /// How long an engine keeps a hold without renewal; the watchdog renews every lease/3.
     #[serde(with = "humantime_serde")]
     pub lease: Duration,
-    /// How long `lock()` waits; absent means until granted.
-    #[serde(with = "humantime_serde")]
-    pub wait: Option<Duration>,
+    /// How long `lock()` waits: `"10s"`, or `"forever"` (the default).
+    pub wait: Wait,
     /// How often a waiter re-checks when no notification arrives.
     pub poll: Polling,
-    /// How long a silent waiter stays queued on the server before others kick it.
-    #[serde(with = "humantime_serde")]
-    pub waiter_ttl: Duration,
     /// Where this process's waiters line up; see [`Queue`].
     pub queue: Queue,
+    /// The longest one engine call may take before it counts as failed.
+    #[serde(with = "humantime_serde")]
+    pub call_timeout: Duration,
+}
+
+/// How long an acquisition waits for the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Until granted.
+    Forever,
+    /// At most this long; zero tries once.
+    For(Duration),
+}
+
+impl Wait {
+    /// Tries once, never queues.
+    pub const TRY_ONCE: Wait = Wait::For(Duration::ZERO);
+}
+
+impl<'de> Deserialize<'de> for Wait {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == "forever" {
+            return Ok(Wait::Forever);
+        }
+        humantime_serde::re::humantime::parse_duration(&text)
+            .map(Wait::For)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "`{text}`: {e}; write a duration like \"10s\" or \"250ms\", or \"forever\""
+                ))
+            })
+    }
 }
 
 /// Where a process's waiters for one lock line up.
@@ -86,10 +119,10 @@ impl Default for Defaults {
         Defaults {
             engine: None,
             lease: Duration::from_secs(30),
-            wait: None,
+            wait: Wait::Forever,
             poll: Polling::default(),
-            waiter_ttl: Duration::from_secs(3),
             queue: Queue::Engine,
+            call_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -166,9 +199,38 @@ pub struct GroupConfig {
     pub engine: Option<String>,
     #[serde(default, with = "humantime_serde")]
     pub lease: Option<Duration>,
-    #[serde(default, with = "humantime_serde")]
-    pub wait: Option<Duration>,
+    pub wait: Option<Wait>,
     pub queue: Option<Queue>,
+}
+
+/// The timing of one group's locks: the defaults with the group's overrides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub lease: Duration,
+    pub wait: Wait,
+    pub poll: Polling,
+    pub queue: Queue,
+    pub call_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Defaults::default().settings(None)
+    }
+}
+
+impl Defaults {
+    /// These defaults with `group`'s overrides applied.
+    pub fn settings(&self, group: Option<&GroupConfig>) -> Settings {
+        let group = group.cloned().unwrap_or_default();
+        Settings {
+            lease: group.lease.unwrap_or(self.lease),
+            wait: group.wait.unwrap_or(self.wait),
+            poll: self.poll,
+            queue: group.queue.unwrap_or(self.queue),
+            call_timeout: self.call_timeout,
+        }
+    }
 }
 
 impl Config {
@@ -224,15 +286,8 @@ impl Config {
         }
         check_lease("defaults.lease", d.lease)?;
         check_polling(d.poll)?;
-        if d.waiter_ttl < d.poll.max_interval() * 3 {
-            return Err(Error::config(
-                "defaults.waiter_ttl",
-                format!(
-                    "{:?} is shorter than 3 poll intervals ({:?}); live waiters would be kicked",
-                    d.waiter_ttl,
-                    d.poll.max_interval() * 3
-                ),
-            ));
+        if d.call_timeout.is_zero() {
+            return Err(Error::config("defaults.call_timeout", "must be more than zero"));
         }
         for (name, engine) in &self.engines {
             if name.is_empty() {
@@ -263,11 +318,13 @@ fn undefined_engine(field: &str, name: &str) -> Error {
     Error::config(field, format!("engine `{name}` is not defined under [engines]"))
 }
 
-fn check_lease(field: &str, lease: Duration) -> Result<(), Error> {
-    if lease < Duration::from_millis(30) {
+/// Checks a lease against the core's minimum; engines' own minimum is a
+/// capability, checked where the engine is known.
+pub(crate) fn check_lease(field: &str, lease: Duration) -> Result<(), Error> {
+    if lease < MIN_LEASE {
         return Err(Error::config(
             field,
-            format!("{lease:?} is too short; use at least 30ms"),
+            format!("{lease:?} is too short; use at least {MIN_LEASE:?}"),
         ));
     }
     Ok(())

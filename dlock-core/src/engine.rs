@@ -6,7 +6,8 @@
 //!
 //! 1. [`acquire`](Engine::acquire) joins the lock's queue (or takes the lock at
 //!    once) and answers [`Poll::Held`] with a fencing token, or [`Poll::Waiting`]
-//!    with a *wake* future that resolves when trying again is worthwhile.
+//!    with a *wake* future that resolves when trying again is worthwhile, or
+//!    with the lock itself when another client handed it over ([`Woken`]).
 //! 2. The core awaits the wake (or its safety-net poll interval) and calls
 //!    [`poll`](Engine::poll), until held or the wait timeout; then
 //!    [`cancel`](Engine::cancel) withdraws the request.
@@ -15,32 +16,46 @@
 //! 4. [`release`](Engine::release) lets go; [`downgrade`](Engine::downgrade)
 //!    turns a write hold into a read hold without letting go.
 //!
-//! Each request carries a fresh random [`OwnerId`]; engines that must remember
-//! something per request (a node path, a connection) key it by that id.
+//! The core bounds every call: acquire and poll by the wait, renew by the
+//! lease, release and cancel by `call_timeout`. An engine never needs its
+//! own timeouts around a call that may block.
 //!
-//! How the engines map onto it:
+//! Each request carries a fresh random [`OwnerId`], and a place for what the
+//! engine must remember about it from acquire to release (a node, a
+//! connection, a lease): [`Request::state`].
 //!
-//! | engine | acquire / poll | wake | renew | loss pushed by `lost` |
-//! |---|---|---|---|---|
-//! | memory | a FIFO queue per key in process | a `Notify` per waiter, lease timers | extend the lease | — |
-//! | redis | one Lua script each (enqueue, try, kick dead head) | sharded pub/sub on release, polling as safety net | Lua: extend owner's PX if still owner | — |
-//! | zookeeper | create `EPHEMERAL_SEQUENTIAL` child, then sort siblings | a watch on the one node ahead | check the node still exists | session ended |
-//! | etcd | put a key under a lease, compare create revisions | watch the key ahead for delete | lease keep-alive | lease revoked |
-//! | postgres | `pg_try_advisory_lock` on a dedicated connection | polling | ping the connection | connection closed |
-//! | mysql | upsert the lock row in a transaction | polling | bump the expiry if still owner | — |
-//! | memcached | `add` with TTL and owner value | polling | `cas` the TTL if still owner | — |
+//! What an engine can and cannot promise is declared once, in
+//! [`Capabilities`]; the core refuses requests an engine cannot serve, and the
+//! conformance suite runs or skips its cases by them.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::{BoxError, LockKey, Mode};
 
-/// A future that resolves when a waiting request should be polled again.
-/// Spurious wakes are harmless; the core also polls on its own schedule.
-pub type Wake = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+/// A future that resolves when a waiting request should be polled again, or
+/// was granted. Spurious wakes are harmless; the core also polls on its own
+/// schedule.
+pub type Wake = Pin<Box<dyn Future<Output = Woken> + Send + 'static>>;
+
+/// A future that resolves when the engine learns, on its own, that a hold is gone.
+pub type LostSignal = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// What a [`Wake`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woken {
+    /// Try again: poll.
+    Retry,
+    /// Another client handed the lock to this request while it waited (a
+    /// direct handoff): it holds with `fence`, for `valid_for` counted from
+    /// its last call to the engine. The core renews it before then.
+    Granted { fence: u64, valid_for: Duration },
+}
 
 /// Unique id of one acquisition (one outermost hold), 128 random bits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,19 +85,62 @@ impl std::fmt::Debug for OwnerId {
     }
 }
 
-/// One acquisition as an engine sees it.
-#[derive(Clone, Debug)]
+/// One acquisition as an engine sees it. Cheap to clone: clones share the
+/// engine's [state](Request::state).
+#[derive(Clone)]
 pub struct Request {
     pub key: LockKey,
     pub owner: OwnerId,
     pub mode: Mode,
     /// How long the engine keeps the hold without a renewal.
     pub lease: Duration,
-    /// How long a queued request stays alive without a poll; engines that keep
-    /// waiters on the server use it to drop waiters whose process died.
-    pub waiter_ttl: Duration,
-    /// False for a try-once request: never join the queue.
-    pub queue: bool,
+    /// Never join the queue: answer held or busy at once.
+    pub try_once: bool,
+    state: Arc<OnceLock<Box<dyn Any + Send + Sync>>>,
+}
+
+impl Request {
+    /// A waiting request with a fresh owner id.
+    pub fn new(key: LockKey, mode: Mode, lease: Duration) -> Self {
+        Request {
+            key,
+            owner: OwnerId::random(),
+            mode,
+            lease,
+            try_once: false,
+            state: Arc::default(),
+        }
+    }
+
+    /// What the engine keeps for this request, if it stored any.
+    pub fn state<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.state.get()?.downcast_ref()
+    }
+
+    /// What the engine keeps for this request, made by `init` on first use.
+    /// The core carries it from acquire to release; it goes with the request.
+    /// Use interior mutability (a `Mutex`) for state that changes.
+    ///
+    /// # Panics
+    /// If the request already holds state of another type: one engine, one type.
+    pub fn state_or_init<T: Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> &T {
+        self.state
+            .get_or_init(|| Box::new(init()))
+            .downcast_ref()
+            .expect("an engine keeps one type of state per request")
+    }
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("mode", &self.mode)
+            .field("lease", &self.lease)
+            .field("try_once", &self.try_once)
+            .finish()
+    }
 }
 
 /// Answer to [`Engine::acquire`] and [`Engine::poll`].
@@ -102,6 +160,98 @@ impl std::fmt::Debug for Poll {
     }
 }
 
+/// What an engine can promise, declared once per engine. The core refuses
+/// what an engine lacks with a typed error, the conformance suite runs or
+/// skips its cases by these, and the README's guarantee table uses the same
+/// words ([`Capabilities::words`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Read (shared) mode; without it read requests get `Error::Unsupported`.
+    pub read: bool,
+    pub fairness: Fairness,
+    pub fencing: Fencing,
+    pub expiry: Expiry,
+    /// Leases count whole units of this (1 s on servers whose TTLs are in
+    /// seconds); a shorter lease gets `Error::Unsupported`.
+    pub lease_unit: Duration,
+    /// A queued request that does not poll within this is dropped as dead;
+    /// the core then checks at startup that waiters poll often enough. It is
+    /// the engine's `waiter_ttl` setting.
+    pub waiter_ttl: Option<Duration>,
+}
+
+impl Capabilities {
+    /// Everything: read mode, FIFO, strict fencing, millisecond leases.
+    pub const FULL: Capabilities = Capabilities {
+        read: true,
+        fairness: Fairness::Fifo,
+        fencing: Fencing::Strict,
+        expiry: Expiry::Lease,
+        lease_unit: Duration::from_millis(1),
+        waiter_ttl: None,
+    };
+
+    /// The shortest lease this engine accepts.
+    pub fn min_lease(&self) -> Duration {
+        self.lease_unit.max(crate::config::MIN_LEASE)
+    }
+
+    /// `read write, fifo, fence strict, ends with lease, lease unit 1ms`:
+    /// the words the guarantee table uses.
+    pub fn words(&self) -> String {
+        format!(
+            "{}, {}, fence {}, ends with {}, lease unit {:?}",
+            if self.read { "read write" } else { "write only" },
+            self.fairness.as_str(),
+            self.fencing.as_str(),
+            self.expiry.as_str(),
+            self.lease_unit
+        )
+    }
+}
+
+/// Who gets the lock next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fairness {
+    /// The server keeps a queue: first come, first served across clients,
+    /// queued readers admitted together.
+    Fifo,
+    /// No queue on the server: whoever tries first after a release. With
+    /// `queue = "local"` a process still serves its own waiters in order.
+    None,
+}
+
+impl Fairness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fairness::Fifo => "fifo",
+            Fairness::None => "no queue",
+        }
+    }
+}
+
+/// How far the fencing token can be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fencing {
+    /// Strictly increasing per lock, across holders and server restarts.
+    Strict,
+    /// Strictly increasing while the server keeps its memory; a restart or
+    /// eviction may repeat a token (the engine's docs say exactly when).
+    BestEffort,
+    /// No ordering: the token only tells holds apart.
+    None,
+}
+
+impl Fencing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fencing::Strict => "strict",
+            Fencing::BestEffort => "best effort",
+            Fencing::None => "none",
+        }
+    }
+}
+
 /// What ends a hold whose holder stops renewing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Expiry {
@@ -109,17 +259,26 @@ pub enum Expiry {
     Lease,
     /// The hold lives as long as the client's session with the server: a
     /// crashed or cut-off client loses it after the session timeout, a live
-    /// one keeps it until it lets go (ZooKeeper).
+    /// one keeps it until it lets go (ZooKeeper, etcd).
     Session,
+    /// The hold lives as long as the client's connection (PostgreSQL).
+    Connection,
+}
+
+impl Expiry {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Expiry::Lease => "lease",
+            Expiry::Session => "session",
+            Expiry::Connection => "connection",
+        }
+    }
 }
 
 /// What went wrong inside an engine; the core adds the engine's and lock's names.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// The engine lacks a capability, e.g. read mode.
-    #[error("{0}")]
-    Unsupported(&'static str),
-    /// Anything else: connection refused, server error, protocol surprise.
+    /// Connection refused, server error, protocol surprise, no answer in time.
     #[error(transparent)]
     Failed(BoxError),
 }
@@ -139,18 +298,10 @@ pub trait Engine: Send + Sync + 'static {
     /// Where the server is, for error messages (`"127.0.0.1:6379"`).
     fn address(&self) -> String;
 
-    /// What ends an abandoned hold; see [`Expiry`].
-    fn expiry(&self) -> Expiry {
-        Expiry::Lease
-    }
+    /// What this engine can promise; see [`Capabilities`].
+    fn capabilities(&self) -> Capabilities;
 
-    /// Whether read (shared) mode is offered. The core answers
-    /// [`Error::Unsupported`](crate::Error::Unsupported) for read requests otherwise.
-    fn supports_read(&self) -> bool {
-        true
-    }
-
-    /// First attempt: join the queue unless `req.queue` is false, and try.
+    /// First attempt: join the queue unless `req.try_once`, and try.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError>;
 
     /// Later attempts for a request that `acquire` queued; also tells the engine
@@ -172,7 +323,19 @@ pub trait Engine: Send + Sync + 'static {
 
     /// A future that resolves if the engine learns, on its own, that this hold is
     /// gone (e.g. a ZooKeeper session expired). `None`: renewal alone tells.
-    fn lost(&self, _req: &Request) -> Option<Wake> {
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+}
+
+/// Runs one engine call, giving up at `until`: a call that never answers is
+/// a failure, never a hang.
+pub(crate) async fn within<T>(
+    until: tokio::time::Instant,
+    call: impl Future<Output = Result<T, EngineError>>,
+) -> Result<T, EngineError> {
+    match tokio::time::timeout_at(until, call).await {
+        Ok(answer) => answer,
+        Err(_) => Err(EngineError::failed("no answer in time")),
     }
 }

@@ -27,12 +27,13 @@ pub enum Error {
     )]
     Upgrade { key: LockKey },
 
-    /// The engine cannot offer what was asked (e.g. read mode on memcached).
+    /// The engine cannot offer what was asked (read mode on memcached, a
+    /// lease shorter than its unit); see `Engine::capabilities`.
     #[error("engine `{engine}` ({kind}) does not support {feature}")]
     Unsupported {
         engine: String,
         kind: &'static str,
-        feature: &'static str,
+        feature: String,
     },
 
     /// The engine's server could not be reached or answered with a failure.

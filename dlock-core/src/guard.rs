@@ -1,7 +1,11 @@
 //! What an acquisition hands back: proof of holding, released on drop.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
+
+use tokio::time::sleep_until;
 
 use crate::hold::{Exit, Hold};
 use crate::{Error, LockKey, LostReason, Mode};
@@ -21,7 +25,7 @@ use crate::{Error, LockKey, LostReason, Mode};
 /// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct Guard {
-    held: Held,
+    held: HeldLock,
     mode: Mode,
     /// False once `release` has run, so `Drop` does nothing.
     armed: bool,
@@ -30,9 +34,9 @@ pub struct Guard {
 /// A view of a held lock that does not keep it held: its key, fence and
 /// lost signal. Cheap to clone; what `dlock::current()` returns.
 #[derive(Clone)]
-pub struct Held(Arc<Hold>);
+pub struct HeldLock(Arc<Hold>);
 
-impl Held {
+impl HeldLock {
     pub fn key(&self) -> &LockKey {
         &self.0.req.key
     }
@@ -49,16 +53,35 @@ impl Held {
     }
 
     /// Resolves when the lock is known lost (renewal rejected, lease elapsed
-    /// unrenewed, engine session gone); never resolves while the hold is sound.
+    /// unrenewed, engine session gone); never resolves while the hold is
+    /// sound, nor after it was released. Every poll judges the lease anew, so
+    /// a task resumed after a long pause sees the loss before it acts.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        let mut rx = self.0.subscribe_lost();
+        let hold = self.0.clone();
         async move {
-            let reason = rx.wait_for(Option::is_some).await.map(|r| *r);
-            match reason {
-                Ok(reason) => reason.expect("waited for Some"),
-                // The hold ended without being lost.
-                Err(_) => std::future::pending().await,
-            }
+            let mut rx = hold.subscribe_lost();
+            let mut signalled = pin!(async {
+                loop {
+                    if let Some(reason) = hold.lost_reason() {
+                        return reason;
+                    }
+                    let changed = match hold.valid_until() {
+                        Some(until) => tokio::select! {
+                            changed = rx.changed() => changed,
+                            _ = sleep_until(until) => Ok(()),
+                        },
+                        None => rx.changed().await,
+                    };
+                    if changed.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+            });
+            poll_fn(|cx| match hold.lost_reason() {
+                Some(reason) => Poll::Ready(reason),
+                None => signalled.as_mut().poll(cx),
+            })
+            .await
         }
     }
 }
@@ -66,7 +89,7 @@ impl Held {
 impl Guard {
     pub(crate) fn new(hold: Arc<Hold>, mode: Mode) -> Self {
         Guard {
-            held: Held(hold),
+            held: HeldLock(hold),
             mode,
             armed: true,
         }
@@ -78,7 +101,7 @@ impl Guard {
     }
 
     /// The key, fence and lost signal, as a handle that outlives the guard.
-    pub fn held(&self) -> &Held {
+    pub fn held(&self) -> &HeldLock {
         &self.held
     }
 
@@ -86,17 +109,17 @@ impl Guard {
         self.held.key()
     }
 
-    /// See [`Held::fence`].
+    /// See [`HeldLock::fence`].
     pub fn fence(&self) -> u64 {
         self.held.fence()
     }
 
-    /// See [`Held::is_lost`].
+    /// See [`HeldLock::is_lost`].
     pub fn is_lost(&self) -> bool {
         self.held.is_lost()
     }
 
-    /// See [`Held::lost`].
+    /// See [`HeldLock::lost`].
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         self.held.lost()
     }
@@ -152,9 +175,9 @@ impl std::fmt::Debug for Guard {
     }
 }
 
-impl std::fmt::Debug for Held {
+impl std::fmt::Debug for HeldLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held")
+        f.debug_struct("HeldLock")
             .field("key", self.key())
             .field("fence", &self.fence())
             .finish()

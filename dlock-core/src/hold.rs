@@ -12,9 +12,10 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::line::Place;
-use crate::lock::GroupCtx;
+use crate::engine::within;
+use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
+use crate::registry::Group;
 use crate::{Error, LockKey, LostReason, Mode, Request};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
@@ -44,11 +45,11 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(task: TaskKey, ctx: &GroupCtx, key: &LockKey) -> Self {
+    fn new(task: TaskKey, group: &Group, key: &LockKey) -> Self {
         Slot {
             task,
             // The hold keeps the engine alive, so its address is not reused while filed.
-            engine: Arc::as_ptr(&ctx.engine.engine) as *const () as usize,
+            engine: engine_id(group),
             key: key.clone(),
         }
     }
@@ -58,6 +59,11 @@ impl Slot {
         self.hash(&mut hasher);
         lock(&TABLE[hasher.finish() as usize % SHARDS])
     }
+}
+
+/// Tells engine instances apart: the same name on two engines is two locks.
+pub(crate) fn engine_id(group: &Group) -> usize {
+    Arc::as_ptr(&group.engine) as *const () as usize
 }
 
 const SHARDS: usize = 32;
@@ -86,28 +92,36 @@ pub(crate) enum Exit {
     Release,
 }
 
+/// What a grant said: its fence, and until when the engine keeps it unrenewed
+/// (counted from when the granting request was sent).
+pub(crate) struct Grant {
+    pub fence: u64,
+    pub valid_until: Instant,
+}
+
 pub(crate) struct Hold {
-    pub ctx: Arc<GroupCtx>,
+    pub group: Arc<Group>,
     pub req: Request,
     pub fence: u64,
     slot: Slot,
     counts: Mutex<Counts>,
     lost: watch::Sender<Option<LostReason>>,
+    /// Until when the engine is known to keep the hold; the watchdog moves it
+    /// on with each renewal. `None` once released.
+    valid_until: Mutex<Option<Instant>>,
     watchdog: Mutex<Option<AbortHandle>>,
     /// Serialises downgrade and release; true once released.
     released: tokio::sync::Mutex<bool>,
-    /// When the granting request was sent: the engine counts the lease from here.
-    pub lease_from: Instant,
     /// When the grant arrived: the hold span runs from here.
     held_since: Instant,
-    /// Its place in the local line, given up on release.
+    /// Its place in the local queue, given up on release.
     place: Mutex<Option<Place>>,
 }
 
 impl Hold {
     /// Finds this task's hold on `key` and enters it again in `mode`.
-    pub fn reenter(ctx: &GroupCtx, key: &LockKey, mode: Mode) -> Result<Option<Arc<Hold>>, Error> {
-        let slot = Slot::new(TaskKey::current(), ctx, key);
+    pub fn reenter(group: &Group, key: &LockKey, mode: Mode) -> Result<Option<Arc<Hold>>, Error> {
+        let slot = Slot::new(TaskKey::current(), group, key);
         let table = slot.shard();
         let Some(hold) = table.get(&slot) else {
             return Ok(None);
@@ -127,28 +141,23 @@ impl Hold {
         Ok(Some(hold.clone()))
     }
 
-    /// Files a fresh engine-level hold for the current task.
-    pub fn start(
-        ctx: Arc<GroupCtx>,
-        req: Request,
-        place: Option<Place>,
-        fence: u64,
-        lease_from: Instant,
-    ) -> Arc<Hold> {
+    /// Files a fresh engine-level hold for the current task. The caller
+    /// starts its watchdog.
+    pub fn start(group: Arc<Group>, req: Request, place: Option<Place>, grant: Grant) -> Arc<Hold> {
         let counts = match req.mode {
             Mode::Write => Counts { writes: 1, reads: 0 },
             Mode::Read => Counts { writes: 0, reads: 1 },
         };
         let hold = Arc::new(Hold {
-            slot: Slot::new(TaskKey::current(), &ctx, &req.key),
-            ctx,
+            slot: Slot::new(TaskKey::current(), &group, &req.key),
+            group,
             req,
-            fence,
+            fence: grant.fence,
             counts: Mutex::new(counts),
             lost: watch::Sender::new(None),
+            valid_until: Mutex::new(Some(grant.valid_until)),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
-            lease_from,
             held_since: Instant::now(),
             place: Mutex::new(place),
         });
@@ -157,9 +166,12 @@ impl Hold {
         if let Entry::Vacant(v) = hold.slot.shard().entry(hold.slot.clone()) {
             v.insert(hold.clone());
         }
-        hold.ctx.labels.gauge(Gauge::Held, hold.req.mode, 1.0);
-        *lock(&hold.watchdog) = Some(crate::watchdog::spawn(hold.clone()));
+        hold.group.labels.gauge(Gauge::Held, hold.req.mode, 1.0);
         hold
+    }
+
+    pub fn set_watchdog(&self, watchdog: AbortHandle) {
+        *lock(&self.watchdog) = Some(watchdog);
     }
 
     /// A guard in `mode` is gone; says what that leaves to do.
@@ -194,11 +206,14 @@ impl Hold {
     pub async fn release(&self) -> Result<(), Error> {
         let mut released = self.released.lock().await;
         *released = true;
+        // Judged once more before the engine lets go; after, time no longer tells.
+        let _ = self.lost_reason();
+        lock(&self.valid_until).take();
         let started = Instant::now();
-        let result = self.ctx.engine.engine.release(&self.req).await;
+        let result = within(self.call_deadline(), self.group.engine.release(&self.req)).await;
         // The next local request goes to the engine only once this one let go.
         lock(&self.place).take();
-        let (labels, mode) = (&self.ctx.labels, self.req.mode);
+        let (labels, mode) = (&self.group.labels, self.req.mode);
         labels.span(Span::Release, mode, started.elapsed());
         labels.span(Span::Hold, mode, self.held_since.elapsed());
         labels.gauge(Gauge::Held, mode, -1.0);
@@ -209,8 +224,12 @@ impl Hold {
                 self.mark_lost(LostReason::Rejected);
                 self.ok_unless_lost()
             }
-            Err(e) => Err(self.ctx.engine_error(&self.req.key, e)),
+            Err(e) => Err(self.group.engine_error(&self.req.key, e)),
         }
+    }
+
+    fn call_deadline(&self) -> Instant {
+        Instant::now() + self.group.settings.call_timeout
     }
 
     /// Turns the engine-level hold into a read hold.
@@ -219,7 +238,7 @@ impl Hold {
         if *released {
             return Ok(());
         }
-        match self.ctx.engine.engine.downgrade(&self.req).await {
+        match within(self.call_deadline(), self.group.engine.downgrade(&self.req)).await {
             Ok(true) => {
                 if let Some(place) = lock(&self.place).as_ref() {
                     place.downgrade();
@@ -230,7 +249,7 @@ impl Hold {
                 self.mark_lost(LostReason::Rejected);
                 self.ok_unless_lost()
             }
-            Err(e) => Err(self.ctx.engine_error(&self.req.key, e)),
+            Err(e) => Err(self.group.engine_error(&self.req.key, e)),
         }
     }
 
@@ -252,12 +271,35 @@ impl Hold {
             first
         });
         if first {
-            self.ctx.labels.event(self.req.mode, Event::Lost);
+            self.group.labels.event(self.req.mode, Event::Lost);
         }
     }
 
+    /// Why the hold is lost, if it is. Judged at the moment of asking: a hold
+    /// past its validity is lost even before the watchdog wakes (a process
+    /// resumed after a long pause must not act first and learn later).
     pub fn lost_reason(&self) -> Option<LostReason> {
-        *self.lost.borrow()
+        if let Some(reason) = *self.lost.borrow() {
+            return Some(reason);
+        }
+        let expired = lock(&self.valid_until).is_some_and(|until| Instant::now() >= until);
+        if expired {
+            self.mark_lost(LostReason::LeaseElapsed);
+            return Some(LostReason::LeaseElapsed);
+        }
+        None
+    }
+
+    /// Until when the engine is known to keep the hold; `None` once released.
+    pub fn valid_until(&self) -> Option<Instant> {
+        *lock(&self.valid_until)
+    }
+
+    /// A renewal sent at `sent` succeeded.
+    pub fn renewed(&self, sent: Instant) {
+        if let Some(until) = lock(&self.valid_until).as_mut() {
+            *until = (*until).max(sent + self.req.lease);
+        }
     }
 
     pub fn subscribe_lost(&self) -> watch::Receiver<Option<LostReason>> {

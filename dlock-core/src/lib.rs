@@ -1,11 +1,12 @@
 //! The engine-agnostic core of dlock.
 //!
-//! The lock lifecycle reads top to bottom through the modules:
-//! [`lock`] (the handles users call) → `acquire` (reenter, or ask the engine
-//! and wait) → `hold` (the reentrancy table, release, downgrade) → `watchdog`
-//! (lease renewal, the lost signal) → [`guard`] (what the caller holds).
-//! [`engine`] is the interface engines implement; [`config`] and [`registry`]
-//! build engines at startup; [`metrics`] is what gets recorded.
+//! The layers read in one direction, each using only those before it:
+//! [`config`] (settings) → [`registry`] (engine kinds, engines, groups) →
+//! `hold` (the reentrancy table, release, downgrade) → `watchdog` (lease
+//! renewal, the lost signal) → [`guard`] (what the caller holds) → `acquire`
+//! (reenter, or ask the engine and wait) → [`lock`] (the handles users call).
+//! [`engine`] is the interface engines implement; [`metrics`] is what gets
+//! recorded.
 //!
 //! Users normally depend on the `dlock` facade crate, which re-exports this one.
 
@@ -16,22 +17,24 @@ mod error;
 pub mod guard;
 mod hold;
 mod key;
-mod line;
+mod local_queue;
 pub mod lock;
 pub mod metrics;
 mod mode;
 pub mod registry;
 mod watchdog;
 
-pub use acquire::MIN_LEASE;
-pub use config::Config;
-pub use engine::{Engine, EngineError, OwnerId, Poll, Request, Wake};
+pub use config::{Config, MIN_LEASE, Settings, Wait};
+pub use engine::{
+    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request, Wake,
+    Woken,
+};
 pub use error::{BoxError, Error, LostReason};
-pub use guard::{Guard, Held};
+pub use guard::{Guard, HeldLock};
 pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks};
 pub use mode::Mode;
-pub use registry::{Factory, Registry, Settings};
+pub use registry::{Kinds, Registry};
 
 /// Re-exported for engine crates, so they share the core's version.
 pub use async_trait::async_trait;

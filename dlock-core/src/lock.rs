@@ -1,51 +1,27 @@
-//! The user-facing handles: `Locks` (a family, one per group) and `Lock` (one name).
+//! The user-facing handles: `Locks` (a family, one per group) and `Lock`
+//! (one name), and how a [`Registry`] hands them out.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::metrics::Labels;
-use crate::registry::{NamedEngine, Settings};
-use crate::{EngineError, Error, Guard, LockKey, Mode, acquire};
+use crate::config::{Settings, Wait};
+use crate::registry::{Group, Registry};
+use crate::{Error, Guard, Mode, acquire};
 
-/// What every lock of one group shares.
-pub(crate) struct GroupCtx {
-    pub group: Arc<str>,
-    pub engine: NamedEngine,
-    pub settings: Settings,
-    pub labels: Labels,
-}
-
-impl GroupCtx {
-    pub fn new(group: Arc<str>, engine: NamedEngine, settings: Settings) -> Self {
-        let labels = Labels::new(group.clone(), engine.name.clone());
-        GroupCtx {
-            group,
-            engine,
-            settings,
-            labels,
-        }
+impl Registry {
+    /// The lock family of `group`, on the engine its config routes it to.
+    pub fn locks(&self, group: &str) -> Locks {
+        let group = self
+            .group(group, None)
+            .expect("a routed group's engine is configured");
+        Locks { group }
     }
 
-    /// Names this group's engine, its address and the lock in an engine failure.
-    pub fn engine_error(&self, key: &LockKey, error: EngineError) -> Error {
-        match error {
-            EngineError::Unsupported(feature) => self.unsupported(feature),
-            EngineError::Failed(source) => Error::Engine {
-                engine: self.engine.name.to_string(),
-                kind: self.engine.engine.kind(),
-                address: self.engine.engine.address(),
-                key: key.clone(),
-                source,
-            },
-        }
-    }
-
-    pub fn unsupported(&self, feature: &'static str) -> Error {
-        Error::Unsupported {
-            engine: self.engine.name.to_string(),
-            kind: self.engine.engine.kind(),
-            feature,
-        }
+    /// The lock family of `group` on the engine named `engine`, whatever the routes say.
+    pub fn locks_on(&self, group: &str, engine: &str) -> Result<Locks, Error> {
+        Ok(Locks {
+            group: self.group(group, Some(engine))?,
+        })
     }
 }
 
@@ -61,34 +37,31 @@ impl GroupCtx {
 /// ```
 #[derive(Clone)]
 pub struct Locks {
-    ctx: Arc<GroupCtx>,
+    group: Arc<Group>,
 }
 
 impl Locks {
-    pub(crate) fn new(ctx: Arc<GroupCtx>) -> Self {
-        Locks { ctx }
-    }
-
     pub fn group(&self) -> &str {
-        &self.ctx.group
+        &self.group.name
     }
 
     /// The configured name of the engine serving this group.
     pub fn engine(&self) -> &str {
-        &self.ctx.engine.name
+        &self.group.engine_name
     }
 
     /// The lease, wait and polling this group's locks use.
     pub fn settings(&self) -> &Settings {
-        &self.ctx.settings
+        &self.group.settings
     }
 
     /// The lock named `name` in this group. The name is checked when acquiring.
     pub fn get(&self, name: impl Into<Arc<str>>) -> Lock {
         Lock {
-            ctx: self.ctx.clone(),
             name: name.into(),
-            lease: self.ctx.settings.lease,
+            lease: self.group.settings.lease,
+            wait: self.group.settings.wait,
+            group: self.group.clone(),
         }
     }
 }
@@ -100,14 +73,15 @@ impl Locks {
 /// again (write, or read under write) without asking the engine.
 #[derive(Clone)]
 pub struct Lock {
-    ctx: Arc<GroupCtx>,
+    group: Arc<Group>,
     name: Arc<str>,
     lease: Duration,
+    wait: Wait,
 }
 
 impl Lock {
     pub fn group(&self) -> &str {
-        &self.ctx.group
+        &self.group.name
     }
 
     pub fn name(&self) -> &str {
@@ -120,41 +94,50 @@ impl Lock {
         self
     }
 
+    /// Waits as `wait` says instead of the group's configured wait.
+    pub fn with_wait(mut self, wait: Wait) -> Self {
+        self.wait = wait;
+        self
+    }
+
     /// Takes the write lock, waiting at most the configured wait.
     pub async fn lock(&self) -> Result<Guard, Error> {
-        self.acquire(Mode::Write, None).await
+        self.acquire(Mode::Write).await
     }
 
     /// Takes the write lock, waiting at most `wait`.
     pub async fn lock_for(&self, wait: Duration) -> Result<Guard, Error> {
-        self.acquire(Mode::Write, Some(wait)).await
+        self.acquire_within(Mode::Write, Wait::For(wait)).await
     }
 
     /// Takes the write lock if it is free now; `None` if it is not.
     pub async fn try_lock(&self) -> Result<Option<Guard>, Error> {
-        none_if_busy(self.acquire(Mode::Write, Some(Duration::ZERO)).await)
+        none_if_busy(self.acquire_within(Mode::Write, Wait::TRY_ONCE).await)
     }
 
     /// Takes the read lock, waiting at most the configured wait.
     pub async fn read(&self) -> Result<Guard, Error> {
-        self.acquire(Mode::Read, None).await
+        self.acquire(Mode::Read).await
     }
 
     /// Takes the read lock, waiting at most `wait`.
     pub async fn read_for(&self, wait: Duration) -> Result<Guard, Error> {
-        self.acquire(Mode::Read, Some(wait)).await
+        self.acquire_within(Mode::Read, Wait::For(wait)).await
     }
 
     /// Takes the read lock if it is available now; `None` if it is not.
     pub async fn try_read(&self) -> Result<Option<Guard>, Error> {
-        none_if_busy(self.acquire(Mode::Read, Some(Duration::ZERO)).await)
+        none_if_busy(self.acquire_within(Mode::Read, Wait::TRY_ONCE).await)
     }
 
-    /// Takes the lock in `mode`, waiting at most `wait` (`None`: the configured
-    /// wait; zero: try once). What `#[distributed_lock]` calls.
-    pub async fn acquire(&self, mode: Mode, wait: Option<Duration>) -> Result<Guard, Error> {
-        let wait = wait.or(self.ctx.settings.wait);
-        acquire::acquire(&self.ctx, self.name.clone(), mode, wait, self.lease).await
+    /// Takes the lock in `mode` with this lock's lease and wait. What
+    /// `#[distributed_lock]` calls.
+    pub async fn acquire(&self, mode: Mode) -> Result<Guard, Error> {
+        self.acquire_within(mode, self.wait).await
+    }
+
+    async fn acquire_within(&self, mode: Mode, wait: Wait) -> Result<Guard, Error> {
+        acquire::acquire(&self.group, self.name.clone(), mode, wait, self.lease).await
     }
 }
 

@@ -1,182 +1,302 @@
-//! The engines built from config at startup, and the routing of groups to them.
+//! The engines built from config at startup, the kinds they are built from,
+//! and the routing of groups to them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
+use serde::de::DeserializeOwned;
 
-use crate::config::{Config, Defaults, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Polling, Queue};
-use crate::lock::{GroupCtx, Locks};
-use crate::{Engine, Error};
+use crate::config::{Config, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Settings, check_lease};
+use crate::engine::Capabilities;
+use crate::metrics::Labels;
+use crate::{Engine, EngineError, Error, LockKey};
 
-/// Builds engines by kind; `dlock-engines` provides the one that knows every
-/// engine compiled in.
-#[async_trait]
-pub trait Factory: Sync {
-    /// The kinds this build can make.
-    fn kinds(&self) -> Vec<&'static str>;
+type Built = Pin<Box<dyn Future<Output = Result<Arc<dyn Engine>, Error>> + Send>>;
+type Build = dyn Fn(&str, &EngineConfig) -> Built + Send + Sync;
 
-    /// Connects engine `name` of `config.kind`. Errors name the field or the address.
-    async fn build(&self, name: &str, config: &EngineConfig) -> Result<Arc<dyn Engine>, Error>;
+/// The engine kinds a build knows, by the `kind` written in config. Built-in
+/// engines register here the same way an engine from another crate does:
+///
+/// ```
+/// # use dlock_core::{Engine, Error, Kinds};
+/// # async fn connect<E>(url: &str) -> Result<E, Error> { unimplemented!() }
+/// # fn demo<MyEngine: Engine>(kinds: &mut Kinds) {
+/// #[derive(serde::Deserialize)]
+/// struct MySettings {
+///     url: String,
+/// }
+///
+/// // `[engines.<name>]` with `kind = "mine"` lands here, `url` parsed.
+/// kinds.register("mine", |_name: String, settings: MySettings| async move {
+///     connect::<MyEngine>(&settings.url).await
+/// });
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct Kinds {
+    builders: BTreeMap<&'static str, Arc<Build>>,
 }
 
-/// The timing of one group's locks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
-    pub lease: Duration,
-    /// `None`: wait until granted.
-    pub wait: Option<Duration>,
-    pub poll: Polling,
-    pub waiter_ttl: Duration,
-    pub queue: Queue,
-}
+impl Kinds {
+    pub fn new() -> Self {
+        Self::default()
+    }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Settings::from(&Defaults::default())
+    /// Registers `kind`. An engine of that kind is built by `build(name,
+    /// settings)`, with `settings` parsed from its `[engines.<name>]` table
+    /// (less `kind`); a bad field fails naming `engines.<name>.<field>`.
+    /// A later registration of the same kind replaces the earlier.
+    pub fn register<S, E, F, Fut>(&mut self, kind: &'static str, build: F) -> &mut Self
+    where
+        S: DeserializeOwned + Send + 'static,
+        E: Engine,
+        F: Fn(String, S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<E, Error>> + Send + 'static,
+    {
+        let build = Arc::new(build);
+        let builder = move |name: &str, config: &EngineConfig| -> Built {
+            let settings = config.settings::<S>(name);
+            let (build, name) = (build.clone(), name.to_owned());
+            Box::pin(async move {
+                build(name, settings?)
+                    .await
+                    .map(|e| Arc::new(e) as Arc<dyn Engine>)
+            })
+        };
+        self.builders.insert(kind, Arc::new(builder));
+        self
+    }
+
+    /// The kinds registered, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.builders.keys().copied().collect()
+    }
+
+    /// Builds engine `name` as its config says.
+    pub async fn build(&self, name: &str, config: &EngineConfig) -> Result<Arc<dyn Engine>, Error> {
+        self.builder(name, config)?(name, config).await
+    }
+
+    fn builder(&self, name: &str, config: &EngineConfig) -> Result<&Build, Error> {
+        let unknown = || {
+            Error::config(
+                format!("engines.{name}.kind"),
+                format!(
+                    "unknown engine kind `{}`; this build offers: {}",
+                    config.kind,
+                    self.names().join(", ")
+                ),
+            )
+        };
+        self.builders
+            .get(config.kind.as_str())
+            .map(|b| &**b)
+            .ok_or_else(unknown)
     }
 }
 
-impl From<&Defaults> for Settings {
-    fn from(d: &Defaults) -> Self {
-        Settings {
-            lease: d.lease,
-            wait: d.wait,
-            poll: d.poll,
-            waiter_ttl: d.waiter_ttl,
-            queue: d.queue,
+/// What every lock of one group on one engine shares.
+pub(crate) struct Group {
+    pub name: Arc<str>,
+    /// The engine's configured name, for messages and metrics.
+    pub engine_name: Arc<str>,
+    pub engine: Arc<dyn Engine>,
+    pub capabilities: Capabilities,
+    pub settings: Settings,
+    pub labels: Labels,
+}
+
+impl Group {
+    /// Names this group's engine, its address and the lock in an engine failure.
+    pub fn engine_error(&self, key: &LockKey, error: EngineError) -> Error {
+        let EngineError::Failed(source) = error;
+        Error::Engine {
+            engine: self.engine_name.to_string(),
+            kind: self.engine.kind(),
+            address: self.engine.address(),
+            key: key.clone(),
+            source,
         }
     }
+
+    pub fn unsupported(&self, feature: String) -> Error {
+        Error::Unsupported {
+            engine: self.engine_name.to_string(),
+            kind: self.engine.kind(),
+            feature,
+        }
+    }
+
+    /// Refuses a lease the core or the engine cannot keep.
+    pub fn check_lease(&self, lease: Duration) -> Result<(), Error> {
+        check_lease("lease", lease)?;
+        let unit = self.capabilities.lease_unit;
+        if lease < unit {
+            return Err(self.unsupported(format!("a lease of {lease:?}: its leases count whole {unit:?}")));
+        }
+        Ok(())
+    }
 }
 
-/// An engine with the name it was configured under.
-#[derive(Clone)]
-pub(crate) struct NamedEngine {
-    pub name: Arc<str>,
-    pub engine: Arc<dyn Engine>,
-}
-
-/// Engines by name plus the group routes: where `Locks` come from.
+/// Engines by name plus the group routes: where `Locks` come from
+/// (`Registry::locks`).
 ///
 /// ```
 /// # use std::sync::Arc;
 /// # async fn demo(engine: Arc<dyn dlock_core::Engine>) -> Result<(), dlock_core::Error> {
-/// let registry = dlock_core::Registry::with_engine("main", engine, Default::default());
+/// let registry = dlock_core::Registry::with_engine("main", engine, Default::default())?;
 /// let guard = registry.locks("order").get("42").lock().await?;
 /// guard.release().await
 /// # }
 /// ```
 pub struct Registry {
-    engines: BTreeMap<String, NamedEngine>,
+    engines: BTreeMap<String, Arc<dyn Engine>>,
     default_engine: String,
-    defaults: Settings,
-    groups: BTreeMap<String, GroupConfig>,
+    config: Config,
     /// One context per (group, engine), so its metric handles are registered
     /// once. Groups are business purposes, few by design; names are many.
-    contexts: Mutex<HashMap<(String, String), Arc<GroupCtx>>>,
+    groups: Mutex<HashMap<(String, String), Arc<Group>>>,
 }
 
 impl Registry {
-    /// Builds every configured engine (or the implicit memory engine) and the routes.
-    pub async fn build(config: &Config, factory: &dyn Factory) -> Result<Self, Error> {
+    /// Builds every configured engine (or the implicit memory engine) from
+    /// `kinds`, and the routes.
+    pub async fn build(config: &Config, kinds: &Kinds) -> Result<Self, Error> {
         config.check()?;
-        let kinds = factory.kinds();
-        let implicit = [(
-            IMPLICIT_ENGINE.to_owned(),
-            EngineConfig {
+        let mut configured = config.engines.clone();
+        if configured.is_empty() {
+            let memory = EngineConfig {
                 kind: IMPLICIT_ENGINE.to_owned(),
                 settings: Default::default(),
-            },
-        )];
-        let configured: Vec<(String, EngineConfig)> = if config.engines.is_empty() {
-            implicit.into()
-        } else {
-            config.engines.clone().into_iter().collect()
-        };
+            };
+            configured.insert(IMPLICIT_ENGINE.to_owned(), memory);
+        }
         // Every kind is checked before anything connects, so a typo fails at once.
         for (name, engine) in &configured {
-            if !kinds.contains(&engine.kind.as_str()) {
+            kinds.builder(name, engine)?;
+        }
+        let mut engines = BTreeMap::new();
+        for (name, engine_config) in configured {
+            let engine = kinds.build(&name, &engine_config).await?;
+            engines.insert(name, engine);
+        }
+        Self::new(engines, config.default_engine().to_owned(), config.clone())
+    }
+
+    /// A registry of one engine serving every group with `settings`.
+    pub fn with_engine(name: &str, engine: Arc<dyn Engine>, settings: Settings) -> Result<Self, Error> {
+        let mut config = Config::default();
+        config.defaults.lease = settings.lease;
+        config.defaults.wait = settings.wait;
+        config.defaults.poll = settings.poll;
+        config.defaults.queue = settings.queue;
+        config.defaults.call_timeout = settings.call_timeout;
+        config.check()?;
+        Self::new(
+            BTreeMap::from([(name.to_owned(), engine)]),
+            name.to_owned(),
+            config,
+        )
+    }
+
+    /// Checks what depends on both the config and the engines' capabilities.
+    fn new(
+        engines: BTreeMap<String, Arc<dyn Engine>>,
+        default_engine: String,
+        config: Config,
+    ) -> Result<Self, Error> {
+        let registry = Registry {
+            default_engine,
+            engines,
+            config,
+            groups: Mutex::default(),
+        };
+        let defaults = &registry.config.defaults;
+        for (name, engine) in &registry.engines {
+            let caps = engine.capabilities();
+            if let Some(ttl) = caps.waiter_ttl
+                && ttl < defaults.poll.max_interval() * 3
+            {
                 return Err(Error::config(
-                    format!("engines.{name}.kind"),
+                    format!("engines.{name}.waiter_ttl"),
                     format!(
-                        "unknown engine kind `{}`; this build offers: {}",
-                        engine.kind,
-                        kinds.join(", ")
+                        "{ttl:?} is shorter than 3 poll intervals ({:?}); live waiters would be dropped",
+                        defaults.poll.max_interval() * 3
                     ),
                 ));
             }
         }
-        let mut engines = BTreeMap::new();
-        for (name, engine_config) in configured {
-            let engine = factory.build(&name, &engine_config).await?;
-            let named = NamedEngine {
-                name: name.as_str().into(),
-                engine,
-            };
-            engines.insert(name, named);
+        let default_unit = registry.engines[&registry.default_engine]
+            .capabilities()
+            .lease_unit;
+        if defaults.lease < default_unit {
+            return Err(lease_below_unit("defaults.lease", defaults.lease, default_unit));
         }
-        Ok(Registry {
-            engines,
-            default_engine: config.default_engine().to_owned(),
-            defaults: Settings::from(&config.defaults),
-            groups: config.groups.clone(),
-            contexts: Mutex::default(),
-        })
-    }
-
-    /// A registry of one engine serving every group with `settings`.
-    pub fn with_engine(name: &str, engine: Arc<dyn Engine>, settings: Settings) -> Self {
-        let named = NamedEngine {
-            name: name.into(),
-            engine,
-        };
-        Registry {
-            engines: BTreeMap::from([(name.to_owned(), named)]),
-            default_engine: name.to_owned(),
-            defaults: settings,
-            groups: BTreeMap::new(),
-            contexts: Mutex::default(),
+        for (group, g) in &registry.config.groups {
+            let engine = g.engine.as_deref().unwrap_or(&registry.default_engine);
+            let unit = registry.engines[engine].capabilities().lease_unit;
+            let lease = g.lease.unwrap_or(defaults.lease);
+            if lease < unit {
+                return Err(lease_below_unit(&format!("groups.{group}.lease"), lease, unit));
+            }
         }
-    }
-
-    /// The lock family of `group`, on the engine its config routes it to.
-    pub fn locks(&self, group: &str) -> Locks {
-        let group_config = self.groups.get(group);
-        let engine = group_config
-            .and_then(|g| g.engine.as_deref())
-            .unwrap_or(&self.default_engine);
-        self.locks_with(group, &self.engines[engine], group_config)
-    }
-
-    /// The lock family of `group` on the engine named `engine`, whatever the routes say.
-    pub fn locks_on(&self, group: &str, engine: &str) -> Result<Locks, Error> {
-        let named = self.engines.get(engine).ok_or_else(|| {
-            Error::config(
-                "engine",
-                format!("engine `{engine}` (asked for by group `{group}`) is not configured"),
-            )
-        })?;
-        Ok(self.locks_with(group, named, self.groups.get(group)))
+        Ok(registry)
     }
 
     /// The engine configured as `name`.
     pub fn engine(&self, name: &str) -> Option<&Arc<dyn Engine>> {
-        self.engines.get(name).map(|n| &n.engine)
+        self.engines.get(name)
     }
 
-    fn locks_with(&self, group: &str, engine: &NamedEngine, config: Option<&GroupConfig>) -> Locks {
-        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (group.to_owned(), engine.name.to_string());
-        let ctx = contexts.entry(key).or_insert_with(|| {
-            let mut settings = self.defaults;
-            if let Some(g) = config {
-                settings.lease = g.lease.unwrap_or(settings.lease);
-                settings.wait = g.wait.or(settings.wait);
-                settings.queue = g.queue.unwrap_or(settings.queue);
-            }
-            Arc::new(GroupCtx::new(group.into(), engine.clone(), settings))
-        });
-        Locks::new(ctx.clone())
+    /// The context of `group`, on the engine its config routes it to, or on
+    /// `engine` whatever the routes say.
+    pub(crate) fn group(&self, group: &str, engine: Option<&str>) -> Result<Arc<Group>, Error> {
+        let config = self.config.groups.get(group);
+        let engine_name = match engine {
+            Some(name) => name,
+            None => config
+                .and_then(|g| g.engine.as_deref())
+                .unwrap_or(&self.default_engine),
+        };
+        let engine = self.engines.get(engine_name).ok_or_else(|| {
+            Error::config(
+                "engine",
+                format!("engine `{engine_name}` (asked for by group `{group}`) is not configured"),
+            )
+        })?;
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (group.to_owned(), engine_name.to_owned());
+        let made = groups
+            .entry(key)
+            .or_insert_with(|| Arc::new(self.make_group(group, engine_name, engine.clone(), config)));
+        Ok(made.clone())
     }
+
+    fn make_group(
+        &self,
+        group: &str,
+        engine_name: &str,
+        engine: Arc<dyn Engine>,
+        config: Option<&GroupConfig>,
+    ) -> Group {
+        let (name, engine_name): (Arc<str>, Arc<str>) = (group.into(), engine_name.into());
+        Group {
+            labels: Labels::new(name.clone(), engine_name.clone()),
+            name,
+            engine_name,
+            capabilities: engine.capabilities(),
+            engine,
+            settings: self.config.defaults.settings(config),
+        }
+    }
+}
+
+fn lease_below_unit(field: &str, lease: Duration, unit: Duration) -> Error {
+    Error::config(
+        field,
+        format!("{lease:?} is shorter than the engine's lease unit ({unit:?})"),
+    )
 }

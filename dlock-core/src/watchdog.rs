@@ -9,41 +9,46 @@ use crate::LostReason;
 use crate::hold::Hold;
 use crate::metrics::Event;
 
-/// Starts renewing `hold` every lease/3. The hold aborts it on release.
+/// Starts renewing `hold` a third of the way through each validity. The hold
+/// aborts it on release.
 pub(crate) fn spawn(hold: Arc<Hold>) -> AbortHandle {
     tokio::spawn(run(hold)).abort_handle()
 }
 
 async fn run(hold: Arc<Hold>) {
-    let engine = hold.ctx.engine.engine.clone();
+    let engine = hold.group.engine.clone();
     let lease = hold.req.lease;
     let mut pushed = engine
         .lost(&hold.req)
         .unwrap_or_else(|| Box::pin(std::future::pending()));
-    // The lease runs from when the granting request was sent, not answered.
-    let mut renewed_at = hold.lease_from;
-    let mut pause = lease / 3;
+    let mut pause = match hold.valid_until() {
+        // A handed-over grant may be valid for less than the lease.
+        Some(until) => (until.saturating_duration_since(Instant::now()) / 3).min(lease / 3),
+        None => return,
+    };
     loop {
-        let deadline = renewed_at + lease;
+        let Some(deadline) = hold.valid_until() else {
+            return;
+        };
         tokio::select! {
             _ = sleep_until((Instant::now() + pause).min(deadline)) => {}
             _ = &mut pushed => return hold.mark_lost(LostReason::Engine),
         }
-        if Instant::now() >= deadline {
-            return hold.mark_lost(LostReason::LeaseElapsed);
+        if hold.lost_reason().is_some() {
+            return;
         }
         let sent = Instant::now();
         match timeout_at(deadline, engine.renew(&hold.req)).await {
             Ok(Ok(true)) => {
-                renewed_at = sent;
+                hold.renewed(sent);
                 pause = lease / 3;
-                hold.ctx.labels.event(hold.req.mode, Event::Renewed);
+                hold.group.labels.event(hold.req.mode, Event::Renewed);
             }
             Ok(Ok(false)) => return hold.mark_lost(LostReason::Rejected),
-            // Keep trying, more often, until the lease runs out.
+            // Keep trying, more often, until the validity runs out.
             Ok(Err(_)) | Err(_) => {
                 pause = lease / 9;
-                hold.ctx.labels.event(hold.req.mode, Event::RenewalFailed);
+                hold.group.labels.event(hold.req.mode, Event::RenewalFailed);
             }
         }
     }

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dlock_core::{Engine, EngineError, LockKey, Mode, OwnerId, Poll, Request, Wake, async_trait};
+use dlock_core::{
+    Capabilities, Engine, EngineError, LockKey, Mode, OwnerId, Poll, Request, Wake, Woken, async_trait,
+};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
@@ -148,7 +150,7 @@ impl MemoryEngine {
             }
             let wake = match state.queue.get(req.owner) {
                 Some(waiter) => waiter.wake.clone(),
-                None if req.queue => state.queue.push(req.owner, req.mode),
+                None if !req.try_once => state.queue.push(req.owner, req.mode),
                 None => Arc::new(Notify::new()),
             };
             Poll::Waiting(wake_on(wake, state.next_expiry()))
@@ -167,6 +169,7 @@ fn wake_on(notify: Arc<Notify>, expiry: Option<Instant>) -> Wake {
             },
             None => notified.await,
         }
+        Woken::Retry
     })
 }
 
@@ -241,6 +244,10 @@ impl Engine for MemoryEngine {
         "in-process".to_owned()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::FULL
+    }
+
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
         Ok(self.attempt(req))
     }
@@ -284,4 +291,12 @@ impl Engine for MemoryEngine {
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(self.with_lock(&req.key, |state, _| state.remove_holder(req.owner)))
     }
+}
+
+/// Registers `kind = "memory"`, which takes no settings.
+pub fn register(kinds: &mut dlock_core::Kinds) {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct NoSettings {}
+    kinds.register("memory", |_, _: NoSettings| async { Ok(MemoryEngine::new()) });
 }

@@ -6,8 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::engine::Expiry;
-use dlock_core::{Error, Lock, LockKey, LostReason, Mode, OwnerId, Poll, Request};
+use dlock_core::{Error, Expiry, Lock, LockKey, LostReason, MIN_LEASE, Mode, Poll, Request};
 use tokio::sync::{Barrier, oneshot};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -82,25 +81,8 @@ pub async fn mutual_exclusion(h: &Harness) {
     assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS, "lost updates");
 }
 
-/// Returns false (after checking the typed error) when the engine has no read mode.
-async fn read_supported(h: &Harness, case: &str) -> bool {
-    if h.engine.supports_read() {
-        return true;
-    }
-    let err = h.lock(case).read().await.expect_err("read mode must be refused");
-    assert!(
-        matches!(err, Error::Unsupported { .. }),
-        "expected Unsupported, got {err}"
-    );
-    h.skip(case, "no read mode (Unsupported checked)");
-    false
-}
-
 /// Five readers, from both clients, all inside at once.
 pub async fn readers_overlap(h: &Harness) {
-    if !read_supported(h, "readers_overlap").await {
-        return;
-    }
     let barrier = Arc::new(Barrier::new(5));
     let tasks: Vec<_> = (0..5)
         .map(|i| {
@@ -128,7 +110,7 @@ pub async fn readers_overlap(h: &Harness) {
 }
 
 pub async fn writer_excludes_readers_and_writers(h: &Harness) {
-    let read = h.engine.supports_read();
+    let read = h.capabilities().read;
     let writer = h.lock("x").lock().await.expect("lock");
     assert!(
         !available(&h.peer_lock("x"), Mode::Write).await,
@@ -220,23 +202,16 @@ pub async fn fifo_order(h: &Harness) {
 
 /// A request straight to the engine, as a peer process would make it.
 fn raw_request(h: &Harness, name: &str, mode: Mode, queue: bool) -> Request {
-    Request {
-        key: LockKey::new(h.group.as_str(), name).expect("key"),
-        owner: OwnerId::random(),
-        mode,
-        lease: Duration::from_secs(5),
-        waiter_ttl: Duration::from_secs(5),
-        queue,
-    }
+    let key = LockKey::new(h.group.as_str(), name).expect("key");
+    let mut req = Request::new(key, mode, Duration::from_secs(5));
+    req.try_once = !queue;
+    req
 }
 
 /// Behind a writer: R1 R2 R3 W2 R4 R5 queue in that order. R1-R3 are admitted
 /// together, then W2 alone, then R4 and R5 together: readers never jump a
 /// queued writer, and a run of readers is not served one by one.
 pub async fn queued_readers_admitted_together(h: &Harness) {
-    if !read_supported(h, "queued_readers_admitted_together").await {
-        return;
-    }
     let first_run = Arc::new(Barrier::new(3));
     let second_run = Arc::new(Barrier::new(2));
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -258,7 +233,7 @@ pub async fn queued_readers_admitted_together(h: &Harness) {
         };
         let log = log.clone();
         tasks.push(tokio::spawn(async move {
-            let guard = lock.acquire(mode, None).await.expect("acquire");
+            let guard = lock.acquire(mode).await.expect("acquire");
             log.lock().unwrap().push(name);
             if let Some(run) = barrier {
                 within(
@@ -299,7 +274,7 @@ pub async fn reentrancy_makes_no_engine_call(h: &Harness) {
     let outer = lock.lock().await.expect("lock");
     let calls = h.faults.calls();
     let inner = lock.lock().await.expect("nested lock");
-    let nested_read = if h.engine.supports_read() {
+    let nested_read = if h.capabilities().read {
         Some(lock.read().await.expect("nested read"))
     } else {
         None
@@ -334,9 +309,6 @@ pub async fn spawned_tasks_do_not_inherit(h: &Harness) {
 
 /// Releasing the write guard while a nested read guard lives keeps a read hold.
 pub async fn downgrade_write_to_read(h: &Harness) {
-    if !read_supported(h, "downgrade_write_to_read").await {
-        return;
-    }
     let lock = h.lock("down").with_lease(LONG_LEASE);
     let write = lock.lock().await.expect("lock");
     let read = lock.read().await.expect("nested read");
@@ -362,9 +334,6 @@ pub async fn downgrade_write_to_read(h: &Harness) {
 }
 
 pub async fn upgrade_is_an_error(h: &Harness) {
-    if !read_supported(h, "upgrade_is_an_error").await {
-        return;
-    }
     let lock = h.lock("up");
     let read = lock.read().await.expect("read");
     let err = within(Duration::from_secs(1), "upgrade refusal", lock.lock())
@@ -469,16 +438,8 @@ pub async fn guard_dropped_in_cancelled_task_frees_lock(h: &Harness) {
 /// A peer that took the lock and vanished (no renewal, no release) holds it
 /// only until its lease runs out.
 pub async fn lease_expiry_frees_abandoned_holder(h: &Harness) {
-    if h.engine.expiry() == Expiry::Session {
-        return h.skip(
-            "lease_expiry_frees_abandoned_holder",
-            "holds end with the session, not a lease",
-        );
-    }
-    let abandoned = Request {
-        lease: Duration::from_secs(1),
-        ..raw_request(h, "abandoned", Mode::Write, false)
-    };
+    let mut abandoned = raw_request(h, "abandoned", Mode::Write, false);
+    abandoned.lease = Duration::from_secs(1);
     let Poll::Held(abandoned_fence) = h.engine.acquire(&abandoned).await.expect("raw acquire") else {
         panic!("a free lock was not granted");
     };
@@ -494,7 +455,9 @@ pub async fn lease_expiry_frees_abandoned_holder(h: &Harness) {
         started.elapsed() >= Duration::from_millis(500),
         "granted while the abandoned lease was live"
     );
-    assert!(guard.fence() > abandoned_fence, "fence did not increase");
+    if h.fenced() {
+        assert!(guard.fence() > abandoned_fence, "fence did not increase");
+    }
     guard.release().await.expect("release");
 }
 
@@ -527,7 +490,7 @@ pub async fn fencing_is_monotonic(h: &Harness) {
         fences.windows(2).all(|w| w[0] < w[1]),
         "fences not strictly increasing: {fences:?}"
     );
-    if h.engine.supports_read() {
+    if h.capabilities().read {
         let (a, b) = (
             h.lock("fence").read().await.expect("read"),
             h.peer_lock("fence").read().await.expect("read"),
@@ -558,7 +521,7 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
     assert!(guard.is_lost());
     let nested = lock.lock().await.expect_err("reentering a lost lock");
     assert!(matches!(nested, Error::Lost { .. }), "{nested}");
-    if h.engine.expiry() == Expiry::Session {
+    if h.capabilities().expiry != Expiry::Lease {
         // The session, not the cut path, keeps the hold: letting go frees it.
         h.faults.set_cut(false);
         let lost_fence = guard.fence();
@@ -573,7 +536,9 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
             .await
             .expect("try")
             .expect("free after release");
-        assert!(next.fence() > lost_fence, "new holder's fence must be greater");
+        if h.fenced() {
+            assert!(next.fence() > lost_fence, "new holder's fence must be greater");
+        }
         return next.release().await.expect("release");
     }
     let next = within(
@@ -583,7 +548,9 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
     )
     .await
     .expect("lock");
-    assert!(next.fence() > guard.fence(), "new holder's fence must be greater");
+    if h.fenced() {
+        assert!(next.fence() > guard.fence(), "new holder's fence must be greater");
+    }
     h.faults.set_cut(false);
     let err = guard
         .release()
@@ -596,12 +563,6 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
 /// The engine forgets the hold early (its leases run ten times shorter than
 /// the holder thinks); the next renewal is refused and the holder learns it.
 pub async fn lost_when_server_drops_hold(h: &Harness) {
-    if h.engine.expiry() == Expiry::Session {
-        return h.skip(
-            "lost_when_server_drops_hold",
-            "holds end with the session, not a lease",
-        );
-    }
     h.faults.shorten_leases(10);
     let lock = h.lock("lost-early").with_lease(Duration::from_secs(1));
     let guard = lock.lock().await.expect("lock");
@@ -615,7 +576,9 @@ pub async fn lost_when_server_drops_hold(h: &Harness) {
     )
     .await
     .expect("lock");
-    assert!(next.fence() > guard.fence());
+    if h.fenced() {
+        assert!(next.fence() > guard.fence());
+    }
     assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
     next.release().await.expect("release");
 }
@@ -678,4 +641,41 @@ pub async fn invalid_keys_are_rejected(h: &Harness) {
         );
     }
     assert_eq!(h.faults.calls(), calls, "an invalid key reached the engine");
+}
+
+/// What the engine lacks (read mode, a lease shorter than its unit) is
+/// refused with a typed error, before any engine call.
+pub async fn what_the_engine_lacks_is_a_typed_error(h: &Harness) {
+    let calls = h.faults.calls();
+    let capabilities = h.capabilities();
+    if !capabilities.read {
+        let err = h
+            .lock("lacks")
+            .read()
+            .await
+            .expect_err("read mode must be refused");
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "expected Unsupported, got {err}"
+        );
+    }
+    let too_short = capabilities.min_lease() - Duration::from_millis(1);
+    let err = h
+        .lock("lacks")
+        .with_lease(too_short)
+        .lock()
+        .await
+        .expect_err("a lease below the minimum must be refused");
+    if too_short >= MIN_LEASE {
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "expected Unsupported, got {err}"
+        );
+    } else {
+        assert!(
+            matches!(err, Error::Config { .. }),
+            "expected a config error, got {err}"
+        );
+    }
+    assert_eq!(h.faults.calls(), calls, "a refused request reached the engine");
 }

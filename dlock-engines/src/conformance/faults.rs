@@ -1,17 +1,18 @@
 //! A wrapper engine that counts calls and injects faults between the core and
-//! a real engine: the network cut, or the server forgetting leases early.
-//! The engine behind it is real; only the path to it is disturbed.
+//! a real engine: the network cut, answers that never come back, or the
+//! server forgetting leases early. The engine behind it is real; only the
+//! path to it is disturbed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use dlock_core::engine::Expiry;
-use dlock_core::{Engine, EngineError, Poll, Request, Wake, async_trait};
+use dlock_core::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
 
 pub struct Faults {
     inner: Arc<dyn Engine>,
     calls: AtomicU64,
     cut: AtomicBool,
+    hung: AtomicBool,
     lease_divisor: AtomicU32,
 }
 
@@ -21,6 +22,7 @@ impl Faults {
             inner,
             calls: AtomicU64::new(0),
             cut: AtomicBool::new(false),
+            hung: AtomicBool::new(false),
             lease_divisor: AtomicU32::new(1),
         }
     }
@@ -33,6 +35,12 @@ impl Faults {
     /// While cut, every call fails as if the server were unreachable.
     pub fn set_cut(&self, cut: bool) {
         self.cut.store(cut, Ordering::SeqCst);
+    }
+
+    /// While hung, every call reaches the engine but its answer never comes
+    /// back, as with a server that stops answering mid-call.
+    pub fn set_hung(&self, hung: bool) {
+        self.hung.store(hung, Ordering::SeqCst);
     }
 
     /// Passes leases `divisor` times shorter to the engine than the core asked
@@ -52,6 +60,14 @@ impl Faults {
         req.lease /= self.lease_divisor.load(Ordering::SeqCst);
         Ok(req)
     }
+
+    /// The engine's answer, unless hung.
+    async fn answer<T>(&self, answer: T) -> T {
+        if self.hung.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        answer
+    }
 }
 
 #[async_trait]
@@ -64,39 +80,41 @@ impl Engine for Faults {
         self.inner.address()
     }
 
-    fn supports_read(&self) -> bool {
-        self.inner.supports_read()
-    }
-
-    fn expiry(&self) -> Expiry {
-        self.inner.expiry()
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.inner.acquire(&self.pass(req)?).await
+        let answer = self.inner.acquire(&self.pass(req)?).await;
+        self.answer(answer).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.inner.poll(&self.pass(req)?).await
+        let answer = self.inner.poll(&self.pass(req)?).await;
+        self.answer(answer).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.inner.cancel(&self.pass(req)?).await
+        let answer = self.inner.cancel(&self.pass(req)?).await;
+        self.answer(answer).await
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        self.inner.renew(&self.pass(req)?).await
+        let answer = self.inner.renew(&self.pass(req)?).await;
+        self.answer(answer).await
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        self.inner.downgrade(&self.pass(req)?).await
+        let answer = self.inner.downgrade(&self.pass(req)?).await;
+        self.answer(answer).await
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.inner.release(&self.pass(req)?).await
+        let answer = self.inner.release(&self.pass(req)?).await;
+        self.answer(answer).await
     }
 
-    fn lost(&self, req: &Request) -> Option<Wake> {
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
         self.inner.lost(req)
     }
 }

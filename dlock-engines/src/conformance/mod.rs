@@ -9,7 +9,9 @@
 //! ```
 //!
 //! Cases are plain async functions in [`cases`] taking a [`Harness`]; each
-//! case uses its own random group, so cases can share one server.
+//! case uses its own random group, so cases can share one server. A case
+//! that needs what an engine's [`Capabilities`] lack is skipped, its name
+//! and the reason printed (`conformance: SKIPPED ...`).
 
 pub mod cases;
 mod faults;
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::config::{Polling, Queue};
-use dlock_core::{Engine, Lock, Registry, Settings};
+use dlock_core::{Capabilities, Engine, Error, Expiry, Fairness, Fencing, Lock, Registry, Settings, Wait};
 
 pub use faults::Faults;
 
@@ -40,13 +42,13 @@ pub fn timed_writer(lock: Lock) -> tokio::task::JoinHandle<std::time::Instant> {
 /// enough for a loopback server under a loaded 2-core machine.
 pub const SETTINGS: Settings = Settings {
     lease: Duration::from_secs(2),
-    wait: Some(Duration::from_secs(20)),
+    wait: Wait::For(Duration::from_secs(20)),
     poll: Polling::Exponential {
         initial: Duration::from_millis(5),
         max: Duration::from_millis(100),
     },
-    waiter_ttl: Duration::from_secs(1),
     queue: Queue::Engine,
+    call_timeout: Duration::from_secs(5),
 };
 
 /// What a case works with: the engine under test, seen by two clients.
@@ -66,8 +68,10 @@ impl Harness {
     pub fn new(engine: Arc<dyn Engine>) -> Self {
         let faults = Arc::new(Faults::new(engine.clone()));
         Harness {
-            registry: Registry::with_engine("under-test", faults.clone(), SETTINGS),
-            peer: Registry::with_engine("peer", engine.clone(), SETTINGS),
+            registry: Registry::with_engine("under-test", faults.clone(), SETTINGS)
+                .expect("the engine serves the conformance settings"),
+            peer: Registry::with_engine("peer", engine.clone(), SETTINGS)
+                .expect("the engine serves the conformance settings"),
             engine,
             faults,
             group: format!("conformance-{:08x}", rand_suffix()),
@@ -84,10 +88,57 @@ impl Harness {
         self.peer.locks(&self.group).get(name)
     }
 
-    /// Says which case is skipped because the engine lacks a capability.
-    pub fn skip(&self, case: &str, why: &str) {
-        println!("conformance: SKIPPED {case} on {}: {why}", self.engine.kind());
+    pub fn capabilities(&self) -> Capabilities {
+        self.engine.capabilities()
     }
+
+    /// Whether fences are ordered at all, so cases may compare them.
+    pub fn fenced(&self) -> bool {
+        self.capabilities().fencing != Fencing::None
+    }
+
+    /// Whether the engine has what `case` needs; if not, says so. A case
+    /// needing read mode first checks that asking for it is `Unsupported`.
+    pub async fn has(&self, case: &str, need: Need) -> bool {
+        let capabilities = self.capabilities();
+        let missing = match need {
+            Need::Read if !capabilities.read => {
+                let err = self
+                    .lock(case)
+                    .read()
+                    .await
+                    .expect_err("read mode must be refused");
+                assert!(
+                    matches!(err, Error::Unsupported { .. }),
+                    "expected Unsupported, got {err}"
+                );
+                Some("no read mode (Unsupported checked)")
+            }
+            Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
+            Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
+            Need::Lease if capabilities.expiry != Expiry::Lease => {
+                Some("holds end with the session or connection, not a lease")
+            }
+            _ => None,
+        };
+        if let Some(why) = missing {
+            println!("conformance: SKIPPED {case} on {}: {why}", self.engine.kind());
+        }
+        missing.is_none()
+    }
+}
+
+/// What a case needs beyond exclusive locks, named in the case list.
+#[derive(Clone, Copy, Debug)]
+pub enum Need {
+    /// Read mode.
+    Read,
+    /// A queue on the server (`Fairness::Fifo`).
+    Fifo,
+    /// Ordered fences.
+    Fencing,
+    /// Holds that end when their lease runs out (`Expiry::Lease`).
+    Lease,
 }
 
 fn rand_suffix() -> u32 {
@@ -108,42 +159,52 @@ where
 /// `$factory` (an async closure returning `Arc<dyn Engine>`).
 #[macro_export]
 macro_rules! conformance_suite {
-    // The one list of cases: every way of running them goes through it.
+    // The one list of cases, each with what it needs beyond exclusive locks:
+    // every way of running them goes through it.
     (@list $($then:tt)*) => {
         $crate::conformance_suite! { $($then)*;
-            mutual_exclusion,
-            readers_overlap,
-            writer_excludes_readers_and_writers,
-            fifo_order,
-            queued_readers_admitted_together,
-            reentrancy_makes_no_engine_call,
-            spawned_tasks_do_not_inherit,
-            downgrade_write_to_read,
-            upgrade_is_an_error,
-            try_lock_does_not_queue,
-            wait_timeout,
-            cancelled_waiter_leaves_queue,
-            guard_dropped_in_cancelled_task_frees_lock,
-            lease_expiry_frees_abandoned_holder,
-            fencing_is_monotonic,
-            lost_when_renewals_fail,
-            lost_when_server_drops_hold,
-            key_edge_cases,
-            invalid_keys_are_rejected,
+            mutual_exclusion [],
+            readers_overlap [Read],
+            writer_excludes_readers_and_writers [],
+            fifo_order [Fifo],
+            queued_readers_admitted_together [Read, Fifo],
+            reentrancy_makes_no_engine_call [],
+            spawned_tasks_do_not_inherit [],
+            downgrade_write_to_read [Read],
+            upgrade_is_an_error [Read],
+            try_lock_does_not_queue [],
+            wait_timeout [],
+            cancelled_waiter_leaves_queue [],
+            guard_dropped_in_cancelled_task_frees_lock [],
+            lease_expiry_frees_abandoned_holder [Lease],
+            fencing_is_monotonic [Fencing],
+            lost_when_renewals_fail [],
+            lost_when_server_drops_hold [Lease],
+            key_edge_cases [],
+            invalid_keys_are_rejected [],
+            what_the_engine_lacks_is_a_typed_error [],
         }
     };
-    (@tests $factory:expr; $($case:ident,)*) => {
+    (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let engine = ($factory)().await;
                 let harness = $crate::conformance::Harness::new(engine);
-                $crate::conformance::cases::$case(&harness).await;
+                $crate::conformance_suite!(@run harness $case [$($need),*]);
             }
         )*
     };
-    (@each $factory:ident; $($case:ident,)*) => {
-        $( $crate::conformance::cases::$case(&$crate::conformance::Harness::new($factory().await)).await; )*
+    (@each $factory:ident; $($case:ident [$($need:ident),*],)*) => {
+        $({
+            let harness = $crate::conformance::Harness::new($factory().await);
+            $crate::conformance_suite!(@run harness $case [$($need),*]);
+        })*
+    };
+    (@run $harness:ident $case:ident [$($need:ident),*]) => {
+        if true $(&& $harness.has(stringify!($case), $crate::conformance::Need::$need).await)* {
+            $crate::conformance::cases::$case(&$harness).await;
+        }
     };
     ($factory:expr) => {
         $crate::conformance_suite! { @list @tests $factory }

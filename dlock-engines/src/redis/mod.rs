@@ -38,6 +38,7 @@
 //! # tls_ca_file = "/etc/ssl/redis-ca.pem"
 //! connect_timeout = "5s"
 //! fence_retention = "1m"
+//! waiter_ttl = "3s"                # a queued waiter silent this long is dropped
 //! ```
 
 mod connection;
@@ -46,7 +47,9 @@ mod notify;
 
 use std::time::Duration;
 
-use dlock_core::{Engine, EngineError, Error, OwnerId, Poll, Request, Wake, async_trait};
+use dlock_core::{
+    Capabilities, Engine, EngineError, Error, Kinds, OwnerId, Poll, Request, Wake, async_trait,
+};
 use redis::{Client, Script};
 use serde::Deserialize;
 
@@ -66,6 +69,23 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
+    /// How long a queued waiter stays in line without polling before the
+    /// others drop it as dead.
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+}
+
+impl RedisConfig {
+    /// Defaults for everything but the url.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            tls_ca_file: None,
+            connect_timeout: default_connect_timeout(),
+            fence_retention: default_fence_retention(),
+            waiter_ttl: default_waiter_ttl(),
+        }
+    }
 }
 
 /// Settings of a Redis Cluster engine, `kind = "redis-cluster"`: seed nodes,
@@ -78,6 +98,8 @@ pub struct RedisClusterConfig {
     pub connect_timeout: Duration,
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
 }
 
 fn default_connect_timeout() -> Duration {
@@ -86,6 +108,20 @@ fn default_connect_timeout() -> Duration {
 
 fn default_fence_retention() -> Duration {
     Duration::from_secs(60)
+}
+
+fn default_waiter_ttl() -> Duration {
+    Duration::from_secs(3)
+}
+
+/// Registers `kind = "redis"` and `kind = "redis-cluster"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("redis", |name, config: RedisConfig| async move {
+        RedisEngine::connect(&name, &config).await
+    });
+    kinds.register("redis-cluster", |name, config: RedisClusterConfig| async move {
+        RedisEngine::connect_cluster(&name, &config).await
+    });
 }
 
 /// A script with the helpers all of them share (`scripts/common.lua`) in front.
@@ -115,9 +151,7 @@ pub struct RedisEngine {
     scripts: Scripts,
     address: String,
     fence_retention: Duration,
-    /// Locks handed to this process's waiters by a release (see release.lua),
-    /// learned from the notification and not yet claimed by a poll.
-    grants: notify::Grants,
+    waiter_ttl: Duration,
     /// Names this engine's channel for each lock (`<prefix>:n:<id>`), so a
     /// release wakes only the process whose waiter is next.
     id: String,
@@ -140,7 +174,7 @@ impl RedisEngine {
             connection,
             notifier,
             "PUBLISH",
-            config.fence_retention,
+            (config.fence_retention, config.waiter_ttl),
         ))
     }
 
@@ -165,7 +199,7 @@ impl RedisEngine {
             connection,
             notifier,
             "SPUBLISH",
-            config.fence_retention,
+            (config.fence_retention, config.waiter_ttl),
         ))
     }
 
@@ -174,7 +208,7 @@ impl RedisEngine {
         connection: Connection,
         notifier: notify::Notifier,
         publish: &'static str,
-        fence_retention: Duration,
+        (fence_retention, waiter_ttl): (Duration, Duration),
     ) -> Self {
         RedisEngine {
             kind: target.kind,
@@ -189,7 +223,7 @@ impl RedisEngine {
             },
             address: target.address,
             fence_retention,
-            grants: notify::Grants::default(),
+            waiter_ttl,
             id: OwnerId::random().to_string(),
         }
     }
@@ -198,10 +232,6 @@ impl RedisEngine {
     /// during the round trip; without one (lock not yet subscribed here), the
     /// wait subscribes and then tries again at once.
     async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
-        if let Some(fence) = self.grants.take(req.owner) {
-            self.extend_in_background(req);
-            return Ok(Poll::Held(fence));
-        }
         let prefix = keys::prefix(&req.key);
         let channel = format!("{prefix}:n:{}", self.id);
         let watching = if queue {
@@ -223,7 +253,7 @@ impl RedisEngine {
             .arg(millis(self.fence_retention))
             .arg(mode)
             .arg(millis(req.lease))
-            .arg(millis(req.waiter_ttl))
+            .arg(millis(self.waiter_ttl))
             .arg(if queue { "1" } else { "0" })
             .arg(&self.id)
             .invoke_async(&mut self.connection.clone())
@@ -233,35 +263,18 @@ impl RedisEngine {
             return Ok(Poll::Held(value));
         }
         let wake: Wake = match watching {
-            Some(receiver) => notify::wake_for(receiver, req.owner, self.grants.clone()),
+            // A handed-over grant lasts the waiter's liveness window (see
+            // release.lua), which its last call restarted.
+            Some(receiver) => notify::wake_for(receiver, req.owner, self.waiter_ttl),
             None if !queue => Box::pin(std::future::pending()),
             // Subscribed after this attempt: try again at once, so a release
             // that happened meanwhile is not missed.
             None => match self.notifier.subscribe(&channel).await {
-                Some(_) => Box::pin(std::future::ready(())),
+                Some(_) => Box::pin(std::future::ready(dlock_core::Woken::Retry)),
                 None => Box::pin(std::future::pending()),
             },
         };
         Ok(Poll::Waiting(wake))
-    }
-
-    /// A handed-over grant lasts only the waiter's liveness window; stretch it
-    /// to the request's lease. Should this fail, the watchdog's renewals are
-    /// refused and the lost signal fires.
-    fn extend_in_background(&self, req: &Request) {
-        let (script, mut connection) = (self.scripts.renew.clone(), self.connection.clone());
-        let (prefix, owner, lease) = (keys::prefix(&req.key), req.owner.to_string(), millis(req.lease));
-        let (publish, retention) = (self.publish, millis(self.fence_retention));
-        tokio::spawn(async move {
-            let _: redis::RedisResult<u8> = script
-                .key(prefix)
-                .arg(owner)
-                .arg(publish)
-                .arg(retention)
-                .arg(lease)
-                .invoke_async(&mut connection)
-                .await;
-        });
     }
 
     async fn run(
@@ -331,8 +344,15 @@ impl Engine for RedisEngine {
         self.address.clone()
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            waiter_ttl: Some(self.waiter_ttl),
+            ..Capabilities::FULL
+        }
+    }
+
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, req.queue).await
+        self.attempt(req, !req.try_once).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
@@ -340,7 +360,6 @@ impl Engine for RedisEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.grants.take(req.owner);
         self.run(&self.scripts.release, req, "cancel").await.map(drop)
     }
 

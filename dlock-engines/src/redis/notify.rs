@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use std::convert::Infallible;
 
-use dlock_core::{OwnerId, Wake};
+use dlock_core::{OwnerId, Wake, Woken};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -237,28 +237,11 @@ async fn unsubscribe_idle(sink: &tokio::sync::Mutex<Sink>, channels: &Channels) 
     }
 }
 
-/// Grants learned from notifications: owner → fence.
-#[derive(Clone, Default)]
-pub(crate) struct Grants(Arc<Mutex<HashMap<OwnerId, u64>>>);
-
-impl Grants {
-    pub fn take(&self, owner: OwnerId) -> Option<u64> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&owner)
-    }
-
-    fn give(&self, owner: OwnerId, fence: u64) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(owner, fence);
-    }
-}
-
 /// Resolves when a message names `owner` (`<owner>`: try again;
-/// `<owner>:<fence>`: the lock was handed over, recorded in `grants`) or
-/// everyone (`*`), or when messages were lost (lagged, subscriber gone):
-/// then trying again is the safe move.
-pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, grants: Grants) -> Wake {
+/// `<owner>:<fence>`: the lock was handed over, valid for `valid_for` from
+/// the waiter's last call) or everyone (`*`), or when messages were lost
+/// (lagged, subscriber gone): then trying again is the safe move.
+pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, valid_for: Duration) -> Wake {
     let me = owner.to_string();
     Box::pin(async move {
         while let Ok(message) = receiver.recv().await {
@@ -266,15 +249,15 @@ pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, grants: Grants) -
                 Some((target, fence)) => (target, fence.parse().ok()),
                 None => (&*message, None),
             };
-            if target == "*" {
-                return;
+            if target == me
+                && let Some(fence) = fence
+            {
+                return Woken::Granted { fence, valid_for };
             }
-            if target == me {
-                if let Some(fence) = fence {
-                    grants.give(owner, fence);
-                }
-                return;
+            if target == me || target == "*" {
+                return Woken::Retry;
             }
         }
+        Woken::Retry
     })
 }

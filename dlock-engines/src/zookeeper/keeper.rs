@@ -1,6 +1,7 @@
-//! The LockKeeper (ylock 4.2.2): the engine's per-lock state, kept a while
-//! after its last request so hot keys reuse it, then evicted, so a service
-//! that locks millions of distinct keys (per user, per order) stays bounded.
+//! The LockKeeper (ylock 4.2.2): the engine's per-lock state (the lock's
+//! escaped path), kept a while after its last use so hot keys reuse it, then
+//! evicted, so a service that locks millions of distinct keys (per user, per
+//! order) stays bounded. Each request's own node lives with the request.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -8,21 +9,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use dlock_core::{LockKey, OwnerId};
+use dlock_core::LockKey;
 
-/// One lock path and the requests this process has on it.
-pub(crate) struct Entry<N> {
-    pub path: Arc<str>,
-    pub nodes: HashMap<OwnerId, N>,
+struct Entry {
+    path: Arc<str>,
     last_used: Instant,
 }
 
-pub(crate) struct Keeper<N> {
+pub(crate) struct Keeper {
     idle: Duration,
-    locks: Mutex<HashMap<LockKey, Entry<N>>>,
+    locks: Mutex<HashMap<LockKey, Entry>>,
 }
 
-impl<N: Send + 'static> Keeper<N> {
+impl Keeper {
     /// A keeper that evicts locks idle for `idle`, swept by a background task
     /// that ends with the keeper.
     pub fn new(idle: Duration) -> Arc<Self> {
@@ -34,29 +33,15 @@ impl<N: Send + 'static> Keeper<N> {
         keeper
     }
 
-    /// Runs `f` on the entry for `key`, made with `path(key)` if absent.
-    pub fn with<R>(
-        &self,
-        key: &LockKey,
-        path: impl FnOnce() -> String,
-        f: impl FnOnce(&mut Entry<N>) -> R,
-    ) -> R {
+    /// The path of `key`, made with `path()` if not kept.
+    pub fn path(&self, key: &LockKey, path: impl FnOnce() -> String) -> Arc<str> {
         let mut locks = self.locks();
         let entry = locks.entry(key.clone()).or_insert_with(|| Entry {
             path: path().into(),
-            nodes: HashMap::new(),
             last_used: Instant::now(),
         });
         entry.last_used = Instant::now();
-        f(entry)
-    }
-
-    /// Removes and returns `owner`'s request on `key`.
-    pub fn take(&self, key: &LockKey, owner: OwnerId) -> Option<N> {
-        let mut locks = self.locks();
-        let entry = locks.get_mut(key)?;
-        entry.last_used = Instant::now();
-        entry.nodes.remove(&owner)
+        entry.path.clone()
     }
 
     /// Locks held in memory right now, idle ones included.
@@ -67,19 +52,19 @@ impl<N: Send + 'static> Keeper<N> {
     fn evict_idle(&self) {
         let now = Instant::now();
         let mut locks = self.locks();
-        locks.retain(|_, e| !e.nodes.is_empty() || now.duration_since(e.last_used) < self.idle);
+        locks.retain(|_, e| now.duration_since(e.last_used) < self.idle);
         // A burst of distinct keys must not pin its table's memory either.
         if locks.capacity() > 4 * locks.len() + 64 {
             locks.shrink_to_fit();
         }
     }
 
-    fn locks(&self) -> MutexGuard<'_, HashMap<LockKey, Entry<N>>> {
+    fn locks(&self) -> MutexGuard<'_, HashMap<LockKey, Entry>> {
         self.locks.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-async fn sweep<N: Send + 'static>(keeper: Weak<Keeper<N>>, idle: Duration) {
+async fn sweep(keeper: Weak<Keeper>, idle: Duration) {
     let mut tick = tokio::time::interval((idle / 2).max(Duration::from_millis(10)));
     loop {
         tick.tick().await;

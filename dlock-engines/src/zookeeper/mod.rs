@@ -46,8 +46,12 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::engine::Expiry;
-use dlock_core::{Engine, EngineError, Error, Poll, Request, Wake, async_trait};
+use std::sync::Mutex;
+
+use dlock_core::{
+    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Poll, Request, Wake, Woken,
+    async_trait,
+};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -108,6 +112,28 @@ fn default_keeper_idle() -> Duration {
     Duration::from_secs(60)
 }
 
+/// Registers `kind = "zookeeper"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("zookeeper", |name, config: ZooKeeperConfig| async move {
+        ZooKeeperEngine::connect(&name, &config).await
+    });
+}
+
+/// A request's node, in the request's state: none before it is created or
+/// once it is removed.
+#[derive(Default)]
+struct NodeSlot(Mutex<Option<Node>>);
+
+impl NodeSlot {
+    fn of(req: &Request) -> &NodeSlot {
+        req.state_or_init(NodeSlot::default)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Node>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// One request's node.
 struct Node {
     name: String,
@@ -130,7 +156,7 @@ pub struct ZooKeeperEngine {
     sessions: Sessions,
     root: String,
     acls: Acls<'static>,
-    keeper: Arc<Keeper<Node>>,
+    keeper: Arc<Keeper>,
     address: String,
 }
 
@@ -178,11 +204,8 @@ impl ZooKeeperEngine {
     }
 
     fn path(&self, req: &Request) -> Arc<str> {
-        self.keeper.with(
-            &req.key,
-            || nodes::lock_path(&self.root, &req.key),
-            |e| e.path.clone(),
-        )
+        self.keeper
+            .path(&req.key, || nodes::lock_path(&self.root, &req.key))
     }
 
     /// Joins the line with a new node on the live session, then looks.
@@ -204,8 +227,7 @@ impl ZooKeeperEngine {
             session,
             watch: None,
         };
-        self.keeper
-            .with(&req.key, String::new, |e| e.nodes.insert(req.owner, node));
+        *NodeSlot::of(req).lock() = Some(node);
         self.look(req, &path, children).await
     }
 
@@ -345,18 +367,16 @@ impl ZooKeeperEngine {
 
     /// Runs `f` on this request's node.
     fn node<R>(&self, req: &Request, f: impl FnOnce(&mut Node) -> R) -> Result<R, EngineError> {
-        self.keeper
-            .with(
-                &req.key,
-                || nodes::lock_path(&self.root, &req.key),
-                |e| e.nodes.get_mut(&req.owner).map(f),
-            )
+        NodeSlot::of(req)
+            .lock()
+            .as_mut()
+            .map(f)
             .ok_or_else(|| EngineError::failed("no such request"))
     }
 
     /// Deletes this request's node; `Ok(false)` if it was already gone.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(node) = self.keeper.take(&req.key, req.owner) else {
+        let Some(node) = NodeSlot::of(req).lock().take() else {
             return Ok(false);
         };
         if node.session.is_ended() {
@@ -383,6 +403,7 @@ fn fence(czxid: i64) -> u64 {
 fn wake_on(mut fired: watch::Receiver<bool>) -> Wake {
     Box::pin(async move {
         let _ = fired.wait_for(|fired| *fired).await;
+        Woken::Retry
     })
 }
 
@@ -406,13 +427,16 @@ impl Engine for ZooKeeperEngine {
         self.address.clone()
     }
 
-    fn expiry(&self) -> Expiry {
-        Expiry::Session
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            expiry: Expiry::Session,
+            ..Capabilities::FULL
+        }
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
         let answer = self.enqueue(req).await;
-        if !req.queue && !matches!(answer, Ok(Poll::Held(_))) {
+        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
             self.remove(req).await?;
         }
         answer
@@ -430,7 +454,7 @@ impl Engine for ZooKeeperEngine {
         match state {
             // The session ended with our place in line: queue again.
             Ok((true, _, _)) | Err(_) => {
-                self.keeper.take(&req.key, req.owner);
+                NodeSlot::of(req).lock().take();
                 self.enqueue(req).await
             }
             // Nothing moved ahead of us: keep waiting, no round trip.
@@ -502,7 +526,7 @@ impl Engine for ZooKeeperEngine {
         self.remove(req).await
     }
 
-    fn lost(&self, req: &Request) -> Option<Wake> {
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
         let session = self.node(req, |n| n.session.clone()).ok()?;
         Some(Box::pin(session.ended()))
     }

@@ -46,7 +46,7 @@ if head then
   if free and string.sub(head, 1, 2) == 'w:' then
     -- Granted for the waiter's remaining liveness only: if it died since its
     -- last poll the lock frees as fast as a dead waiter would be kicked; a live
-    -- one extends to its own lease as soon as it claims the grant.
+    -- one renews to its own lease soon after (the grant says how long it lasts).
     local alive = p .. ':a:' .. owner
     holder, deadline = owner, now_ms + math.max(redis.call('PTTL', alive), 1)
     redis.call('LPOP', queue)

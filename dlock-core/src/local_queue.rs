@@ -1,5 +1,5 @@
-//! The local line: this process's requests for one lock, in arrival order.
-//! A request goes to the engine only when its turn has come here: a writer
+//! The local queue (`queue = "local"`): this process's requests for one lock,
+//! in arrival order. A request goes to the engine only when its turn has come here: a writer
 //! when first, a reader when no writer is ahead. An engine then sees at most
 //! one writer or one run of readers per process and lock, so ten thousand
 //! waiting tasks cost it one waiter instead of ten thousand, each polling
@@ -17,9 +17,10 @@ use crate::{LockKey, Mode};
 
 const SHARDS: usize = 64;
 
-type Lines = HashMap<(usize, LockKey), VecDeque<Waiter>>;
+type Queues = HashMap<(usize, LockKey), VecDeque<Waiter>>;
 
-static LINES: LazyLock<[Mutex<Lines>; SHARDS]> = LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+static QUEUES: LazyLock<[Mutex<Queues>; SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 struct Waiter {
@@ -28,7 +29,7 @@ struct Waiter {
     turn: Arc<Notify>,
 }
 
-/// A request's place in its lock's local line; leaves it when dropped.
+/// A request's place in its lock's local queue; leaves it when dropped.
 pub(crate) struct Place {
     engine: usize,
     key: LockKey,
@@ -36,8 +37,8 @@ pub(crate) struct Place {
 }
 
 impl Place {
-    /// Joins the line of `key` on engine `engine` and waits for its turn.
-    /// Cancel-safe: a dropped wait leaves the line.
+    /// Joins the queue of `key` on engine `engine` and waits for its turn.
+    /// Cancel-safe: a dropped wait leaves the queue.
     pub async fn take(engine: usize, key: &LockKey, mode: Mode) -> Place {
         let turn = Arc::new(Notify::new());
         let place = Place {
@@ -46,14 +47,14 @@ impl Place {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         };
         let through = {
-            let mut lines = place.shard();
-            let line = lines.entry((engine, key.clone())).or_default();
-            line.push_back(Waiter {
+            let mut queues = place.shard();
+            let queue = queues.entry((engine, key.clone())).or_default();
+            queue.push_back(Waiter {
                 id: place.id,
                 mode,
                 turn: turn.clone(),
             });
-            turn_has_come(line, line.len() - 1)
+            turn_has_come(queue, queue.len() - 1)
         };
         if !through {
             // Woken by `notify_one`, which keeps a permit if the wake comes first.
@@ -69,42 +70,42 @@ impl Place {
             key: key.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         };
-        let mut lines = place.shard();
-        let line = lines.entry((engine, key.clone())).or_default();
+        let mut queues = place.shard();
+        let queue = queues.entry((engine, key.clone())).or_default();
         let free = match mode {
-            Mode::Write => line.is_empty(),
-            Mode::Read => line.iter().all(|w| w.mode == Mode::Read),
+            Mode::Write => queue.is_empty(),
+            Mode::Read => queue.iter().all(|w| w.mode == Mode::Read),
         };
         if !free {
-            if line.is_empty() {
-                lines.remove(&(engine, key.clone()));
+            if queue.is_empty() {
+                queues.remove(&(engine, key.clone()));
             }
             return None;
         }
-        line.push_back(Waiter {
+        queue.push_back(Waiter {
             id: place.id,
             mode,
             turn: Arc::new(Notify::new()),
         });
-        drop(lines);
+        drop(queues);
         Some(place)
     }
 
     /// The holder now reads: readers behind it may go.
     pub fn downgrade(&self) {
-        let mut lines = self.shard();
-        if let Some(line) = lines.get_mut(&(self.engine, self.key.clone())) {
-            if let Some(me) = line.iter_mut().find(|w| w.id == self.id) {
+        let mut queues = self.shard();
+        if let Some(queue) = queues.get_mut(&(self.engine, self.key.clone())) {
+            if let Some(me) = queue.iter_mut().find(|w| w.id == self.id) {
                 me.mode = Mode::Read;
             }
-            wake_the_turned(line);
+            wake_the_turned(queue);
         }
     }
 
-    fn shard(&self) -> MutexGuard<'static, Lines> {
+    fn shard(&self) -> MutexGuard<'static, Queues> {
         let mut hasher = std::hash::DefaultHasher::new();
         (self.engine, &self.key).hash(&mut hasher);
-        LINES[hasher.finish() as usize % SHARDS]
+        QUEUES[hasher.finish() as usize % SHARDS]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
@@ -112,31 +113,33 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        let mut lines = self.shard();
+        let mut queues = self.shard();
         let slot = (self.engine, self.key.clone());
-        let Some(line) = lines.get_mut(&slot) else { return };
-        line.retain(|w| w.id != self.id);
-        if line.is_empty() {
-            lines.remove(&slot);
+        let Some(queue) = queues.get_mut(&slot) else {
+            return;
+        };
+        queue.retain(|w| w.id != self.id);
+        if queue.is_empty() {
+            queues.remove(&slot);
         } else {
-            wake_the_turned(line);
+            wake_the_turned(queue);
         }
     }
 }
 
 /// A writer's turn comes when it is first; a reader's when no writer is ahead.
-fn turn_has_come(line: &VecDeque<Waiter>, at: usize) -> bool {
-    match line[at].mode {
+fn turn_has_come(queue: &VecDeque<Waiter>, at: usize) -> bool {
+    match queue[at].mode {
         Mode::Write => at == 0,
-        Mode::Read => line.iter().take(at).all(|w| w.mode == Mode::Read),
+        Mode::Read => queue.iter().take(at).all(|w| w.mode == Mode::Read),
     }
 }
 
 /// Wakes every waiter whose turn has come: the first writer, or the readers
 /// up to the first writer. A waiter already through gets a harmless permit.
-fn wake_the_turned(line: &VecDeque<Waiter>) {
-    for (at, waiter) in line.iter().enumerate() {
-        if !turn_has_come(line, at) {
+fn wake_the_turned(queue: &VecDeque<Waiter>) {
+    for (at, waiter) in queue.iter().enumerate() {
+        if !turn_has_come(queue, at) {
             break;
         }
         waiter.turn.notify_one();
@@ -149,12 +152,12 @@ mod tests {
 
     #[tokio::test]
     async fn writers_one_at_a_time_readers_together() {
-        let key = LockKey::new("line", "k").unwrap();
+        let key = LockKey::new("queue", "k").unwrap();
         let writer = Place::take(1, &key, Mode::Write).await;
         assert!(Place::try_take(1, &key, Mode::Read).is_none());
         assert!(
             Place::try_take(2, &key, Mode::Write).is_some(),
-            "another engine is another line"
+            "another engine is another queue"
         );
         let reader = tokio::spawn({
             let key = key.clone();
@@ -181,6 +184,6 @@ mod tests {
             .shard()
             .contains_key(&(engine, key.clone()))
         };
-        assert!(forgotten(1) && forgotten(2), "an empty line is forgotten");
+        assert!(forgotten(1) && forgotten(2), "an empty queue is forgotten");
     }
 }

@@ -1,0 +1,98 @@
+//! Every engine call is bounded by the core: an engine that stops answering
+//! mid-call (its calls arrive, no answer comes back) costs the caller its
+//! wait, never a hang, and leaves nothing held.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::Faults;
+use dlock::engines::memory::MemoryEngine;
+use dlock::{Error, Registry, Settings};
+
+struct Setup {
+    memory: Arc<MemoryEngine>,
+    faults: Arc<Faults>,
+    registry: Registry,
+    peer: Registry,
+}
+
+fn setup() -> Setup {
+    let memory = Arc::new(MemoryEngine::new());
+    let faults = Arc::new(Faults::new(memory.clone()));
+    let settings = Settings {
+        call_timeout: Duration::from_millis(200),
+        ..Settings::default()
+    };
+    Setup {
+        registry: Registry::with_engine("hung", faults.clone(), settings).expect("registry"),
+        peer: Registry::with_engine("hung", memory.clone(), settings).expect("registry"),
+        memory,
+        faults,
+    }
+}
+
+async fn nothing_held(memory: &MemoryEngine) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while memory.active_locks() != 0 {
+        assert!(Instant::now() < deadline, "a hung request was left in the engine");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_for_on_a_hung_engine_times_out_in_time_and_leaves_nothing_held() {
+    let s = setup();
+    s.faults.set_hung(true);
+    for busy in [false, true] {
+        // Busy: a peer holds it, so the hung request is queued in the engine.
+        let holder = match busy {
+            true => Some(s.peer.locks("g").get("k").lock().await.expect("peer lock")),
+            false => None,
+        };
+        let started = Instant::now();
+        let err = s
+            .registry
+            .locks("g")
+            .get("k")
+            .lock_for(Duration::from_millis(250))
+            .await
+            .expect_err("a hung engine granted the lock");
+        let took = started.elapsed();
+        assert!(matches!(err, Error::Timeout { .. }), "busy={busy}: {err}");
+        assert!(
+            took < Duration::from_millis(300),
+            "busy={busy}: answered after {took:?}"
+        );
+        if let Some(holder) = holder {
+            holder.release().await.expect("peer release");
+        }
+        nothing_held(&s.memory).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_and_release_on_a_hung_engine_fail_within_the_call_timeout() {
+    let s = setup();
+    let lock = s.registry.locks("g").get("k");
+    let guard = lock.lock().await.expect("lock");
+    s.faults.set_hung(true);
+    let started = Instant::now();
+    let err = guard.release().await.expect_err("a hung release succeeded");
+    assert!(matches!(err, Error::Engine { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "release took {:?}",
+        started.elapsed()
+    );
+    nothing_held(&s.memory).await;
+
+    let started = Instant::now();
+    let err = lock.try_lock().await.expect_err("a hung try succeeded");
+    assert!(matches!(err, Error::Engine { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "try took {:?}",
+        started.elapsed()
+    );
+    nothing_held(&s.memory).await;
+}
