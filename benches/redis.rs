@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::{TestServer, redis_args};
+use dlock::engines::conformance::server::TestServer;
+use dlock::engines::redis::fixture::redis_args;
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Registry, Settings};
 use redis::aio::MultiplexedConnection;

@@ -18,7 +18,8 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::{TestServer, curator_classpath, zookeeper};
+use dlock::engines::conformance::server::TestServer;
+use dlock::engines::zookeeper::fixture::{curator_classpath, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Registry, Settings};
 use zookeeper_client::{Acls, Client, CreateMode};

@@ -404,3 +404,23 @@ async fn read_mode_calls_share_the_lock() {
         call.await.expect("task").expect("readers did not overlap");
     }
 }
+
+/// The attribute checks `lease` at compile time against its own copy of the
+/// core's minimum (a proc-macro crate cannot use the core's constant): the
+/// minimum itself compiles and is accepted at run time, and both say 30 ms.
+#[distributed_lock(group = "attr-min-lease", lease = "30ms")]
+async fn with_the_shortest_lease() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_attribute_and_the_core_agree_on_the_shortest_lease() {
+    assert_eq!(
+        dlock::MIN_LEASE,
+        Duration::from_millis(30),
+        "update dlock-macros/src/attr.rs too"
+    );
+    with_the_shortest_lease()
+        .await
+        .expect("the minimum lease is accepted");
+}

@@ -182,7 +182,7 @@ async fn bad_files_fail_naming_the_field() {
 #[tokio::test]
 async fn bad_engine_settings_fail_naming_the_field() {
     use dlock::engines::conformance::server::TestServer;
-    use dlock::engines::conformance::server::redis_args;
+    use dlock::engines::redis::fixture::redis_args;
     // Checked against the engine's capabilities once it is connected.
     let redis = TestServer::start("redis-server", |port| redis_args(port, &[]));
     let short_waiter_ttl = format!(

@@ -3,28 +3,24 @@
 
 #![cfg(feature = "redis")]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::Engine;
 use dlock::engines::conformance;
-use dlock::engines::conformance::server::{TestServer, redis_cli, redis_cluster};
+use dlock::engines::redis::fixture::{RedisCluster, redis_cli};
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
 
-struct Cluster {
-    nodes: Vec<TestServer>,
+dlock::engines::conformance_suite!(fixture = RedisCluster);
+
+async fn engine() -> Arc<dyn Engine> {
+    conformance::engine(fixture()).await
 }
 
-fn cluster() -> &'static Cluster {
-    static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| Cluster {
-        nodes: redis_cluster(3),
-    })
-}
-
-fn config(waiter_ttl: Duration) -> RedisClusterConfig {
-    RedisClusterConfig {
-        nodes: cluster()
+/// An engine on the cluster that drops waiters silent for `waiter_ttl`.
+async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
+    let config = RedisClusterConfig {
+        nodes: fixture()
             .nodes
             .iter()
             .map(|n| format!("redis://{}", n.address()))
@@ -32,22 +28,10 @@ fn config(waiter_ttl: Duration) -> RedisClusterConfig {
         connect_timeout: Duration::from_secs(5),
         fence_retention: Duration::from_secs(1),
         waiter_ttl,
-    }
+    };
+    let engine = RedisEngine::connect_cluster("cluster", &config).await;
+    Arc::new(engine.expect("connect"))
 }
-
-async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
-    Arc::new(
-        RedisEngine::connect_cluster("cluster", &config(waiter_ttl))
-            .await
-            .expect("connect"),
-    )
-}
-
-async fn engine() -> Arc<dyn Engine> {
-    engine_with(Duration::from_secs(1)).await
-}
-
-dlock::engines::conformance_suite!(engine);
 
 /// The whole suite once more, in one test so the check after it sees every
 /// key it made: each node ends up empty.
@@ -55,7 +39,7 @@ dlock::engines::conformance_suite!(engine);
 async fn no_key_is_left_on_any_node() {
     conformance::run_each(engine).await;
     let deadline = Instant::now() + Duration::from_secs(15);
-    for node in &cluster().nodes {
+    for node in &fixture().nodes {
         let port = node.port.to_string();
         // Other tests in this binary may still hold keys: wait for all to expire or go.
         while redis_cli(&["-p", &port, "dbsize"]).trim() != "0" {

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::engines::conformance::run_each;
-use dlock::engines::conformance::server::{TestServer, four_letter, free_port, wait_serving, zookeeper_args};
+use dlock::engines::conformance::server::{TestServer, free_port};
+use dlock::engines::zookeeper::fixture::{four_letter, wait_serving, zookeeper_args};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Engine, Registry, Settings};
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
-use dlock::engines::conformance::server::{TestServer, free_port, redis_args};
+use dlock::engines::conformance::server::{TestServer, free_port};
 use dlock::engines::conformance::{self, SETTINGS};
+use dlock::engines::redis::fixture::redis_args;
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
 use dlock_core::{Poll, Request};

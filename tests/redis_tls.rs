@@ -6,8 +6,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::{TestServer, redis_args};
+use dlock::engines::conformance::server::TestServer;
 use dlock::engines::conformance::{SETTINGS, timed_writer};
+use dlock::engines::redis::fixture::redis_args;
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Error, Registry};
 

@@ -12,7 +12,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::proxy::CutProxy;
-use dlock::engines::conformance::server::{TestServer, curator_classpath, four_letter, zookeeper};
+use dlock::engines::conformance::server::TestServer;
+use dlock::engines::zookeeper::fixture::{curator_classpath, four_letter, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Error, LostReason, Registry, Settings};
 

@@ -14,7 +14,8 @@ use crate::template::Template;
 /// Every option, in the order the docs list them.
 const OPTIONS: [&str; 7] = ["group", "key", "mode", "wait", "lease", "engine", "on_lost"];
 
-/// Shortest lease the core accepts (`dlock_core::MIN_LEASE`).
+/// Shortest lease the core accepts (`dlock_core::MIN_LEASE`; a proc-macro
+/// crate cannot use it, and `tests/attribute.rs` checks that the two agree).
 const MIN_LEASE: Duration = Duration::from_millis(30);
 
 #[derive(Clone, Copy, PartialEq, Eq)]

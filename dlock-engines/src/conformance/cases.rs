@@ -649,15 +649,7 @@ pub async fn what_the_engine_lacks_is_a_typed_error(h: &Harness) {
     let calls = h.faults.calls();
     let capabilities = h.capabilities();
     if !capabilities.read {
-        let err = h
-            .lock("lacks")
-            .read()
-            .await
-            .expect_err("read mode must be refused");
-        assert!(
-            matches!(err, Error::Unsupported { .. }),
-            "expected Unsupported, got {err}"
-        );
+        h.assert_read_refused("lacks").await;
     }
     let too_short = capabilities.min_lease() - Duration::from_millis(1);
     let err = h

@@ -1,12 +1,14 @@
 //! The behaviour suite every engine passes unchanged.
 //!
-//! An engine's test file names a factory and gets one test per case:
+//! An engine's test file names its [`Fixture`] and gets one test per case:
 //!
 //! ```ignore
-//! dlock_engines::conformance_suite!(|| async {
-//!     std::sync::Arc::new(dlock_engines::memory::MemoryEngine::new()) as std::sync::Arc<dyn dlock_core::Engine>
-//! });
+//! dlock::engines::conformance_suite!(fixture = dlock::engines::redis::fixture::Redis);
 //! ```
+//!
+//! (or a factory, `conformance_suite!(engine)`, an async fn returning
+//! `Arc<dyn Engine>`, for an engine built by hand). `fault_suite!` does the
+//! same for the cross-process fault scenarios of [`fault_suite`].
 //!
 //! Cases are plain async functions in [`cases`] taking a [`Harness`]; each
 //! case uses its own random group, so cases can share one server. A case
@@ -14,7 +16,9 @@
 //! and the reason printed (`conformance: SKIPPED ...`).
 
 pub mod cases;
+pub mod fault_suite;
 mod faults;
+mod fixture;
 pub mod proxy;
 pub mod register;
 pub mod server;
@@ -26,6 +30,7 @@ use dlock_core::config::{Polling, Queue};
 use dlock_core::{Capabilities, Engine, Error, Expiry, Fairness, Fencing, Lock, Registry, Settings, Wait};
 
 pub use faults::Faults;
+pub use fixture::{Breakable, Fixture, engine};
 
 /// Spawns a task that takes `lock` for write and lets go at once; it
 /// returns when it got the lock, for tests that time a handoff.
@@ -97,21 +102,26 @@ impl Harness {
         self.capabilities().fencing != Fencing::None
     }
 
+    /// Checks that a read of lock `name` is refused as `Unsupported`.
+    pub async fn assert_read_refused(&self, name: &str) {
+        let err = self
+            .lock(name)
+            .read()
+            .await
+            .expect_err("read mode must be refused");
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "expected Unsupported, got {err}"
+        );
+    }
+
     /// Whether the engine has what `case` needs; if not, says so. A case
     /// needing read mode first checks that asking for it is `Unsupported`.
     pub async fn has(&self, case: &str, need: Need) -> bool {
         let capabilities = self.capabilities();
         let missing = match need {
             Need::Read if !capabilities.read => {
-                let err = self
-                    .lock(case)
-                    .read()
-                    .await
-                    .expect_err("read mode must be refused");
-                assert!(
-                    matches!(err, Error::Unsupported { .. }),
-                    "expected Unsupported, got {err}"
-                );
+                self.assert_read_refused(case).await;
                 Some("no read mode (Unsupported checked)")
             }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
@@ -205,6 +215,15 @@ macro_rules! conformance_suite {
         if true $(&& $harness.has(stringify!($case), $crate::conformance::Need::$need).await)* {
             $crate::conformance::cases::$case(&$harness).await;
         }
+    };
+    // An engine's fixture, started once for the file: `fixture()` gives it.
+    (fixture = $fixture:ty) => {
+        /// The server(s) this file's conformance cases share.
+        pub fn fixture() -> &'static $fixture {
+            static FIXTURE: ::std::sync::OnceLock<$fixture> = ::std::sync::OnceLock::new();
+            FIXTURE.get_or_init(<$fixture as $crate::conformance::Fixture>::start)
+        }
+        $crate::conformance_suite! { @list @tests (|| $crate::conformance::engine(fixture())) }
     };
     ($factory:expr) => {
         $crate::conformance_suite! { @list @tests $factory }

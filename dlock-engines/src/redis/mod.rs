@@ -42,6 +42,8 @@
 //! ```
 
 mod connection;
+#[cfg(feature = "conformance")]
+pub mod fixture;
 mod keys;
 mod notify;
 

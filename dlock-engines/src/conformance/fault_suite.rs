@@ -1,0 +1,403 @@
+//! The fault suite: real worker processes (examples/fault_worker.rs) lock
+//! through real servers and write through a fenced register, while the test
+//! kills, pauses and restarts things. Each scenario runs on any engine with a
+//! [`Breakable`] fixture (`fault_suite!` makes the tests) and appends its
+//! figures (recovery times, overlaps, stale writes refused) to
+//! `fault-figures.txt` in the test's target tmp dir, which `scripts/test`
+//! prints at the end.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::register::{FencedRegister, Report};
+use super::server::example;
+use super::{Breakable, Fixture};
+
+/// Expands to one `#[test]` per fault scenario for the engine of
+/// `$fixture` (a [`Breakable`] fixture type); put it in a module named
+/// after the engine.
+#[macro_export]
+macro_rules! fault_suite {
+    ($fixture:ty) => {
+        $crate::fault_suite! { @tests $fixture;
+            holder_killed_frees_the_lock_in_time,
+            holder_paused_past_its_lease_is_cancelled_or_fenced,
+            server_restarted_with_a_holder_and_waiters,
+            server_gone_mid_wait_fails_within_the_wait,
+            flash_sale_across_four_processes,
+        }
+    };
+    (@tests $fixture:ty; $($scenario:ident,)*) => {
+        $(
+            #[test]
+            fn $scenario() {
+                let dir = ::std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+                $crate::conformance::fault_suite::$scenario::<$fixture>(&dir);
+            }
+        )*
+    };
+}
+
+/// A fresh fixture of `F`, a directory for its files, and config files
+/// pointing workers at it.
+pub struct Setup<F> {
+    pub fixture: F,
+    dir: PathBuf,
+    figures: PathBuf,
+}
+
+impl<F: Fixture> Setup<F> {
+    /// Starts `F` for scenario `test`; files go under `tmp` (the test's
+    /// target tmp dir).
+    pub fn start(tmp: &Path, test: &str) -> Self {
+        let dir = tmp.join(format!("faults-{}-{test}-{}", F::NAME, std::process::id()));
+        std::fs::create_dir_all(&dir).expect("test dir");
+        Setup {
+            fixture: F::start(),
+            dir,
+            figures: tmp.join("fault-figures.txt"),
+        }
+    }
+
+    /// Config with a 1 s lease and this wait, written once (workers start
+    /// at once and read it).
+    pub fn config(&self, wait: &str) -> PathBuf {
+        self.config_queued(wait, "engine")
+    }
+
+    pub fn config_queued(&self, wait: &str, queue: &str) -> PathBuf {
+        let path = self.dir.join(format!("dlock-{wait}-{queue}.toml"));
+        if path.exists() {
+            return path;
+        }
+        let text = format!(
+            "[defaults]\nlease = \"1s\"\nwait = \"{wait}\"\nqueue = \"{queue}\"\n\n[engines.main]\n{}\n",
+            self.fixture.engine_config()
+        );
+        std::fs::write(&path, text).expect("config");
+        path
+    }
+
+    pub fn register(&self, name: &str) -> (PathBuf, FencedRegister) {
+        let path = self.dir.join(name);
+        let register = FencedRegister::create(&path);
+        (path, register)
+    }
+
+    /// Starts a worker with the 30 s wait config.
+    pub fn worker(&self, register: &Path, args: &[&str]) -> Worker {
+        Worker::start(&self.config("30s"), register, args)
+    }
+
+    /// Prints a measured figure and keeps it for `scripts/test` to print.
+    pub fn figure(&self, line: String) {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.figures)
+            .expect("figures");
+        writeln!(file, "{}: {line}", F::NAME).expect("write figure");
+        println!("{}: {line}", F::NAME);
+    }
+}
+
+/// A `fault_worker` process (examples/fault_worker.rs) and its output.
+pub struct Worker {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    pub fn start(config: &Path, register: &Path, args: &[&str]) -> Self {
+        let mut child = Command::new(example("fault_worker"))
+            .arg("--config")
+            .arg(config)
+            .arg("--register")
+            .arg(register)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fault_worker");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = send.send(line);
+            }
+        });
+        Worker { child, lines }
+    }
+
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Waits for the next `entered <fence>` line; returns the fence.
+    pub fn entered(&self, within: Duration) -> u64 {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("worker never entered its critical section");
+            if let Some(fence) = line.strip_prefix("entered ") {
+                return fence.parse().expect("fence");
+            }
+        }
+    }
+
+    /// Waits for the worker to exit and returns its summary counts.
+    pub fn finish(mut self, within: Duration) -> Summary {
+        let deadline = Instant::now() + within;
+        while self.child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("a worker hung past {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let summary = self
+            .lines
+            .iter()
+            .find(|l| l.starts_with("bought="))
+            .expect("worker summary");
+        Summary::parse(&summary)
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.pid()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub bought: u64,
+    pub sold_out: u64,
+    pub refused: u64,
+    pub lost: u64,
+    pub failed: u64,
+}
+
+impl Summary {
+    fn parse(line: &str) -> Self {
+        let mut s = Summary::default();
+        for pair in line.split_whitespace() {
+            let (name, n) = pair.split_once('=').expect("name=value");
+            let n = n.parse().expect("count");
+            match name {
+                "bought" => s.bought = n,
+                "sold_out" => s.sold_out = n,
+                "refused" => s.refused = n,
+                "lost" => s.lost = n,
+                "failed" => s.failed = n,
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Whether `F`'s setup can be crashed as a whole; says so if not.
+fn crashes<F: Breakable>(scenario: &str) -> bool {
+    if !F::CRASHES {
+        println!(
+            "faults: SKIPPED {scenario} on {}: no single server to crash",
+            F::NAME
+        );
+    }
+    F::CRASHES
+}
+
+/// A holder SIGKILLed mid-hold: a waiter gets in once the lease (or the
+/// session) runs out, and no sooner than the engine allows.
+pub fn holder_killed_frees_the_lock_in_time<F: Breakable>(tmp: &Path) {
+    let setup = Setup::<F>::start(tmp, "killed");
+    let (path, register) = setup.register("killed");
+    let holder = setup.worker(&path, &["--hold-ms", "60000"]);
+    holder.entered(LONG);
+    let waiter = setup.worker(&path, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let killed_at = Instant::now();
+    holder.signal("-KILL");
+    waiter.entered(LONG);
+    let recovered = killed_at.elapsed();
+    let summary = waiter.finish(LONG);
+    assert_eq!(summary.bought, 1, "{summary:?}");
+    let (bound, what) = setup.fixture.frees_dead_holder_within();
+    assert!(recovered < bound, "free again only after {recovered:?}");
+    assert_eq!(register.value(), 1);
+    setup.figure(format!(
+        "holder SIGKILLed → lock free again after {recovered:.2?} ({what})"
+    ));
+}
+
+/// A holder SIGSTOPped past its lease, with either `on_lost` policy: the
+/// next holder gets in, and the paused one is cancelled or its late write
+/// refused by the fence.
+pub fn holder_paused_past_its_lease_is_cancelled_or_fenced<F: Breakable>(tmp: &Path) {
+    holder_paused::<F>(tmp, "cancel");
+    let report = holder_paused::<F>(tmp, "ignore");
+    assert!(report.stale_refused >= 1, "{report:?}");
+}
+
+fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
+    let setup = Setup::<F>::start(tmp, &format!("paused-{on_lost}"));
+    let (path, register) = setup.register("paused");
+    let holder = setup.worker(&path, &["--hold-ms", "5000", "--on-lost", on_lost]);
+    let stale_fence = holder.entered(LONG);
+    holder.signal("-STOP");
+    let waiter = setup.worker(&path, &[]);
+    let fresh_fence = waiter.entered(LONG);
+    let waiter = waiter.finish(LONG);
+    assert_eq!(waiter.bought, 1, "the waiter's write was refused: {waiter:?}");
+    assert!(
+        fresh_fence > stale_fence,
+        "fences {stale_fence} then {fresh_fence}"
+    );
+    holder.signal("-CONT");
+    let holder = holder.finish(LONG);
+    match on_lost {
+        // The body is dropped on lost, before its late write.
+        "cancel" => assert_eq!(
+            (holder.lost, holder.bought, holder.refused),
+            (1, 0, 0),
+            "{holder:?}"
+        ),
+        // The body runs on; the register refuses its stale write.
+        _ => assert_eq!((holder.bought, holder.refused), (0, 1), "{holder:?}"),
+    }
+    assert_eq!(register.value(), 1, "only the fresh holder's write counts");
+    let report = register.report();
+    assert!(
+        report.overlaps >= 1,
+        "the paused holder's section overlapped the next: {report:?}"
+    );
+    setup.figure(format!(
+        "holder SIGSTOPped past its lease, on_lost = {on_lost}: overlaps {}, stale writes refused {}, writes accepted {}",
+        report.overlaps, report.stale_refused, report.writes
+    ));
+    report
+}
+
+/// The server crashes with a holder and 3 waiters, and is back 1.5 s later
+/// (longer than half a ZooKeeper session): the holder hears it lost the
+/// lock, and every waiter is served.
+pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(tmp: &Path) {
+    if !crashes::<F>("server_restarted_with_a_holder_and_waiters") {
+        return;
+    }
+    let mut setup = Setup::<F>::start(tmp, "restart");
+    let (path, register) = setup.register("restart");
+    let holder = setup.worker(&path, &["--hold-ms", "3000"]);
+    holder.entered(LONG);
+    let waiters: Vec<Worker> = (0..3)
+        .map(|_| setup.worker(&path, &["--hold-ms", "100"]))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let restarted_at = Instant::now();
+    setup.fixture.kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    setup.fixture.restart();
+    let holder = holder.finish(LONG);
+    assert_eq!(
+        holder.lost, 1,
+        "the holder kept a lock across the outage: {holder:?}"
+    );
+    let mut bought = 0;
+    for waiter in waiters {
+        let summary = waiter.finish(LONG);
+        assert_eq!(summary.failed, 0, "a waiter gave up: {summary:?}");
+        bought += summary.bought;
+    }
+    assert_eq!(bought, 3, "every waiter got its turn");
+    let report = register.report();
+    setup.figure(format!(
+        "server down 1.5 s with 1 holder and 3 waiters: holder lost, all 3 waiters done {:.2?} after the crash; overlaps {}, stale refused {}",
+        restarted_at.elapsed(),
+        report.overlaps,
+        report.stale_refused
+    ));
+}
+
+/// The server goes away for good while a worker waits 3 s: it fails with
+/// an engine error within its wait, never hangs; the holder hears it lost.
+pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(tmp: &Path) {
+    if !crashes::<F>("server_gone_mid_wait_fails_within_the_wait") {
+        return;
+    }
+    let mut setup = Setup::<F>::start(tmp, "gone");
+    let (path, _register) = setup.register("gone");
+    let holder = setup.worker(&path, &["--hold-ms", "60000"]);
+    holder.entered(LONG);
+    let waiter = Worker::start(&setup.config("3s"), &path, &[]);
+    std::thread::sleep(Duration::from_millis(500));
+    let gone_at = Instant::now();
+    setup.fixture.kill();
+    let summary = waiter.finish(Duration::from_secs(10));
+    let waited = gone_at.elapsed();
+    assert_eq!(summary.failed, 1, "{summary:?}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "the waiter hung {waited:?} past a 3 s wait"
+    );
+    let holder = holder.finish(Duration::from_secs(70));
+    assert_eq!(holder.lost, 1, "{holder:?}");
+    setup.figure(format!(
+        "server gone mid-wait (wait 3 s): waiter failed with an engine error {waited:.2?} after, holder lost"
+    ));
+}
+
+/// Seed 003's flash sale: 10,000 buyers of one item in 4 processes, stock
+/// 10: exactly 10 sold, no overlap.
+pub fn flash_sale_across_four_processes<F: Breakable>(tmp: &Path) {
+    let setup = Setup::<F>::start(tmp, "flash");
+    let (path, register) = setup.register("stock");
+    let started = Instant::now();
+    // Each process lines its buyers up locally.
+    let config = setup.config_queued("120s", "local");
+    let shops: Vec<Worker> = (0..4)
+        .map(|_| {
+            Worker::start(
+                &config,
+                &path,
+                &["--key", "item-1", "--tasks", "2500", "--limit", "10"],
+            )
+        })
+        .collect();
+    let (mut sold, mut sold_out) = (0, 0);
+    for shop in shops {
+        let summary = shop.finish(Duration::from_secs(300));
+        assert_eq!(
+            (summary.failed, summary.refused, summary.lost),
+            (0, 0, 0),
+            "{summary:?}"
+        );
+        sold += summary.bought;
+        sold_out += summary.sold_out;
+    }
+    assert_eq!((sold, sold_out), (10, 9_990));
+    assert_eq!(register.value(), 10);
+    let report = register.report();
+    assert_eq!(report.overlaps, 0, "{report:?}");
+    setup.figure(format!(
+        "flash sale, 4 processes × 2,500 buyers, stock 10: sold={sold} oversold=0 in {:.2?}",
+        started.elapsed()
+    ));
+}

@@ -1,0 +1,51 @@
+//! Engine fixtures: how the conformance and fault suites get a real engine.
+//! Each engine's fixture lives beside it (`redis/fixture.rs`, ...), and
+//! adding an engine to both suites is that fixture plus one line each.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::{Config, Engine};
+
+/// An engine's test setup: its server(s) on free loopback ports, and the
+/// `[engines.<name>]` table that points at them.
+pub trait Fixture: Sized + Send + Sync + 'static {
+    /// For messages and figures: `"redis"`, `"zookeeper"`, ...
+    const NAME: &'static str;
+
+    /// Starts the server(s) and waits until they serve.
+    fn start() -> Self;
+
+    /// The body of an `[engines.<name>]` table for the running server(s):
+    /// `kind` and settings, fit for the suites' 1 s leases.
+    fn engine_config(&self) -> String;
+}
+
+/// What the fault suite also needs: how soon a dead holder stops blocking
+/// others, and a server to crash and restart where the setup has one.
+pub trait Breakable: Fixture {
+    /// How soon a holder that died frees its lock (a 1 s lease, a 2 s
+    /// session...), and what sets it, for messages.
+    fn frees_dead_holder_within(&self) -> (Duration, &'static str);
+
+    /// Whether the setup is one server to crash; not a cluster, whose locks
+    /// live on one node of several. Crash scenarios skip, saying so, if not.
+    const CRASHES: bool = true;
+
+    /// Crashes the server (SIGKILL).
+    fn kill(&mut self);
+
+    /// Starts the crashed server again on its port; returns once it serves.
+    fn restart(&mut self);
+}
+
+/// Builds the fixture's engine through the registered kinds, from its
+/// config, as an application would.
+pub async fn engine(fixture: &impl Fixture) -> Arc<dyn Engine> {
+    let text = format!("[engines.main]\n{}", fixture.engine_config());
+    let config = Config::parse(&text, std::iter::empty()).expect("the fixture's config parses");
+    crate::kinds()
+        .build("main", &config.engines["main"])
+        .await
+        .expect("the fixture's engine connects")
+}
