@@ -41,6 +41,9 @@ lease = "5s"
 
 [groups.report]
 wait = "250ms"
+
+[groups.batch]
+wait = "forever"
 "#;
 
 #[tokio::test]
@@ -60,6 +63,8 @@ async fn a_good_file_routes_groups_and_applies_overrides() {
             interval: Duration::from_millis(50)
         }
     );
+    // A group may wait until granted even when the default wait is bounded.
+    assert_eq!(registry.locks("batch").settings().wait, Wait::Forever);
     let unrouted = registry.locks("anything");
     assert_eq!(unrouted.engine(), "main");
     // The routes lead to working engines.
@@ -155,6 +160,7 @@ async fn bad_files_fail_naming_the_field() {
         ("[defaults]\nlease = \"1ms\"", "defaults.lease", "too short"),
         ("[defaults]\nleese = \"1s\"", "defaults.leese", "unknown field"),
         ("[defaults]\nwait = 5", "defaults.wait", ""),
+        ("[groups.g]\nwait = \"soon\"", "groups.g.wait", "\"forever\""),
         (
             "[defaults]\npoll = { strategy = \"random\" }",
             "defaults.poll.strategy",
