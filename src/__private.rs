@@ -1,8 +1,10 @@
 //! What `#[distributed_lock]` expands to calls. Not a public API.
 
 use std::fmt::{self, Write as _};
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 pub use dlock_core::Mode;
@@ -112,6 +114,28 @@ impl<T, E: From<Error>> Outcome for Result<T, E> {
     }
 }
 
+/// Runs `body` until it ends or the lock is lost. Once the body has waited,
+/// the loss is judged before each poll, so a task resumed after a pause past
+/// its lease stops before it acts (the first poll follows the grant at once);
+/// the lost future itself is only polled, and wakes this task, while the
+/// body waits.
+async fn until_lost<F: Future>(held: &HeldLock, body: F) -> Result<F::Output, dlock_core::LostReason> {
+    let mut body = pin!(body);
+    let mut lost = pin!(held.lost());
+    let mut waited = false;
+    poll_fn(|cx| {
+        if waited && let Some(reason) = held.lost_reason() {
+            return Poll::Ready(Err(reason));
+        }
+        if let Poll::Ready(out) = body.as_mut().poll(cx) {
+            return Poll::Ready(Ok(out));
+        }
+        waited = true;
+        lost.as_mut().poll(cx).map(Err)
+    })
+    .await
+}
+
 /// Acquires, runs `body` under the lock (cancelling it if the lock is lost
 /// and the site says so), then releases. The guard also releases if this
 /// future is dropped or the body panics.
@@ -133,12 +157,12 @@ pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Fut
     let held = guard.held().clone();
     let body = CURRENT.scope(held.clone(), body);
     let out = if site.cancel_on_lost {
-        // Lost first: a task resumed after a pause must not act before it
-        // learns that its lease ran out meanwhile.
-        tokio::select! {
-            biased;
-            reason = held.lost() => O::lock_error(Error::Lost { key: held.key().clone(), reason }),
-            out = body => out,
+        match until_lost(&held, body).await {
+            Ok(out) => out,
+            Err(reason) => O::lock_error(Error::Lost {
+                key: held.key().clone(),
+                reason,
+            }),
         }
     } else {
         body.await

@@ -27,8 +27,8 @@ pub use dlock_core::{
     OwnerId, Poll, Request, Wake, Woken, async_trait, engine,
 };
 pub use dlock_core::{
-    Config, Error, Guard, HeldLock, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, Wait, config,
-    metrics,
+    Config, Error, Guard, HeldLock, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, Share, Wait,
+    config, held_locks, metrics,
 };
 pub use dlock_engines as engines;
 pub use dlock_macros::distributed_lock;
@@ -94,7 +94,9 @@ pub fn lock(group: &str, name: &str) -> Lock {
 }
 
 /// The innermost lock held by a `#[distributed_lock]` function running in
-/// this task; `None` outside one. Spawned tasks do not inherit it.
+/// this task; `None` outside one. Every lock the task holds, however taken:
+/// [`held_locks`]. Spawned tasks inherit neither, unless spawned with
+/// [`spawn`].
 pub fn current() -> Option<HeldLock> {
     __private::CURRENT.try_with(HeldLock::clone).ok()
 }
@@ -102,4 +104,23 @@ pub fn current() -> Option<HeldLock> {
 /// The fencing token of [`current`]: pass it to storage with every write.
 pub fn fence() -> Option<u64> {
     current().map(|held| held.fence())
+}
+
+/// Spawns `fut` as a task that shares every lock this task holds (see
+/// [`Share`]): its acquisitions of those locks reenter them, in their mode,
+/// with no engine call, instead of waiting behind this task (and, if this
+/// task awaits it, forever). The holds last until this task's guards and
+/// the spawned task are both done. Inside, [`fence`] and [`current`] give
+/// this task's innermost annotated lock.
+pub fn spawn<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let shares = held_locks().iter().filter_map(|held| held.share().ok()).collect();
+    let shared = dlock_core::with_shares(shares, fut);
+    match current() {
+        Some(innermost) => tokio::spawn(__private::CURRENT.scope(innermost, shared)),
+        None => tokio::spawn(shared),
+    }
 }

@@ -1,5 +1,6 @@
 //! The acquisition lifecycle: reenter, or ask the engine and wait, then hold.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use crate::config::{Queue, Wait};
 use crate::engine::{Woken, within};
 use crate::guard::Guard;
-use crate::hold::{Grant, Hold, engine_id};
+use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Span};
 use crate::registry::Group;
@@ -41,12 +42,12 @@ pub(crate) async fn acquire(
     let since = Instant::now();
     let granted = {
         let _waiting = Waiting::start(&group.labels, mode);
-        match local_turn(group, &req, since, wait).await {
-            Ok(place) => wait_for_grant(group, &req, since, wait)
-                .await
-                .map(|grant| (place, grant)),
-            Err(e) => Err(e),
-        }
+        let waited = async {
+            let place = local_turn(group, &req, since, wait).await?;
+            let grant = wait_for_grant(group, &req, since, wait).await?;
+            Ok((place, grant))
+        };
+        warn_if_stuck_behind_this_process(group, &req.key, since, waited).await
     };
     match granted {
         Ok((place, grant)) => {
@@ -177,6 +178,33 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             _ = sleep_until(next) => {}
         }
     }
+}
+
+/// Runs `waited`; if it takes `deadlock_warning` and another task of this
+/// process holds the lock, says so: the classic trap is a holder awaiting a
+/// task it spawned that asks for the same lock.
+async fn warn_if_stuck_behind_this_process<T>(
+    group: &Group,
+    key: &LockKey,
+    since: Instant,
+    waited: impl Future<Output = T>,
+) -> T {
+    let mut waited = std::pin::pin!(waited);
+    tokio::select! {
+        biased;
+        out = &mut waited => return out,
+        _ = sleep_until(since + group.settings.deadlock_warning) => {}
+    }
+    if let Some(hold) = held_by_another_task(group, key) {
+        tracing::warn!(
+            lock = %key,
+            waited = ?since.elapsed(),
+            held_for = ?hold.held_since.elapsed(),
+            "waiting for a lock another task of this process holds; if that task awaits this one, \
+             neither moves again: hand this task a share of the hold (dlock::spawn, HeldLock::share)"
+        );
+    }
+    waited.await
 }
 
 fn never() -> crate::Wake {

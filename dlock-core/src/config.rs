@@ -68,6 +68,11 @@ pub struct Defaults {
     /// The longest one engine call may take before it counts as failed.
     #[serde(with = "humantime_serde")]
     pub call_timeout: Duration,
+    /// A request waiting this long for a lock that another task of this
+    /// process holds logs a warning: if that task awaits this one, neither
+    /// moves again (hand the task a share instead; see `Share`).
+    #[serde(with = "humantime_serde")]
+    pub deadlock_warning: Duration,
 }
 
 /// How long an acquisition waits for the lock.
@@ -123,6 +128,7 @@ impl Default for Defaults {
             poll: Polling::default(),
             queue: Queue::Engine,
             call_timeout: Duration::from_secs(5),
+            deadlock_warning: Duration::from_secs(10),
         }
     }
 }
@@ -211,6 +217,7 @@ pub struct Settings {
     pub poll: Polling,
     pub queue: Queue,
     pub call_timeout: Duration,
+    pub deadlock_warning: Duration,
 }
 
 impl Default for Settings {
@@ -229,6 +236,7 @@ impl Defaults {
             poll: self.poll,
             queue: group.queue.unwrap_or(self.queue),
             call_timeout: self.call_timeout,
+            deadlock_warning: self.deadlock_warning,
         }
     }
 }

@@ -20,6 +20,11 @@ pub enum Error {
     #[error("lock {key} was lost: {reason}")]
     Lost { key: LockKey, reason: LostReason },
 
+    /// A share of a hold was asked for after the hold had ended: a share
+    /// never starts a new acquisition.
+    #[error("lock {key}: its hold has ended; a share of it cannot take it again")]
+    Released { key: LockKey },
+
     /// A task holding the read lock asked for the write lock.
     #[error(
         "lock {key}: this task holds it for read and asked for write; \

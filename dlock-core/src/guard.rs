@@ -5,9 +5,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use tokio::time::sleep_until;
-
-use crate::hold::{Exit, Hold};
+use crate::hold::{Exit, Hold, held_by_this_task};
 use crate::{Error, LockKey, LostReason, Mode};
 
 /// A held lock (write or read). Dropping it releases the hold in the
@@ -41,6 +39,13 @@ impl HeldLock {
         &self.0.req.key
     }
 
+    /// A share of this hold for a task this one spawns: see [`Share`].
+    /// `Err(Released)` once the hold has ended.
+    pub fn share(&self) -> Result<Share, Error> {
+        let mode = self.0.share()?;
+        Ok(Share(Arc::new(Guard::new(self.0.clone(), mode))))
+    }
+
     /// The fencing token of this hold: strictly greater than every earlier
     /// holder's. Hand it to storage so it can reject writes from a stale holder.
     pub fn fence(&self) -> u64 {
@@ -49,7 +54,13 @@ impl HeldLock {
 
     /// Whether the lock is already known lost.
     pub fn is_lost(&self) -> bool {
-        self.0.lost_reason().is_some()
+        self.lost_reason().is_some()
+    }
+
+    /// Why the lock is known lost, judged now (a lease past its end counts
+    /// even before the watchdog wakes); `None` while sound.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.0.lost_reason()
     }
 
     /// Resolves when the lock is known lost (renewal rejected, lease elapsed
@@ -60,30 +71,75 @@ impl HeldLock {
         let hold = self.0.clone();
         async move {
             let mut rx = hold.subscribe_lost();
-            let mut signalled = pin!(async {
-                loop {
-                    if let Some(reason) = hold.lost_reason() {
-                        return reason;
-                    }
-                    let changed = match hold.valid_until() {
-                        Some(until) => tokio::select! {
-                            changed = rx.changed() => changed,
-                            _ = sleep_until(until) => Ok(()),
-                        },
-                        None => rx.changed().await,
-                    };
-                    if changed.is_err() {
-                        return std::future::pending().await;
-                    }
-                }
+            // Wakes this future on every change; the watchdog marks the
+            // loss when the lease runs out, so no timer is needed here.
+            let mut changes = pin!(async {
+                while rx.changed().await.is_ok() {}
+                std::future::pending::<()>().await
             });
             poll_fn(|cx| match hold.lost_reason() {
                 Some(reason) => Poll::Ready(reason),
-                None => signalled.as_mut().poll(cx),
+                None => changes
+                    .as_mut()
+                    .poll(cx)
+                    .map(|_| unreachable!("changes never end")),
             })
             .await
         }
     }
+}
+
+/// A hold handed to other tasks. A spawned task is another task: without a
+/// share, its acquisition of a lock its parent holds waits behind the
+/// parent, and a parent awaiting that task waits forever. With one, the
+/// task's nested acquisitions of the lock reenter the parent's hold, in the
+/// hold's mode (a read hold's share asking for write gets `Upgrade`), with
+/// no engine call. The hold ends when the parent's outermost guard and the
+/// last clone of every share are gone.
+///
+/// ```
+/// # async fn demo(lock: dlock_core::Lock) -> Result<(), dlock_core::Error> {
+/// let guard = lock.lock().await?;
+/// let share = guard.held().share()?;
+/// let child = tokio::spawn(async move {
+///     share.scope(async { /* lock.lock() here reenters */ }).await
+/// });
+/// child.await.expect("child");
+/// guard.release().await
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Share(Arc<Guard>);
+
+impl Share {
+    /// Runs `fut` in the task that polls it with this hold filed for that
+    /// task. The returned future owns a clone of the share, so it can be
+    /// handed to `tokio::spawn` or a `JoinSet`.
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        with_shares(vec![self.clone()], fut)
+    }
+
+    pub fn held(&self) -> &HeldLock {
+        self.0.held()
+    }
+}
+
+impl std::fmt::Debug for Share {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Share").field(&*self.0).finish()
+    }
+}
+
+/// Runs `fut` with every hold of `shares` filed for the task that polls it.
+pub async fn with_shares<F: Future>(shares: Vec<Share>, fut: F) -> F::Output {
+    let _filed: Vec<_> = shares.iter().map(|s| s.0.held.0.file_for_this_task()).collect();
+    fut.await
+}
+
+/// Every lock the current task holds, through `#[distributed_lock]`, the
+/// Lock API or a [`Share`], in no particular order.
+pub fn held_locks() -> Vec<HeldLock> {
+    held_by_this_task().into_iter().map(HeldLock).collect()
 }
 
 impl Guard {

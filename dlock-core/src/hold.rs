@@ -82,6 +82,51 @@ struct Counts {
     reads: u32,
 }
 
+/// Every hold filed for the current task.
+pub(crate) fn held_by_this_task() -> Vec<Arc<Hold>> {
+    let task = TaskKey::current();
+    TABLE
+        .iter()
+        .flat_map(|shard| {
+            lock(shard)
+                .iter()
+                .filter(|(slot, _)| slot.task == task)
+                .map(|(_, hold)| hold.clone())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A hold of `key` on `group`'s engine filed for another task of this
+/// process, if any: what a task waiting for that lock may be waiting on.
+pub(crate) fn held_by_another_task(group: &Group, key: &LockKey) -> Option<Arc<Hold>> {
+    let (task, engine) = (TaskKey::current(), engine_id(group));
+    TABLE.iter().find_map(|shard| {
+        lock(shard)
+            .iter()
+            .find(|(slot, _)| slot.engine == engine && &slot.key == key && slot.task != task)
+            .map(|(_, hold)| hold.clone())
+    })
+}
+
+/// A hold filed for a task other than the one that took it, for as long as
+/// it lives.
+pub(crate) struct Filed {
+    slot: Option<Slot>,
+    hold: Arc<Hold>,
+}
+
+impl Drop for Filed {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            let mut table = slot.shard();
+            if table.get(&slot).is_some_and(|h| Arc::ptr_eq(h, &self.hold)) {
+                table.remove(&slot);
+            }
+        }
+    }
+}
+
 /// What a guard's exit leaves to do.
 pub(crate) enum Exit {
     /// Other guards of the hold remain.
@@ -113,7 +158,7 @@ pub(crate) struct Hold {
     /// Serialises downgrade and release; true once released.
     released: tokio::sync::Mutex<bool>,
     /// When the grant arrived: the hold span runs from here.
-    held_since: Instant,
+    pub held_since: Instant,
     /// Its place in the local queue, given up on release.
     place: Mutex<Option<Place>>,
 }
@@ -168,6 +213,47 @@ impl Hold {
         }
         hold.group.labels.gauge(Gauge::Held, hold.req.mode, 1.0);
         hold
+    }
+
+    /// One more guard of this hold, in the hold's mode, for a share handed
+    /// to another task. `Released` if the hold has ended.
+    pub fn share(&self) -> Result<Mode, Error> {
+        let mut counts = lock(&self.counts);
+        let mode = match (counts.writes, counts.reads) {
+            (0, 0) => {
+                return Err(Error::Released {
+                    key: self.req.key.clone(),
+                });
+            }
+            (0, _) => Mode::Read,
+            _ => Mode::Write,
+        };
+        match mode {
+            Mode::Write => counts.writes += 1,
+            Mode::Read => counts.reads += 1,
+        }
+        Ok(mode)
+    }
+
+    /// Files this hold for the current task too, so that the task's nested
+    /// acquisitions reenter it; undone when the returned value drops.
+    pub fn file_for_this_task(self: &Arc<Self>) -> Filed {
+        let slot = Slot {
+            task: TaskKey::current(),
+            ..self.slot.clone()
+        };
+        let filed = match slot.shard().entry(slot.clone()) {
+            Entry::Vacant(v) => {
+                v.insert(self.clone());
+                Some(slot)
+            }
+            // This task holds the lock already: that hold serves.
+            Entry::Occupied(_) => None,
+        };
+        Filed {
+            slot: filed,
+            hold: self.clone(),
+        }
     }
 
     pub fn set_watchdog(&self, watchdog: AbortHandle) {

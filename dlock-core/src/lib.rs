@@ -30,7 +30,7 @@ pub use engine::{
     Woken,
 };
 pub use error::{BoxError, Error, LostReason};
-pub use guard::{Guard, HeldLock};
+pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};
 pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks};
 pub use mode::Mode;

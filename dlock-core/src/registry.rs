@@ -194,6 +194,7 @@ impl Registry {
         config.defaults.poll = settings.poll;
         config.defaults.queue = settings.queue;
         config.defaults.call_timeout = settings.call_timeout;
+        config.defaults.deadlock_warning = settings.deadlock_warning;
         config.check()?;
         Self::new(
             BTreeMap::from([(name.to_owned(), engine)]),

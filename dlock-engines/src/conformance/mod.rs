@@ -54,6 +54,7 @@ pub const SETTINGS: Settings = Settings {
     },
     queue: Queue::Engine,
     call_timeout: Duration::from_secs(5),
+    deadlock_warning: Duration::from_secs(10),
 };
 
 /// What a case works with: the engine under test, seen by two clients.
