@@ -210,3 +210,20 @@ async fn a_task_waiting_behind_its_own_process_is_warned_about() {
         "no warning naming the lock: {log:?}"
     );
 }
+
+#[distributed_lock(group = "order", key = "<id>")]
+async fn inside_two_locks(id: u32) -> Result<Vec<String>, AppError> {
+    let mut held: Vec<String> = dlock::held_locks().iter().map(|h| h.key().to_string()).collect();
+    held.sort();
+    Ok(held)
+}
+
+#[tokio::test]
+async fn held_locks_lists_every_lock_the_task_holds_however_taken() {
+    let (_engine, _turn) = engine().await;
+    let by_hand = dlock::lock("catalog", "sku-1").read().await.expect("read");
+    let held = inside_two_locks(6).await.expect("annotated");
+    assert_eq!(held, ["catalog/sku-1", "order/6"]);
+    by_hand.release().await.expect("release");
+    assert!(dlock::held_locks().is_empty(), "{:?}", dlock::held_locks());
+}
