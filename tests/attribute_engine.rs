@@ -1,37 +1,18 @@
 //! `#[distributed_lock]` cases that need the engine to themselves: counting
 //! its calls, cutting it off, reading metrics. They run one at a time.
 
-use std::sync::{Arc, OnceLock};
+mod common;
+
 use std::time::Duration;
 
+use common::AppError;
 use dlock::engines::conformance::Faults;
-use dlock::engines::memory::MemoryEngine;
-use dlock::{Engine, Error, LostReason, Registry, Settings, distributed_lock};
+use dlock::{Error, LostReason, Settings, distributed_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::MutexGuard;
 
-#[derive(Debug)]
-enum AppError {
-    Lock(Error),
-}
-
-impl From<Error> for AppError {
-    fn from(e: Error) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-/// The engine behind the global registry, and a turn to use it alone.
 async fn engine() -> (&'static Faults, MutexGuard<'static, ()>) {
-    static FAULTS: OnceLock<Arc<Faults>> = OnceLock::new();
-    static TURN: Mutex<()> = Mutex::const_new(());
-    let faults = FAULTS.get_or_init(|| {
-        let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));
-        dlock::install(Registry::with_engine("main", faults.clone(), Settings::default()).expect("registry"))
-            .expect("install");
-        faults
-    });
-    (faults, TURN.lock().await)
+    common::engine(Settings::default()).await
 }
 
 #[distributed_lock(group = "nested", key = "<id>")]

@@ -2,41 +2,23 @@
 //! instead of the tasks queueing behind their own parent; and the warning
 //! when a task does wait for a lock its own process holds.
 
-use std::sync::{Arc, Mutex, OnceLock};
+mod common;
+
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::AppError;
 use dlock::engines::conformance::Faults;
-use dlock::engines::memory::MemoryEngine;
-use dlock::{Error, Registry, Settings, distributed_lock};
+use dlock::{Error, Settings, distributed_lock};
 use tokio::sync::MutexGuard;
 use tokio::task::JoinSet;
 
-#[derive(Debug)]
-enum AppError {
-    Lock(Error),
-}
-
-impl From<Error> for AppError {
-    fn from(e: Error) -> Self {
-        AppError::Lock(e)
-    }
-}
-
-/// The engine behind the global registry, and a turn to use it alone.
 async fn engine() -> (&'static Faults, MutexGuard<'static, ()>) {
-    static FAULTS: OnceLock<Arc<Faults>> = OnceLock::new();
-    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let faults = FAULTS.get_or_init(|| {
-        let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new())));
-        let settings = Settings {
-            deadlock_warning: Duration::from_millis(100),
-            ..Settings::default()
-        };
-        let registry = Registry::with_engine("main", faults.clone(), settings).expect("registry");
-        dlock::install(registry).expect("install");
-        faults
-    });
-    (faults, TURN.lock().await)
+    let settings = Settings {
+        deadlock_warning: Duration::from_millis(100),
+        ..Settings::default()
+    };
+    common::engine(settings).await
 }
 
 /// Whether another task could take `order/<id>` for write right now.
