@@ -16,11 +16,12 @@ struct Setup {
     peer: Registry,
 }
 
-fn setup() -> Setup {
+/// A memory engine behind a fault wrapper, with `call_timeout`.
+fn setup(call_timeout: Duration) -> Setup {
     let memory = Arc::new(MemoryEngine::new());
     let faults = Arc::new(Faults::new(memory.clone()));
     let settings = Settings {
-        call_timeout: Duration::from_millis(200),
+        call_timeout,
         ..Settings::default()
     };
     Setup {
@@ -41,7 +42,8 @@ async fn nothing_held(memory: &MemoryEngine) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_for_on_a_hung_engine_times_out_in_time_and_leaves_nothing_held() {
-    let s = setup();
+    // The default call timeout (5 s): the wait is what cuts the hung call.
+    let s = setup(Settings::default().call_timeout);
     s.faults.set_hung(true);
     for busy in [false, true] {
         // Busy: a peer holds it, so the hung request is queued in the engine.
@@ -72,7 +74,7 @@ async fn lock_for_on_a_hung_engine_times_out_in_time_and_leaves_nothing_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_and_release_on_a_hung_engine_fail_within_the_call_timeout() {
-    let s = setup();
+    let s = setup(Duration::from_millis(200));
     let lock = s.registry.locks("g").get("k");
     let guard = lock.lock().await.expect("lock");
     s.faults.set_hung(true);

@@ -27,6 +27,11 @@ mod zookeeper {
     dlock::engines::fault_suite!(dlock::engines::zookeeper::fixture::ZooKeeper);
 }
 
+#[cfg(feature = "memcached")]
+mod memcached {
+    dlock::engines::fault_suite!(dlock::engines::memcached::fixture::Memcached);
+}
+
 const LONG: Duration = Duration::from_secs(60);
 
 /// For the tests below that have no fixture: the figure file `scripts/test` prints.

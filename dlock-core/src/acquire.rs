@@ -116,6 +116,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
     let mut withdraw = Withdraw::arm(group, req);
     let mut pauses = group.settings.poll.intervals();
     let mut queued = false;
+    let mut failure = None;
     loop {
         let sent = Instant::now();
         let bound = deadline.map_or(sent + call_timeout, |d| d.min(sent + call_timeout));
@@ -140,8 +141,9 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
                 queued = true;
                 (wake, None)
             }
-            // Cut off by the wait's deadline: a timeout, not an engine failure.
-            Err(_) if deadline.is_some_and(|d| now >= d) => (never(), None),
+            // Cut off by the wait's deadline: a timeout, unless the engine
+            // was failing already (then its last failure is the answer).
+            Err(_) if deadline.is_some_and(|d| now >= d) => (never(), failure.take()),
             Err(e) => (never(), Some(e)),
         };
         let timed_out = match (&failed, deadline) {
@@ -170,6 +172,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
         if failed.is_some() {
             next = next.min(give_up);
         }
+        failure = failed;
         tokio::select! {
             woken = wake => if let Woken::Granted { fence, valid_for } = woken {
                 withdraw.disarm();

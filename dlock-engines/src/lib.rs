@@ -5,6 +5,8 @@ use dlock_core::Kinds;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "memcached")]
+pub mod memcached;
 #[cfg(feature = "memory")]
 pub mod memory;
 #[cfg(feature = "redis")]
@@ -18,6 +20,8 @@ pub mod zookeeper;
 pub fn kinds() -> Kinds {
     #[allow(unused_mut)]
     let mut kinds = Kinds::new();
+    #[cfg(feature = "memcached")]
+    memcached::register(&mut kinds);
     #[cfg(feature = "memory")]
     memory::register(&mut kinds);
     #[cfg(feature = "redis")]

@@ -562,20 +562,19 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
 
 /// The engine forgets the hold early (its leases run ten times shorter than
 /// the holder thinks); the next renewal is refused and the holder learns it.
+/// The lease is 1 s, or ten lease units where a tenth of a second cannot be
+/// said (memcached counts whole seconds).
 pub async fn lost_when_server_drops_hold(h: &Harness) {
+    let lease = Duration::from_secs(1).max(h.capabilities().lease_unit * 10);
     h.faults.shorten_leases(10);
-    let lock = h.lock("lost-early").with_lease(Duration::from_secs(1));
+    let lock = h.lock("lost-early").with_lease(lease);
     let guard = lock.lock().await.expect("lock");
-    let reason = within(Duration::from_secs(3), "lost signal", guard.lost()).await;
+    let reason = within(lease * 3, "lost signal", guard.lost()).await;
     assert_eq!(reason, LostReason::Rejected);
     h.faults.shorten_leases(1);
-    let next = within(
-        Duration::from_secs(5),
-        "peer acquire",
-        h.peer_lock("lost-early").lock(),
-    )
-    .await
-    .expect("lock");
+    let next = within(lease * 5, "peer acquire", h.peer_lock("lost-early").lock())
+        .await
+        .expect("lock");
     if h.fenced() {
         assert!(next.fence() > guard.fence());
     }

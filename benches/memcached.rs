@@ -1,0 +1,102 @@
+//! dlock's memcached engine against the floor, in one run, on one memcached
+//! this bench starts on a loopback port.
+//!
+//! - floor: the least lock memcached allows, `add` (meta `ms ... ME`) then a
+//!   plain `delete`, on one open connection: 2 round trips, no fence, no
+//!   ownership check on release;
+//! - dlock: the memcached engine, write mode: `add` with the fence counter's
+//!   increment in the same round trip, then a CAS-checked delete.
+//!
+//! The two take turns in blocks of `BLOCK` cycles, each going first in
+//! turn; the ratio is the median over blocks of (dlock / floor).
+//!
+//! ```text
+//! cargo bench --bench memcached --features memcached
+//! ```
+
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::Fixture;
+use dlock::engines::memcached::fixture::Memcached;
+use dlock::{Registry, Settings};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const CYCLES: usize = 4000;
+const BLOCK: usize = 100;
+
+/// `add` + `delete` on one connection.
+struct Floor(BufReader<TcpStream>);
+
+impl Floor {
+    async fn exchange(&mut self, command: &[u8]) -> String {
+        self.0.get_mut().write_all(command).await.expect("send");
+        let mut line = String::new();
+        self.0.read_line(&mut line).await.expect("reply");
+        line
+    }
+
+    async fn cycle(&mut self) {
+        assert_eq!(self.exchange(b"ms floor 1 T30 ME\r\nx\r\n").await, "HD\r\n");
+        assert_eq!(self.exchange(b"md floor\r\n").await, "HD\r\n");
+    }
+}
+
+fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / samples.len() as u32
+}
+
+fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q) as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let fixture = Memcached::start();
+    let stream = TcpStream::connect(fixture.server.address())
+        .await
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut floor = Floor(BufReader::new(stream));
+    let engine = dlock::engines::conformance::engine(&fixture).await;
+    let registry = Registry::with_engine("memcached", engine, Settings::default()).expect("registry");
+    let lock = registry.locks("bench").get("uncontended");
+    lock.lock().await.expect("warm").release().await.expect("warm");
+
+    let (mut floor_times, mut dlock_times) = (Vec::new(), Vec::new());
+    for round in 0..CYCLES / BLOCK {
+        for turn in 0..2 {
+            let who = (turn + round) % 2;
+            for _ in 0..BLOCK {
+                let started = Instant::now();
+                if who == 0 {
+                    floor.cycle().await;
+                    floor_times.push(started.elapsed());
+                } else {
+                    lock.lock().await.expect("lock").release().await.expect("release");
+                    dlock_times.push(started.elapsed());
+                }
+            }
+        }
+    }
+    let ratios: Vec<f64> = dlock_times
+        .chunks(BLOCK)
+        .zip(floor_times.chunks(BLOCK))
+        .map(|(d, f)| mean(d).as_secs_f64() / mean(f).as_secs_f64())
+        .collect();
+    let p50 = |times: &[Duration]| {
+        let mut sorted = times.to_vec();
+        sorted.sort();
+        sorted[sorted.len() / 2]
+    };
+    println!("uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK}:");
+    println!("  floor (add + delete)       p50 {:>8.1?}", p50(&floor_times));
+    println!("  dlock memcached, write     p50 {:>8.1?}", p50(&dlock_times));
+    println!(
+        "  dlock / floor, median block {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.15)",
+        percentile(ratios.clone(), 0.5),
+        percentile(ratios.clone(), 0.1),
+        percentile(ratios, 0.9)
+    );
+}

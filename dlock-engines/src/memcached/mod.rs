@@ -1,0 +1,342 @@
+//! The memcached engine (seed 004): a lock is one item added with `add`
+//! semantics (meta `ms ... ME`), holding its owner id, with a TTL for its
+//! lease. Every later change is checked against the item's CAS value: the
+//! watchdog extends with a CAS-checked set, release is a CAS-checked delete.
+//! A plain `delete` or `touch` is never sent to a lock that may have changed
+//! hands. memcached keeps no queue and has no read mode: see
+//! [`Capabilities`] below.
+//!
+//! **Leases in whole seconds.** memcached's clock ticks once a second, so an
+//! item given a TTL of n seconds ends between n−1 and n seconds later. The
+//! engine asks for ⌈lease⌉ + 1 s: the server keeps a hold at least as long as
+//! the holder counts on, and a dead holder's lock is free at most 2 s after
+//! its lease. The lease unit is 1 s.
+//!
+//! **Fencing, best effort.** Tokens come from one counter item,
+//! `dlock:fence`, incremented in the same round trip as the `add` and after
+//! it on the same connection, so a holder's token is taken after the
+//! previous holder's delete. They strictly increase for as long as the
+//! server keeps that item: a restart, a `flush_all`, or an eviction of the
+//! counter (possible only when memory is full and eviction is on) starts it
+//! again from 1, and tokens repeat. Run memcached with `-M` (return errors
+//! instead of evicting) in production, as the tests do. memcached's own CAS
+//! values are unique but not ordered (memcached issue 1302), so they are
+//! only used to check ownership.
+//!
+//! **Keys.** `dlock:<group>:<name>` (`%` and `:` percent-escaped) when that
+//! is at most 250 printable ASCII bytes; otherwise `dlock:#<FNV-1a 128 of
+//! group and name>`. Two names that hash alike share one lock: they
+//! over-exclude, never under-exclude. The item's value keeps the owner and
+//! the full name, and release and renewal compare it whole.
+//!
+//! ```toml
+//! [engines.mc]
+//! kind = "memcached"
+//! address = "127.0.0.1:11211"
+//! connections = 4
+//! connect_timeout = "5s"
+//! ```
+
+#[cfg(feature = "conformance")]
+pub mod fixture;
+mod wire;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dlock_core::{
+    Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LockKey, Poll, Request, async_trait,
+};
+use serde::Deserialize;
+
+use wire::{Pool, Reply};
+
+/// Settings of the memcached engine, `kind = "memcached"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemcachedConfig {
+    /// `host:port` of one memcached server.
+    pub address: String,
+    /// Connections kept open; requests on one connection wait for each other.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+fn default_connections() -> usize {
+    4
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// Registers `kind = "memcached"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("memcached", |name, config: MemcachedConfig| async move {
+        MemcachedEngine::connect(&name, &config).await
+    });
+}
+
+const FENCE_KEY: &str = "dlock:fence";
+const MAX_KEY: usize = 250;
+
+/// The memcached engine. See the [module docs](self).
+pub struct MemcachedEngine {
+    pool: Pool,
+    address: String,
+}
+
+/// What a request remembers: the CAS value of its item after its last
+/// change, for the next CAS-checked one.
+#[derive(Default)]
+struct Cas(Mutex<Option<u64>>);
+
+impl Cas {
+    fn of(req: &Request) -> &Cas {
+        req.state_or_init(Cas::default)
+    }
+
+    fn get(&self) -> Option<u64> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, cas: Option<u64>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = cas;
+    }
+}
+
+impl MemcachedEngine {
+    /// Connects engine `name` (for error messages).
+    pub async fn connect(name: &str, config: &MemcachedConfig) -> Result<Self, Error> {
+        if config.address.trim().is_empty() {
+            return Err(Error::config(
+                format!("engines.{name}.address"),
+                "name the server as host:port",
+            ));
+        }
+        if config.connections == 0 {
+            return Err(Error::config(
+                format!("engines.{name}.connections"),
+                "must be at least 1",
+            ));
+        }
+        let pool = Pool::new(config.address.clone(), config.connections, config.connect_timeout);
+        let unavailable = |source: std::io::Error| Error::Unavailable {
+            engine: name.to_owned(),
+            kind: "memcached",
+            address: config.address.clone(),
+            source: source.into(),
+        };
+        // One round trip proves the server speaks the meta protocol.
+        let replies = pool.call(b"mn\r\n", 1).await.map_err(unavailable)?;
+        if replies[0].code != "MN" {
+            return Err(unavailable(std::io::Error::other(format!(
+                "not a memcached with the meta protocol (answered {:?})",
+                replies[0].code
+            ))));
+        }
+        Ok(MemcachedEngine {
+            pool,
+            address: config.address.clone(),
+        })
+    }
+
+    async fn call(&self, request: &[u8], replies: usize) -> Result<Vec<Reply>, EngineError> {
+        self.pool
+            .call(request, replies)
+            .await
+            .map_err(EngineError::failed)
+    }
+
+    /// A CAS-checked set of the item to `req`'s value with a fresh TTL;
+    /// true if `req` still held it.
+    async fn extend(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, value) = (item_key(&req.key), item_value(req));
+        let reply = self
+            .checked(req, &key, &value, |cas| {
+                let mut command =
+                    format!("ms {key} {} T{} C{cas} c\r\n", value.len(), ttl(req.lease)).into_bytes();
+                command.extend_from_slice(&value);
+                command.extend_from_slice(b"\r\n");
+                command
+            })
+            .await?;
+        Cas::of(req).set(reply.as_ref().and_then(|r| r.flag('c')?.parse().ok()));
+        Ok(reply.is_some())
+    }
+
+    /// Deletes the item if it is still `req`'s; true if it was.
+    async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, value) = (item_key(&req.key), item_value(req));
+        let reply = self
+            .checked(req, &key, &value, |cas| {
+                format!("md {key} C{cas}\r\n").into_bytes()
+            })
+            .await?;
+        Cas::of(req).set(None);
+        Ok(reply.is_some())
+    }
+
+    /// Sends `command(cas)` for the item's CAS value if the item is `req`'s;
+    /// the reply if it applied. The CAS remembered from the last change is
+    /// tried first; if it no longer matches (a reply was lost, so the item
+    /// changed under a CAS never learned), the item is read back once and
+    /// compared by value.
+    async fn checked(
+        &self,
+        req: &Request,
+        key: &str,
+        value: &[u8],
+        command: impl Fn(u64) -> Vec<u8>,
+    ) -> Result<Option<Reply>, EngineError> {
+        if let Some(cas) = Cas::of(req).get() {
+            let reply = self.call(&command(cas), 1).await?.remove(0);
+            match reply.code.as_str() {
+                "HD" => return Ok(Some(reply)),
+                "NF" => return Ok(None),
+                _ => {} // EX: read it back.
+            }
+        }
+        let found = self
+            .call(format!("mg {key} v c\r\n").as_bytes(), 1)
+            .await?
+            .remove(0);
+        let cas = match found.value.as_deref() {
+            Some(found_value) if found_value == value => found.flag('c').and_then(|c| c.parse().ok()),
+            _ => None,
+        };
+        let Some(cas) = cas else { return Ok(None) };
+        let reply = self.call(&command(cas), 1).await?.remove(0);
+        Ok((reply.code == "HD").then_some(reply))
+    }
+}
+
+/// The item's key: readable when memcached allows it, hashed otherwise.
+fn item_key(key: &LockKey) -> String {
+    let mut readable = String::with_capacity(key.group().len() + key.name().len() + 7);
+    readable.push_str("dlock:");
+    escape_into(key.group(), &mut readable);
+    readable.push(':');
+    escape_into(key.name(), &mut readable);
+    if readable.len() <= MAX_KEY && readable.bytes().all(|b| b.is_ascii_graphic()) {
+        return readable;
+    }
+    format!("dlock:#{:032x}", fnv1a_128([key.group(), "\0", key.name()]))
+}
+
+fn escape_into(text: &str, out: &mut String) {
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// FNV-1a, 128 bits: stable across builds and processes, unlike std's hasher.
+fn fnv1a_128<'a>(parts: impl IntoIterator<Item = &'a str>) -> u128 {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013b;
+    let mut hash = OFFSET;
+    for byte in parts.into_iter().flat_map(str::bytes) {
+        hash = (hash ^ byte as u128).wrapping_mul(PRIME);
+    }
+    hash
+}
+
+/// The owner and the full name, so a hashed key's item still says whose it is.
+fn item_value(req: &Request) -> Vec<u8> {
+    format!("{} {}\0{}", req.owner, req.key.group(), req.key.name()).into_bytes()
+}
+
+/// Whole seconds, one more than the lease rounds up to (see the module docs).
+fn ttl(lease: Duration) -> u64 {
+    lease.as_secs() + u64::from(lease.subsec_nanos() > 0) + 1
+}
+
+#[async_trait]
+impl Engine for MemcachedEngine {
+    fn kind(&self) -> &'static str {
+        "memcached"
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            read: false,
+            fairness: Fairness::None,
+            fencing: Fencing::BestEffort,
+            lease_unit: Duration::from_secs(1),
+            ..Capabilities::FULL
+        }
+    }
+
+    /// `add` and the fence counter's increment in one round trip.
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let (key, value) = (item_key(&req.key), item_value(req));
+        let mut command = format!("ms {key} {} T{} ME c\r\n", value.len(), ttl(req.lease)).into_bytes();
+        command.extend_from_slice(&value);
+        command.extend_from_slice(format!("\r\nma {FENCE_KEY} N0 J1 v\r\n").as_bytes());
+        let [added, fence] = <[Reply; 2]>::try_from(self.call(&command, 2).await?).expect("two replies");
+        if added.code != "HD" {
+            // No queue, no notification: the core polls.
+            return Ok(Poll::Waiting(Box::pin(std::future::pending())));
+        }
+        Cas::of(req).set(added.flag('c').and_then(|c| c.parse().ok()));
+        let fence = fence
+            .value
+            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+            .ok_or_else(|| EngineError::failed(format!("memcached: bad counter reply {:?}", fence.code)))?;
+        Ok(Poll::Held(fence))
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.acquire(req).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.remove(req).await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        self.extend(req).await
+    }
+
+    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
+        unreachable!("the core never downgrades on an engine without read mode")
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.remove(req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_readable_when_memcached_allows_else_hashed() {
+        let key = |g: &str, n: &str| item_key(&LockKey::new(g, n).unwrap());
+        assert_eq!(key("order", "42"), "dlock:order:42");
+        assert_ne!(key("g:a", "b"), key("g", "a:b"));
+        for odd in ["with space", "ünïcødé", "\n", &"k".repeat(300)] {
+            let hashed = key("g", odd);
+            assert!(hashed.starts_with("dlock:#") && hashed.len() == 39, "{hashed}");
+        }
+        assert_ne!(key("g", "with space"), key("g", "with  space"));
+    }
+
+    #[test]
+    fn ttls_cover_the_lease_in_whole_seconds() {
+        assert_eq!(ttl(Duration::from_secs(1)), 2);
+        assert_eq!(ttl(Duration::from_millis(1500)), 3);
+        assert_eq!(ttl(Duration::from_secs(30)), 31);
+    }
+}

@@ -1,0 +1,117 @@
+//! The few meta-protocol commands the engine needs, over a small pool of
+//! connections. A connection that fails is dropped and made again on next
+//! use. Requests on one connection run in order, so a pipelined pair of
+//! commands is applied by the server one after the other.
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+/// One answer: the status line's code and flags, and the value if any.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub code: String,
+    pub flags: Vec<String>,
+    pub value: Option<Vec<u8>>,
+}
+
+impl Reply {
+    /// A flag's token, e.g. `c` in `HD c42` gives `"42"`.
+    pub fn flag(&self, name: char) -> Option<&str> {
+        self.flags.iter().find_map(|f| f.strip_prefix(name))
+    }
+}
+
+pub(crate) struct Pool {
+    address: String,
+    timeout: Duration,
+    connections: Vec<Mutex<Option<BufReader<TcpStream>>>>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    pub fn new(address: String, size: usize, timeout: Duration) -> Self {
+        Pool {
+            address,
+            timeout,
+            connections: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Sends `request` (one or more commands) and reads `replies` answers.
+    pub async fn call(&self, request: &[u8], replies: usize) -> io::Result<Vec<Reply>> {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
+        let mut slot = self.connections[at].lock().await;
+        // Taken out for the exchange and put back only once it is whole: a
+        // call that fails or is dropped halfway (the core bounds every call)
+        // would leave the stream out of step.
+        let mut connection = match slot.take() {
+            Some(connection) => connection,
+            None => self.connect().await?,
+        };
+        let answered = exchange(&mut connection, request, replies).await?;
+        *slot = Some(connection);
+        Ok(answered)
+    }
+
+    pub async fn connect(&self) -> io::Result<BufReader<TcpStream>> {
+        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.address))
+            .await
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", self.timeout),
+                )
+            })??;
+        stream.set_nodelay(true)?;
+        Ok(BufReader::new(stream))
+    }
+}
+
+async fn exchange(
+    connection: &mut BufReader<TcpStream>,
+    request: &[u8],
+    replies: usize,
+) -> io::Result<Vec<Reply>> {
+    connection.get_mut().write_all(request).await?;
+    let mut out = Vec::with_capacity(replies);
+    for _ in 0..replies {
+        out.push(read_reply(connection).await?);
+    }
+    Ok(out)
+}
+
+async fn read_reply(connection: &mut BufReader<TcpStream>) -> io::Result<Reply> {
+    let mut line = String::new();
+    if connection.read_line(&mut line).await? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "memcached closed the connection",
+        ));
+    }
+    let mut words = line.trim_end().split(' ');
+    let code = words.next().unwrap_or_default().to_owned();
+    if code.ends_with("ERROR") {
+        return Err(io::Error::other(format!("memcached: {}", line.trim_end())));
+    }
+    let mut flags: Vec<String> = words.map(str::to_owned).collect();
+    let value = if code == "VA" {
+        let size: usize = flags
+            .first()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("memcached: bad reply {line:?}")))?;
+        flags.remove(0);
+        let mut value = vec![0; size + 2];
+        connection.read_exact(&mut value).await?;
+        value.truncate(size);
+        Some(value)
+    } else {
+        None
+    };
+    Ok(Reply { code, flags, value })
+}

@@ -1,0 +1,147 @@
+//! memcached-specific behaviour against a real memcached on loopback: a
+//! lock that changed hands is never deleted or extended by its old holder,
+//! odd names hash to a safe key that keeps the full name, bad settings and an
+//! unreachable server are clear errors.
+
+#![cfg(feature = "memcached")]
+
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::server::free_port;
+use dlock::engines::conformance::{Fixture, engine};
+use dlock::engines::memcached::fixture::Memcached;
+use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
+use dlock::{Error, LockKey, Mode, Poll, Request};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// Sends one raw command and returns its status line (and value, if any).
+async fn raw(fixture: &Memcached, command: &str) -> String {
+    let mut stream = BufReader::new(
+        TcpStream::connect(fixture.server.address())
+            .await
+            .expect("connect"),
+    );
+    stream
+        .get_mut()
+        .write_all(command.as_bytes())
+        .await
+        .expect("send");
+    let mut line = String::new();
+    stream.read_line(&mut line).await.expect("reply");
+    if let Some(size) = line.strip_prefix("VA ").and_then(|r| r.split(' ').next()) {
+        let mut value = vec![0; size.trim().parse::<usize>().expect("size") + 2];
+        stream.read_exact(&mut value).await.expect("value");
+        line.push_str(&String::from_utf8_lossy(&value));
+    }
+    line
+}
+
+/// Every key the server holds, from `lru_crawler metadump`.
+async fn keys(fixture: &Memcached) -> String {
+    let mut stream = BufReader::new(
+        TcpStream::connect(fixture.server.address())
+            .await
+            .expect("connect"),
+    );
+    stream
+        .get_mut()
+        .write_all(b"lru_crawler metadump all\r\n")
+        .await
+        .expect("send");
+    let mut dump = String::new();
+    while !dump.ends_with("END\r\n") {
+        assert!(
+            stream.read_line(&mut dump).await.expect("dump") > 0,
+            "no END in {dump:?}"
+        );
+    }
+    dump
+}
+
+fn request(name: &str) -> Request {
+    Request::new(
+        LockKey::new("mc", name).expect("key"),
+        Mode::Write,
+        Duration::from_secs(5),
+    )
+}
+
+#[tokio::test]
+async fn a_lock_that_changed_hands_is_neither_deleted_nor_extended_by_its_old_holder() {
+    let fixture = Memcached::start();
+    let engine = engine(&fixture).await;
+    let old = request("k");
+    assert!(matches!(engine.acquire(&old).await, Ok(Poll::Held(_))));
+    // The item expires (forced here) and another client takes the lock.
+    assert_eq!(raw(&fixture, "md dlock:mc:k\r\n").await, "HD\r\n");
+    assert_eq!(raw(&fixture, "ms dlock:mc:k 3 T30 ME\r\nnew\r\n").await, "HD\r\n");
+    assert!(
+        !engine.renew(&old).await.expect("renew"),
+        "the old holder extended it"
+    );
+    assert!(
+        !engine.release(&old).await.expect("release"),
+        "the old holder deleted it"
+    );
+    assert!(
+        raw(&fixture, "mg dlock:mc:k v\r\n").await.ends_with("new\r\n"),
+        "the new holder's item is gone"
+    );
+}
+
+#[tokio::test]
+async fn odd_names_hash_to_a_safe_key_whose_item_keeps_the_full_name() {
+    let fixture = Memcached::start();
+    let engine = engine(&fixture).await;
+    let name = format!("with spaces ✓ {}", "k".repeat(300));
+    let req = request(&name);
+    assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
+    let dump = keys(&fixture).await;
+    // metadump URL-encodes keys: `dlock:#...` is `dlock%3A%23...`.
+    let key = dump
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("key="))
+        .find(|k| k.starts_with("dlock%3A%23"))
+        .unwrap_or_else(|| panic!("no hashed key in {dump:?}"))
+        .replace("%3A", ":")
+        .replace("%23", "#");
+    let item = raw(&fixture, &format!("mg {key} v\r\n")).await;
+    assert!(item.contains(&name), "the item does not keep the name: {item:?}");
+    assert!(engine.release(&req).await.expect("release"));
+}
+
+#[tokio::test]
+async fn bad_settings_and_an_unreachable_server_are_clear_errors() {
+    let port = free_port();
+    let config = MemcachedConfig {
+        address: format!("127.0.0.1:{port}"),
+        connections: 2,
+        connect_timeout: Duration::from_secs(1),
+    };
+    let started = Instant::now();
+    let err = MemcachedEngine::connect("mc", &config)
+        .await
+        .err()
+        .expect("connected to nothing?");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+    let message = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains("`mc`") && message.contains(&port.to_string()),
+        "{message}"
+    );
+
+    let none = MemcachedConfig {
+        connections: 0,
+        ..config
+    };
+    match MemcachedEngine::connect("mc", &none).await {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "engines.mc.connections"),
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+}
