@@ -27,6 +27,11 @@ mod zookeeper {
     dlock::engines::fault_suite!(dlock::engines::zookeeper::fixture::ZooKeeper);
 }
 
+#[cfg(feature = "redlock")]
+mod redlock {
+    dlock::engines::fault_suite!(dlock::engines::redlock::fixture::RedLock);
+}
+
 #[cfg(feature = "memcached")]
 mod memcached {
     dlock::engines::fault_suite!(dlock::engines::memcached::fixture::Memcached);

@@ -11,6 +11,8 @@ pub mod memcached;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redlock")]
+pub mod redlock;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
@@ -26,6 +28,8 @@ pub fn kinds() -> Kinds {
     memory::register(&mut kinds);
     #[cfg(feature = "redis")]
     redis::register(&mut kinds);
+    #[cfg(feature = "redlock")]
+    redlock::register(&mut kinds);
     #[cfg(feature = "zookeeper")]
     zookeeper::register(&mut kinds);
     kinds

@@ -44,7 +44,7 @@
 mod connection;
 #[cfg(feature = "conformance")]
 pub mod fixture;
-mod keys;
+pub(crate) mod keys;
 mod notify;
 
 use std::time::Duration;

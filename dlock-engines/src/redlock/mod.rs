@@ -1,0 +1,501 @@
+//! RedLock (seed 001): one lock over N independent Redis masters. Granted
+//! when a majority took it (`SET key owner NX PX`) in less time than the
+//! lease, undone everywhere otherwise; released on all; extended only while
+//! a majority still agrees. Exclusive only, no queue: see [`Capabilities`].
+//!
+//! **Validity and clock drift.** Masters may count time up to 1 % faster
+//! than the client, plus 2 ms (RedLock's drift). Each master is asked for a
+//! PX large enough that, even so, no master forgets the hold before the
+//! lease the core counts from the request's start: PX = (lease + 2 ms) /
+//! 0.99. The grant needs a majority within the lease; the core then counts
+//! the lease from when the request was sent, which is never later than the
+//! masters' validity (see `px` and its test).
+//!
+//! **Fencing from the quorum.** Each master keeps a counter per lock. The
+//! acquire script returns, beside the grant, that master's candidate token:
+//! its counter + 1, and at least the master's clock in µs. The acquirer takes
+//! the maximum over the granting majority and writes it back to a majority,
+//! each write checked against "this owner still holds the lock here"; only
+//! then is the token handed out (one extra round trip). Why that is sound:
+//! any later majority shares a master with this write-back majority, so the
+//! next token is greater. A holder stalled between its grant and its
+//! write-back cannot finish the write-back on a majority once another holder
+//! has one, so it never uses its token. The maximum of the granting majority
+//! alone is not enough: the master it shares with the previous holder's
+//! majority may not have seen that holder's token. All of this holds
+//! **while masters keep their writes**. A master restarted empty, or
+//! failed over to a replica that missed writes, can let two holders in at
+//! once (Kleppmann's critique, "How to do distributed locking", 2016;
+//! antirez's reply, "Is Redlock safe?", same year, asks for delayed
+//! restarts). The clock floor then still makes the newer holder's token
+//! larger, so storage that checks tokens refuses the older one
+//! (`tests/redlock.rs` shows it). Counters expire after `fence_retention`:
+//! like the Redis engine, this assumes no master's clock steps back by more
+//! than that. Hence the fence is best effort. With `fence = false` there is
+//! no counter and no write-back, and tokens only tell holds apart.
+//!
+//! ```toml
+//! [engines.rl]
+//! kind = "redlock"
+//! masters = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
+//! fence = true                 # false: cheaper, no ordered tokens
+//! master_timeout = "50ms"      # a master slower than this counts as a no
+//! connect_timeout = "5s"
+//! fence_retention = "1m"
+//! ```
+
+#[cfg(feature = "conformance")]
+pub mod fixture;
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::Poll as TaskPoll;
+use std::time::Duration;
+
+use dlock_core::{
+    BoxError, Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, Poll, Request, async_trait,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use crate::redis::keys;
+
+/// Settings of a RedLock engine, `kind = "redlock"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedLockConfig {
+    /// `redis://` urls of independent masters (no cluster, no replicas): at
+    /// least 3, an odd number recommended.
+    pub masters: Vec<String>,
+    /// Ordered tokens from the quorum (one more round trip per grant).
+    #[serde(default = "default_fence")]
+    pub fence: bool,
+    /// How long one master may take to answer before it counts as a no.
+    #[serde(default = "default_master_timeout", with = "humantime_serde")]
+    pub master_timeout: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+}
+
+impl RedLockConfig {
+    /// Defaults for everything but the masters.
+    pub fn new(masters: Vec<String>) -> Self {
+        RedLockConfig {
+            masters,
+            fence: default_fence(),
+            master_timeout: default_master_timeout(),
+            connect_timeout: default_connect_timeout(),
+            fence_retention: default_fence_retention(),
+        }
+    }
+}
+
+fn default_fence() -> bool {
+    true
+}
+
+fn default_master_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_fence_retention() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// Registers `kind = "redlock"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("redlock", |name, config: RedLockConfig| async move {
+        RedLockEngine::connect(&name, &config).await
+    });
+}
+
+struct Master {
+    address: String,
+    client: Client,
+    /// Made on first use; a master down at startup is tried again later.
+    connection: OnceCell<ConnectionManager>,
+}
+
+struct Scripts {
+    acquire: Script,
+    fence: Script,
+    renew: Script,
+    release: Script,
+}
+
+/// The RedLock engine. See the [module docs](self).
+pub struct RedLockEngine {
+    masters: Vec<Master>,
+    quorum: usize,
+    fence: bool,
+    master_timeout: Duration,
+    fence_retention: Duration,
+    scripts: Scripts,
+    address: String,
+}
+
+/// What one master said; `Err` for an error or no answer in time.
+type Answer = Result<u64, BoxError>;
+
+impl RedLockEngine {
+    /// Connects engine `name` (for error messages) to its masters; fails
+    /// unless a majority answers.
+    pub async fn connect(name: &str, config: &RedLockConfig) -> Result<Self, Error> {
+        let field = |f: &str| format!("engines.{name}.{f}");
+        if config.masters.len() < 3 {
+            return Err(Error::config(
+                field("masters"),
+                format!(
+                    "RedLock needs at least 3 independent masters, got {}",
+                    config.masters.len()
+                ),
+            ));
+        }
+        let mut masters = Vec::new();
+        for url in &config.masters {
+            let client = Client::open(url.as_str())
+                .map_err(|e| Error::config(field("masters"), format!("`{url}`: {e}")))?;
+            masters.push(Master {
+                address: client.get_connection_info().addr().to_string(),
+                client,
+                connection: OnceCell::new(),
+            });
+        }
+        let engine = RedLockEngine {
+            quorum: masters.len() / 2 + 1,
+            address: masters
+                .iter()
+                .map(|m| m.address.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            masters,
+            fence: config.fence,
+            master_timeout: config.master_timeout,
+            fence_retention: config.fence_retention,
+            scripts: Scripts {
+                acquire: Script::new(include_str!("scripts/acquire.lua")),
+                fence: Script::new(include_str!("scripts/fence.lua")),
+                renew: Script::new(include_str!("scripts/renew.lua")),
+                release: Script::new(include_str!("scripts/release.lua")),
+            },
+        };
+        let connected = join_all(
+            engine
+                .masters
+                .iter()
+                .map(|m| tokio::time::timeout(config.connect_timeout, m.connection(config.connect_timeout))),
+        )
+        .await;
+        let errors: Vec<String> = connected
+            .into_iter()
+            .zip(&engine.masters)
+            .filter_map(|(c, m)| match c {
+                Ok(Ok(_)) => None,
+                Ok(Err(e)) => Some(format!("{}: {e}", m.address)),
+                Err(_) => Some(format!(
+                    "{}: no answer within {:?}",
+                    m.address, config.connect_timeout
+                )),
+            })
+            .collect();
+        if engine.masters.len() - errors.len() < engine.quorum {
+            return Err(Error::Unavailable {
+                engine: name.to_owned(),
+                kind: "redlock",
+                address: engine.address.clone(),
+                source: format!("fewer than a majority of masters answered: {}", errors.join("; ")).into(),
+            });
+        }
+        Ok(engine)
+    }
+
+    /// Sends `call` to every master at once, each bounded by the master timeout.
+    async fn on_all(&self, call: Call<'_>, keys: &[&str], args: &[&str]) -> Vec<Answer> {
+        let invocation = match call {
+            Call::Script(script) => {
+                let mut invocation = script.prepare_invoke();
+                for key in keys {
+                    invocation.key(*key);
+                }
+                for arg in args {
+                    invocation.arg(*arg);
+                }
+                Some(invocation)
+            }
+            Call::SetNx => None,
+        };
+        let (invocation, keys, args) = (&invocation, keys, args);
+        join_all(self.masters.iter().map(|master| async move {
+            let call = async {
+                let mut connection = master.connection(self.master_timeout).await?.clone();
+                let answer = match invocation {
+                    Some(invocation) => invocation.invoke_async::<u64>(&mut connection).await,
+                    None => redis::cmd("SET")
+                        .arg(keys[0])
+                        .arg(args[0])
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(args[1])
+                        .query_async::<Option<String>>(&mut connection)
+                        .await
+                        .map(|set| u64::from(set.is_some())),
+                };
+                answer.map_err(BoxError::from)
+            };
+            tokio::time::timeout(self.master_timeout, call)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!("{}: no answer within {:?}", master.address, self.master_timeout).into())
+                })
+        }))
+        .await
+    }
+
+    /// Whether a majority said yes (a non-zero answer).
+    fn majority(&self, answers: &[Answer]) -> bool {
+        answers.iter().filter(|a| matches!(a, Ok(n) if *n > 0)).count() >= self.quorum
+    }
+
+    /// An error when too few masters answered at all for any majority.
+    fn unreachable(&self, answers: Vec<Answer>) -> Option<EngineError> {
+        let failed: Vec<String> = answers
+            .into_iter()
+            .zip(&self.masters)
+            .filter_map(|(a, m)| a.err().map(|e| format!("{}: {e}", m.address)))
+            .collect();
+        (self.masters.len() - failed.len() < self.quorum).then(|| {
+            EngineError::failed(format!(
+                "{} of {} masters failed, a majority is {}: {}",
+                failed.len(),
+                self.masters.len(),
+                self.quorum,
+                failed.join("; ")
+            ))
+        })
+    }
+
+    async fn attempt(&self, req: &Request) -> Result<Poll, EngineError> {
+        let started = Instant::now();
+        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        let px = px(req.lease).as_millis().to_string();
+        let answers = if self.fence {
+            let retention = self.fence_retention.as_millis().to_string();
+            let counter = format!("{key}:f");
+            self.on_all(
+                Call::Script(&self.scripts.acquire),
+                &[&key, &counter],
+                &[&owner, &px, &retention],
+            )
+            .await
+        } else {
+            self.on_all(Call::SetNx, &[&key], &[&owner, &px]).await
+        };
+        if self.majority(&answers) && started.elapsed() < req.lease {
+            let Some(token) = self.token(req, &key, &answers).await? else {
+                return self.undo(req, &key, answers).await;
+            };
+            if started.elapsed() < req.lease {
+                return Ok(Poll::Held(token));
+            }
+        }
+        self.undo(req, &key, answers).await
+    }
+
+    /// The token of a grant. Without the fence, one that only tells holds
+    /// apart. With it: each granting master has already moved its counter
+    /// to its candidate; if they all agree (counters in step, the usual
+    /// case), that token is on a majority already. If not, the greatest is
+    /// written back to a majority, checked against ownership. `None` if the
+    /// write-back found no majority.
+    async fn token(&self, req: &Request, key: &str, answers: &[Answer]) -> Result<Option<u64>, EngineError> {
+        if !self.fence {
+            return Ok(Some(req.owner.as_u128() as u64));
+        }
+        let granted: Vec<u64> = answers
+            .iter()
+            .filter_map(|a| a.as_ref().ok())
+            .copied()
+            .filter(|&t| t > 0)
+            .collect();
+        let token = granted.iter().copied().max().unwrap_or(0);
+        if granted.iter().all(|&t| t == token) {
+            return Ok(Some(token));
+        }
+        let (owner, counter) = (req.owner.to_string(), format!("{key}:f"));
+        let retention = self.fence_retention.as_millis().to_string();
+        let written = self
+            .on_all(
+                Call::Script(&self.scripts.fence),
+                &[key, &counter],
+                &[&owner, &token.to_string(), &retention],
+            )
+            .await;
+        Ok(self.majority(&written).then_some(token))
+    }
+
+    /// Lets go everywhere after a refused attempt; an engine error if too
+    /// few masters answered for any majority, else waiting (no queue and
+    /// no notification: the core's polling retries).
+    async fn undo(&self, req: &Request, key: &str, answers: Vec<Answer>) -> Result<Poll, EngineError> {
+        let owner = req.owner.to_string();
+        self.on_all(Call::Script(&self.scripts.release), &[key], &[&owner])
+            .await;
+        match self.unreachable(answers) {
+            Some(error) => Err(error),
+            None => Ok(Poll::Waiting(Box::pin(std::future::pending()))),
+        }
+    }
+}
+
+/// One request to every master.
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Script(&'a Script),
+    /// `SET key owner NX PX px`, as plain RedLock sends it: 1 if taken.
+    SetNx,
+}
+
+impl Master {
+    async fn connection(&self, timeout: Duration) -> Result<&ConnectionManager, BoxError> {
+        self.connection
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(1);
+                ConnectionManager::new_with_config(self.client.clone(), config).await
+            })
+            .await
+            .map_err(BoxError::from)
+    }
+}
+
+/// What each master is asked to keep the hold for, so that even a master
+/// whose clock runs fast by RedLock's drift (1 % + 2 ms) keeps it for the
+/// whole lease: PX − drift(PX) ≥ lease.
+fn px(lease: Duration) -> Duration {
+    Duration::from_secs_f64((lease + Duration::from_millis(2)).as_secs_f64() / 0.99).max(lease)
+        + Duration::from_millis(1)
+}
+
+/// Polls every future to the end, in place: a fan-out to the masters
+/// without a task each.
+async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<Option<Pin<Box<F>>>> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    poll_fn(|cx| {
+        for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if let Some(future) = slot
+                && let TaskPoll::Ready(value) = future.as_mut().poll(cx)
+            {
+                *out = Some(value);
+                *slot = None;
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            TaskPoll::Ready(())
+        } else {
+            TaskPoll::Pending
+        }
+    })
+    .await;
+    done.into_iter()
+        .map(|d| d.expect("every future finished"))
+        .collect()
+}
+
+#[async_trait]
+impl Engine for RedLockEngine {
+    fn kind(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            read: false,
+            fairness: Fairness::None,
+            fencing: if self.fence {
+                Fencing::BestEffort
+            } else {
+                Fencing::None
+            },
+            ..Capabilities::FULL
+        }
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.attempt(req).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.attempt(req).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        self.on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
+            .await;
+        Ok(())
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        let px = px(req.lease).as_millis().to_string();
+        let answers = self
+            .on_all(Call::Script(&self.scripts.renew), &[&key], &[&owner, &px])
+            .await;
+        if self.majority(&answers) {
+            return Ok(true);
+        }
+        match self.unreachable(answers) {
+            Some(error) => Err(error),
+            None => Ok(false),
+        }
+    }
+
+    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
+        unreachable!("the core never downgrades on an engine without read mode")
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        let answers = self
+            .on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
+            .await;
+        Ok(self.majority(&answers))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The drift rule: a master counting 1 % fast, plus 2 ms, still keeps
+    /// the hold for the whole lease the core counts.
+    #[test]
+    fn a_fast_master_clock_keeps_the_hold_for_the_whole_lease() {
+        for ms in [30, 100, 1_000, 30_000, 600_000] {
+            let lease = Duration::from_millis(ms);
+            let px = px(lease);
+            let drift = px.mul_f64(0.01) + Duration::from_millis(2);
+            assert!(px - drift >= lease, "lease {lease:?}: px {px:?}, drift {drift:?}");
+            assert!(
+                px < lease.mul_f64(1.02) + Duration::from_millis(4),
+                "px {px:?} needlessly long"
+            );
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! RedLock against real redis-servers on loopback: what a majority means
+//! when masters die, what a master restarted empty does to a held lock (and
+//! that the fence catches it), bad settings.
+
+#![cfg(feature = "redlock")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::register::FencedRegister;
+use dlock::engines::conformance::{Fixture, SETTINGS, engine};
+use dlock::engines::redlock::fixture::RedLock;
+use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
+use dlock::{Engine, Error, Registry};
+
+fn registry(engine: Arc<dyn Engine>) -> Registry {
+    Registry::with_engine("redlock", engine, SETTINGS).expect("registry")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_masters_down_locks_work_three_down_a_clear_error_in_the_wait() {
+    let mut fixture = RedLock::start();
+    let registry = registry(engine(&fixture).await);
+    let lock = registry.locks("quorum").get("k");
+    for master in &mut fixture.masters[..2] {
+        master.kill();
+    }
+    let guard = lock
+        .lock_for(Duration::from_secs(2))
+        .await
+        .expect("3 of 5 are a majority");
+    let waiter = registry.locks("quorum").get("k");
+    let busy = tokio::spawn(async move { waiter.try_lock().await.expect("try").is_none() });
+    assert!(busy.await.expect("task"), "held twice with 3 of 5 masters");
+    guard.release().await.expect("release on 3 of 5");
+    fixture.masters[2].kill();
+    let started = Instant::now();
+    let err = lock
+        .lock_for(Duration::from_secs(1))
+        .await
+        .expect_err("2 of 5 are no majority");
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(1500), "answered after {took:?}");
+    let message = err.to_string();
+    assert!(matches!(err, Error::Engine { .. }), "{message}");
+    assert!(message.contains("3 of 5 masters failed"), "{message}");
+}
+
+/// The failure RedLock's critics point at: a holder's keys on a minority,
+/// the rest of its majority restarted empty; a second client takes a
+/// majority. Both hold. The token of the newer holder is greater (counters
+/// never go below the masters' clocks), so a fenced store refuses the older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_lets_two_hold_and_the_fence_refuses_the_older() {
+    let mut fixture = RedLock::start();
+    // The first holder reaches masters 0, 1, 2 only.
+    for master in &mut fixture.masters[3..] {
+        master.kill();
+    }
+    let first = registry(engine(&fixture).await);
+    let old = first
+        .locks("restart")
+        .get("k")
+        .lock()
+        .await
+        .expect("first holder");
+    for master in &mut fixture.masters[3..] {
+        master.restart();
+    }
+    // Master 0 restarts empty: the first holder's key is now on 1 and 2 only.
+    fixture.masters[0].restart();
+    let second = registry(engine(&fixture).await);
+    let new = second
+        .locks("restart")
+        .get("k")
+        .lock_for(Duration::from_secs(2))
+        .await
+        .expect("the second holder takes masters 0, 3, 4");
+    assert!(!old.is_lost(), "the first holder does not know yet");
+    let dir = std::env::temp_dir().join(format!("dlock-redlock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let register = FencedRegister::create(&dir.join("register"));
+    register.write(new.fence(), 1).expect("the newer holder writes");
+    assert!(
+        register.write(old.fence(), 2).is_err(),
+        "the older holder's token {} was not below the newer's {}",
+        old.fence(),
+        new.fence()
+    );
+    assert_eq!(register.value(), 1);
+    // Its next renewal finds no majority: the first holder learns it lost.
+    let reason = tokio::time::timeout(Duration::from_secs(3), old.lost()).await;
+    assert!(reason.is_ok(), "the first holder never learned it lost the lock");
+    new.release().await.expect("release");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[tokio::test]
+async fn too_few_masters_and_an_unreachable_majority_are_clear_errors() {
+    let two = RedLockConfig::new(vec!["redis://127.0.0.1:1".into(), "redis://127.0.0.1:2".into()]);
+    match RedLockEngine::connect("rl", &two).await {
+        Err(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.rl.masters");
+            assert!(message.contains("at least 3"), "{message}");
+        }
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+    let fixture = RedLock::with_masters(1);
+    let ports: Vec<u16> = (0..2)
+        .map(|_| dlock::engines::conformance::server::free_port())
+        .collect();
+    let mut masters = vec![format!("redis://{}", fixture.masters[0].address())];
+    masters.extend(ports.iter().map(|p| format!("redis://127.0.0.1:{p}")));
+    let config = RedLockConfig {
+        connect_timeout: Duration::from_secs(1),
+        ..RedLockConfig::new(masters)
+    };
+    let started = Instant::now();
+    let err = RedLockEngine::connect("rl", &config)
+        .await
+        .err()
+        .expect("1 of 3 is no majority");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let message = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains("`rl`") && message.contains(&ports[0].to_string()),
+        "{message}"
+    );
+}
