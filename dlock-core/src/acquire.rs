@@ -165,7 +165,13 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
                 },
             });
         }
-        let mut next = now + pauses.next().expect("endless");
+        // Jittered down to half, so waiters of an engine without a queue do
+        // not poll in step; never slower than the configured schedule.
+        let pause = pauses
+            .next()
+            .expect("endless")
+            .mul_f64(rand::random_range(0.5..=1.0));
+        let mut next = now + pause;
         if let Some(deadline) = deadline {
             next = next.min(deadline);
         }

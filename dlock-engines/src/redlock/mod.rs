@@ -218,8 +218,19 @@ impl RedLockEngine {
         Ok(engine)
     }
 
-    /// Sends `call` to every master at once, each bounded by the master timeout.
+    /// Sends `call` to every master at once.
     async fn on_all(&self, call: Call<'_>, keys: &[&str], args: &[&str]) -> Vec<Answer> {
+        self.on(self.masters.iter(), call, keys, args).await
+    }
+
+    /// Sends `call` to `masters` at once.
+    async fn on<'m>(
+        &self,
+        masters: impl Iterator<Item = &'m Master>,
+        call: Call<'_>,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Vec<Answer> {
         let invocation = match call {
             Call::Script(script) => {
                 let mut invocation = script.prepare_invoke();
@@ -234,28 +245,22 @@ impl RedLockEngine {
             Call::SetNx => None,
         };
         let (invocation, keys, args) = (&invocation, keys, args);
-        join_all(self.masters.iter().map(|master| async move {
-            let call = async {
-                let mut connection = master.connection(self.master_timeout).await?.clone();
-                let answer = match invocation {
-                    Some(invocation) => invocation.invoke_async::<u64>(&mut connection).await,
-                    None => redis::cmd("SET")
-                        .arg(keys[0])
-                        .arg(args[0])
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(args[1])
-                        .query_async::<Option<String>>(&mut connection)
-                        .await
-                        .map(|set| u64::from(set.is_some())),
-                };
-                answer.map_err(BoxError::from)
+        // Each connection bounds its own calls by the master timeout.
+        join_all(masters.map(|master| async move {
+            let mut connection = master.connection(self.master_timeout).await?.clone();
+            let answer = match invocation {
+                Some(invocation) => invocation.invoke_async::<u64>(&mut connection).await,
+                None => redis::cmd("SET")
+                    .arg(keys[0])
+                    .arg(args[0])
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(args[1])
+                    .query_async::<Option<String>>(&mut connection)
+                    .await
+                    .map(|set| u64::from(set.is_some())),
             };
-            tokio::time::timeout(self.master_timeout, call)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(format!("{}: no answer within {:?}", master.address, self.master_timeout).into())
-                })
+            answer.map_err(BoxError::from)
         }))
         .await
     }
