@@ -152,6 +152,26 @@ pub enum Need {
     Lease,
 }
 
+/// Checks that `connect`, aimed at a server that is not there, fails within
+/// `limit` as `Error::Unavailable` naming the engine `name` and `address`.
+pub async fn assert_unreachable_is_a_clear_error<T>(
+    connect: impl Future<Output = Result<T, Error>>,
+    name: &str,
+    address: &str,
+    limit: Duration,
+) {
+    let started = std::time::Instant::now();
+    let err = connect.await.err().expect("connected to nothing?");
+    let took = started.elapsed();
+    assert!(took < limit, "took {took:?}");
+    let message = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains(&format!("`{name}`")) && message.contains(address),
+        "{message}"
+    );
+}
+
 fn rand_suffix() -> u32 {
     (dlock_core::OwnerId::random().as_u128() & 0xffff_ffff) as u32
 }
