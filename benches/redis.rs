@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::server::TestServer;
-use dlock::engines::redis::fixture::redis_args;
+use dlock::engines::redis::fixture::{redis_args, redis_cli};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Registry, Settings};
 use redis::aio::MultiplexedConnection;
@@ -64,12 +64,14 @@ async fn connection(server: &TestServer) -> MultiplexedConnection {
 }
 
 async fn registry(server: &TestServer) -> Registry {
+    acknowledged_registry(server, 0).await
+}
+
+/// A registry whose grants wait for `replicas` replicas (`replicas_ack`).
+async fn acknowledged_registry(server: &TestServer, replicas: u32) -> Registry {
     let config = RedisConfig {
-        url: format!("redis://{}", server.address()),
-        tls_ca_file: None,
-        connect_timeout: Duration::from_secs(5),
-        fence_retention: Duration::from_secs(60),
-        waiter_ttl: Duration::from_secs(3),
+        replicas_ack: replicas,
+        ..RedisConfig::new(format!("redis://{}", server.address()))
     };
     let engine = RedisEngine::connect("redis", &config).await.expect("connect");
     Registry::with_engine("redis", Arc::new(engine), Settings::default()).expect("registry")
@@ -442,5 +444,34 @@ async fn main() {
     println!(
         "30 queued readers, writer release to last admitted: p50 {:?}",
         p50(admissions)
+    );
+
+    // replicas_ack: the cycle with a WAIT for one replica, against the same
+    // engine without, taking turns on the server that now has a replica.
+    let replica = TestServer::start("redis-server", |port| {
+        redis_args(port, &["--replicaof", "127.0.0.1", &server.port.to_string()])
+    });
+    let replica_port = replica.port.to_string();
+    while !redis_cli(&["-p", &replica_port, "info", "replication"]).contains("master_link_status:up") {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let acked = acknowledged_registry(&server, 1).await;
+    let acked_lock = acked.locks("bench").get("acked");
+    let mut with_replica: [Vec<Duration>; 2] = Default::default();
+    for round in 0..CYCLES / BLOCK / 2 {
+        for turn in 0..2 {
+            let who = (turn + round) % 2;
+            let lock = if who == 0 { &lock } else { &acked_lock };
+            block(&mut raw, &mut with_replica[who], async |_| {
+                lock.lock().await.expect("lock").release().await.expect("release");
+            })
+            .await;
+        }
+    }
+    println!(
+        "replicas_ack = 1 (WAIT for one replica, server with one replica): cycle p50 {:?} against {:?} without, {:.2}x (median block)",
+        p50(with_replica[1].clone()),
+        p50(with_replica[0].clone()),
+        block_ratio(&with_replica[1], &with_replica[0])
     );
 }

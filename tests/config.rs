@@ -223,6 +223,16 @@ async fn bad_engine_settings_fail_naming_the_field() {
             "engines.rc.nodes",
             "at least one",
         ),
+        (
+            "[engines.s]\nkind = \"redis-sentinel\"\nsentinels = []\nmaster_name = \"m\"",
+            "engines.s.sentinels",
+            "at least one",
+        ),
+        (
+            "[engines.s]\nkind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]",
+            "engines.s",
+            "master_name",
+        ),
     ];
     fails_naming_the_field(cases).await;
 }

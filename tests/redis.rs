@@ -22,11 +22,10 @@ fn start() -> TestServer {
 
 fn config(server: &TestServer) -> RedisConfig {
     RedisConfig {
-        url: format!("redis://{}", server.address()),
-        tls_ca_file: None,
         connect_timeout: Duration::from_secs(2),
         fence_retention: Duration::from_secs(1),
         waiter_ttl: Duration::from_secs(1),
+        ..RedisConfig::new(format!("redis://{}", server.address()))
     }
 }
 

@@ -44,6 +44,180 @@ impl Breakable for Redis {
     }
 }
 
+/// A primary with one replica, watched by 3 sentinels (quorum 2, a primary
+/// is down after 1 s of silence).
+pub struct RedisSentinel {
+    pub primary: TestServer,
+    pub replica: TestServer,
+    pub sentinels: Vec<TestServer>,
+    /// The password of the data nodes and the sentinels, if set.
+    pub password: Option<String>,
+}
+
+/// The name the sentinels monitor the primary under.
+pub const MASTER_NAME: &str = "dlock-primary";
+
+impl RedisSentinel {
+    /// The sentinels' addresses as config urls (with the password, if set).
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        let auth = self
+            .password
+            .as_ref()
+            .map(|p| format!(":{p}@"))
+            .unwrap_or_default();
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://{auth}{}", s.address()))
+            .collect()
+    }
+
+    /// `redis-cli` against `port`, with the password if set.
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let port = port.to_string();
+        let mut all = vec!["-p", &port];
+        if let Some(password) = &self.password {
+            all.extend(["-a", password, "--no-auth-warning"]);
+        }
+        all.extend(args);
+        redis_cli(&all)
+    }
+
+    /// The port of the primary the sentinels name now.
+    pub fn current_primary(&self) -> Option<u16> {
+        let answer = self.cli(
+            self.sentinels[0].port,
+            &["sentinel", "get-master-addr-by-name", MASTER_NAME],
+        );
+        answer.lines().nth(1)?.trim().parse().ok()
+    }
+
+    /// Kills the primary and waits until the sentinels have promoted the
+    /// replica; returns how long that took.
+    pub fn fail_over(&mut self) -> Duration {
+        let started = Instant::now();
+        self.primary.kill();
+        let replica = self.replica.port;
+        while self.current_primary() != Some(replica) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no failover within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while !self.cli(replica, &["role"]).starts_with("master") {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the replica was not promoted"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        started.elapsed()
+    }
+}
+
+impl RedisSentinel {
+    /// Brings the failed old primary back as a replica of the new one, as
+    /// an operator would (the sentinels would convert it too, within about
+    /// 10 s, at their next look).
+    pub fn rejoin_as_replica(&mut self) {
+        let primary = self.replica.port.to_string();
+        let port = self.primary.port;
+        let auth = auth_args(self.password.as_deref());
+        self.primary = TestServer::start_at(port, "redis-server", |port| {
+            let mut args = vec!["--replicaof", "127.0.0.1", &primary];
+            args.extend(auth.iter().map(String::as_str));
+            redis_args(port, &args)
+        });
+    }
+
+    /// Data nodes and sentinels that all require `password`.
+    pub fn start_with_password(password: Option<&str>) -> Self {
+        let auth = auth_args(password);
+        let auth: Vec<&str> = auth.iter().map(String::as_str).collect();
+        let primary = TestServer::start("redis-server", |port| redis_args(port, &auth));
+        let primary_port = primary.port.to_string();
+        let replica = TestServer::start("redis-server", |port| {
+            let mut args = vec!["--replicaof", "127.0.0.1", &primary_port];
+            args.extend(&auth);
+            redis_args(port, &args)
+        });
+        let dir =
+            std::env::temp_dir().join(format!("dlock-sentinel-{}-{}", std::process::id(), primary.port));
+        std::fs::create_dir_all(&dir).expect("sentinel dir");
+        let sentinel_auth = password
+            .map(|p| {
+                format!("sentinel auth-pass {MASTER_NAME} {p}\nrequirepass {p}\nsentinel sentinel-pass {p}\n")
+            })
+            .unwrap_or_default();
+        let sentinels: Vec<TestServer> = (0..3)
+            .map(|_| {
+                TestServer::start("redis-server", |port| {
+                    let conf = dir.join(format!("sentinel-{port}.conf"));
+                    let text = format!(
+                        "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+                         sentinel down-after-milliseconds {MASTER_NAME} 1000\nsentinel failover-timeout {MASTER_NAME} 5000\n{sentinel_auth}",
+                        dir.display()
+                    );
+                    std::fs::write(&conf, text).expect("sentinel.conf");
+                    vec![conf.display().to_string(), "--sentinel".to_owned()]
+                })
+            })
+            .collect();
+        let fixture = RedisSentinel {
+            primary,
+            replica,
+            sentinels,
+            password: password.map(str::to_owned),
+        };
+        // Ready once every sentinel knows the other two and the replica is in sync.
+        let started = Instant::now();
+        for sentinel in &fixture.sentinels {
+            loop {
+                let others = fixture.cli(sentinel.port, &["sentinel", "sentinels", MASTER_NAME]);
+                let replicas = fixture.cli(sentinel.port, &["sentinel", "replicas", MASTER_NAME]);
+                if others.matches("runid").count() == 2 && replicas.contains("master-link-status\nok") {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "sentinels not ready in 60 s"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        fixture
+    }
+}
+
+impl Fixture for RedisSentinel {
+    const NAME: &'static str = "redis-sentinel";
+
+    fn start() -> Self {
+        Self::start_with_password(None)
+    }
+
+    fn engine_config(&self) -> String {
+        let urls: Vec<String> = self.sentinel_urls().iter().map(|u| format!("\"{u}\"")).collect();
+        let password = self
+            .password
+            .as_ref()
+            .map(|p| format!("\npassword = \"{p}\""))
+            .unwrap_or_default();
+        format!(
+            "kind = \"redis-sentinel\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\n\
+             fence_retention = \"2s\"\nwaiter_ttl = \"1s\"{password}",
+            urls.join(", ")
+        )
+    }
+}
+
+/// `--requirepass` and `--masterauth` for data nodes, if a password is set.
+fn auth_args(password: Option<&str>) -> Vec<String> {
+    password
+        .map(|p| ["--requirepass", p, "--masterauth", p].map(String::from).into())
+        .unwrap_or_default()
+}
+
 /// A Redis Cluster of 3 masters.
 pub struct RedisCluster {
     pub nodes: Vec<TestServer>,

@@ -47,6 +47,7 @@ pub mod fixture;
 pub(crate) mod keys;
 mod notify;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{
@@ -75,6 +76,11 @@ pub struct RedisConfig {
     /// others drop it as dead.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    #[serde(default)]
+    pub replicas_ack: u32,
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -86,6 +92,8 @@ impl RedisConfig {
             connect_timeout: default_connect_timeout(),
             fence_retention: default_fence_retention(),
             waiter_ttl: default_waiter_ttl(),
+            replicas_ack: 0,
+            replicas_ack_timeout: default_replicas_ack_timeout(),
         }
     }
 }
@@ -116,13 +124,48 @@ fn default_waiter_ttl() -> Duration {
     Duration::from_secs(3)
 }
 
-/// Registers `kind = "redis"` and `kind = "redis-cluster"`.
+/// Settings of a Redis engine behind Sentinel, `kind = "redis-sentinel"`:
+/// the engine follows the primary the sentinels name, across failovers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSentinelConfig {
+    /// `redis://[user:password@]host:port` of each sentinel (auth, if any,
+    /// from the first).
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub master_name: String,
+    /// ACL user and password of the data nodes.
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    #[serde(default)]
+    pub replicas_ack: u32,
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+}
+
+fn default_replicas_ack_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+
+/// Registers `kind = "redis"`, `"redis-cluster"` and `"redis-sentinel"`.
 pub fn register(kinds: &mut Kinds) {
     kinds.register("redis", |name, config: RedisConfig| async move {
         RedisEngine::connect(&name, &config).await
     });
     kinds.register("redis-cluster", |name, config: RedisClusterConfig| async move {
         RedisEngine::connect_cluster(&name, &config).await
+    });
+    kinds.register("redis-sentinel", |name, config: RedisSentinelConfig| async move {
+        RedisEngine::connect_sentinel(&name, &config).await
     });
 }
 
@@ -154,6 +197,8 @@ pub struct RedisEngine {
     address: String,
     fence_retention: Duration,
     waiter_ttl: Duration,
+    /// Replicas that must acknowledge a grant (`WAIT`), and how long to wait.
+    replicas_ack: Option<(u32, Duration)>,
     /// Names this engine's channel for each lock (`<prefix>:n:<id>`), so a
     /// release wakes only the process whose waiter is next.
     id: String,
@@ -171,13 +216,14 @@ impl RedisEngine {
         };
         let connection = connection::single(client.clone(), &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
-        Ok(Self::new(
+        let engine = Self::new(
             target,
             connection,
             notifier,
             "PUBLISH",
             (config.fence_retention, config.waiter_ttl),
-        ))
+        );
+        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 
     /// Connects Redis Cluster engine `name` through its seed nodes.
@@ -205,6 +251,93 @@ impl RedisEngine {
         ))
     }
 
+    /// Connects Sentinel engine `name` to the primary its sentinels name.
+    pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
+        let field = |f: &str| format!("engines.{name}.{f}");
+        if config.sentinels.is_empty() {
+            return Err(Error::config(field("sentinels"), "name at least one sentinel"));
+        }
+        let mut addresses = Vec::new();
+        let mut sentinel_auth = None;
+        for url in &config.sentinels {
+            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                .map_err(|e| Error::config(field("sentinels"), format!("`{url}`: {e}")))?;
+            let settings = info.redis_settings();
+            if sentinel_auth.is_none() && settings.password().is_some() {
+                sentinel_auth = Some((
+                    settings.username().map(str::to_owned),
+                    settings.password().map(str::to_owned),
+                ));
+            }
+            addresses.push(info.addr().clone());
+        }
+        let mut builder = redis::sentinel::SentinelClientBuilder::new(
+            addresses,
+            &config.master_name,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| Error::config(field("sentinels"), e.to_string()))?;
+        if let Some((username, password)) = sentinel_auth {
+            if let Some(username) = username {
+                builder = builder.set_client_to_sentinel_username(username);
+            }
+            if let Some(password) = password {
+                builder = builder.set_client_to_sentinel_password(password);
+            }
+        }
+        if let Some(username) = &config.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = &config.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        let sentinel = builder
+            .build()
+            .map_err(|e| Error::config(field("sentinels"), e.to_string()))?;
+        let target = Target {
+            engine: name,
+            kind: "redis-sentinel",
+            address: format!(
+                "{} (sentinels {})",
+                config.master_name,
+                config.sentinels.join(",")
+            ),
+            timeout: config.connect_timeout,
+        };
+        let primary = Arc::new(connection::Primary::new(sentinel, config.connect_timeout));
+        let connection = connection::sentinel(primary.clone(), &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
+        let engine = Self::new(
+            target,
+            connection,
+            notifier,
+            "PUBLISH",
+            (config.fence_retention, config.waiter_ttl),
+        );
+        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
+    }
+
+    /// Grants wait for `replicas` replicas (none: 0), at most `timeout`.
+    fn acknowledged_by(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas_ack = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// With `replicas_ack`, waits until that many replicas have the grant
+    /// (`WAIT` on the connection that wrote it); true if they do in time.
+    async fn replicated(&self) -> Result<bool, EngineError> {
+        let Some((replicas, timeout)) = self.replicas_ack else {
+            return Ok(true);
+        };
+        let acked: u32 = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout))
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(EngineError::failed)?;
+        Ok(acked >= replicas)
+    }
+
     fn new(
         target: Target<'_>,
         connection: Connection,
@@ -226,6 +359,7 @@ impl RedisEngine {
             address: target.address,
             fence_retention,
             waiter_ttl,
+            replicas_ack: None,
             id: OwnerId::random().to_string(),
         }
     }
@@ -262,12 +396,23 @@ impl RedisEngine {
             .await
             .map_err(EngineError::failed)?;
         if granted == 1 {
-            return Ok(Poll::Held(value));
+            if self.replicated().await? {
+                return Ok(Poll::Held(value));
+            }
+            // Too few replicas have it: a failover now could forget it.
+            // Undo, and try again within the wait.
+            self.run(&self.scripts.release, req, "cancel").await?;
+            return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         let wake: Wake = match watching {
             // A handed-over grant lasts the waiter's liveness window (see
             // release.lua), which its last call restarted.
-            Some(receiver) => notify::wake_for(receiver, req.owner, self.waiter_ttl),
+            // With replicas_ack a handed-over grant must still be
+            // acknowledged: the waiter then claims it by polling.
+            Some(receiver) => {
+                let handoff = self.replicas_ack.is_none().then_some(self.waiter_ttl);
+                notify::wake_for(receiver, req.owner, handoff)
+            }
             None if !queue => Box::pin(std::future::pending()),
             // Subscribed after this attempt: try again at once, so a release
             // that happened meanwhile is not missed.

@@ -41,6 +41,8 @@ type Channels = Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>>;
 pub(crate) enum Source {
     Single(Box<Client>),
     Cluster(Vec<String>),
+    /// The primary Sentinel names when the subscriber (re)connects.
+    Sentinel(Arc<super::connection::Primary>),
 }
 
 /// The subscriber connection, RESP3: messages arrive as pushes.
@@ -93,17 +95,8 @@ async fn connect(source: &Source, channels: Channels, closed: Arc<AtomicBool>) -
         Ok(())
     };
     match source {
-        Source::Single(client) => {
-            let info = client.get_connection_info().clone();
-            let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-            let client = Client::open(info.set_redis_settings(resp3)).ok()?;
-            let config = AsyncConnectionConfig::new().set_push_sender(dispatch);
-            let connection = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .ok()?;
-            Some(Sink::Single(connection))
-        }
+        Source::Single(client) => single_sink(client, dispatch).await,
+        Source::Sentinel(primary) => single_sink(&primary.client().await.ok()?, dispatch).await,
         Source::Cluster(nodes) => {
             let client = ClusterClientBuilder::new(nodes.clone())
                 .use_protocol(ProtocolVersion::RESP3)
@@ -113,6 +106,22 @@ async fn connect(source: &Source, channels: Channels, closed: Arc<AtomicBool>) -
             Some(Sink::Cluster(client.get_async_connection().await.ok()?))
         }
     }
+}
+
+/// A RESP3 subscriber connection to one server.
+async fn single_sink(
+    client: &Client,
+    dispatch: impl Fn(PushInfo) -> Result<(), Infallible> + Send + Sync + 'static,
+) -> Option<Sink> {
+    let info = client.get_connection_info().clone();
+    let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    let client = Client::open(info.set_redis_settings(resp3)).ok()?;
+    let config = AsyncConnectionConfig::new().set_push_sender(dispatch);
+    let connection = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .ok()?;
+    Some(Sink::Single(connection))
 }
 
 fn lock(channels: &Channels) -> MutexGuard<'_, HashMap<String, broadcast::Sender<Arc<str>>>> {
@@ -239,9 +248,10 @@ async fn unsubscribe_idle(sink: &tokio::sync::Mutex<Sink>, channels: &Channels) 
 
 /// Resolves when a message names `owner` (`<owner>`: try again;
 /// `<owner>:<fence>`: the lock was handed over, valid for `valid_for` from
-/// the waiter's last call) or everyone (`*`), or when messages were lost
-/// (lagged, subscriber gone): then trying again is the safe move.
-pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, valid_for: Duration) -> Wake {
+/// the waiter's last call; with `None`, a handover is only a reason to try
+/// again) or everyone (`*`), or when messages were lost (lagged, subscriber
+/// gone): then trying again is the safe move.
+pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, valid_for: Option<Duration>) -> Wake {
     let me = owner.to_string();
     Box::pin(async move {
         while let Ok(message) = receiver.recv().await {
@@ -250,7 +260,7 @@ pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, valid_for: Durati
                 None => (&*message, None),
             };
             if target == me
-                && let Some(fence) = fence
+                && let (Some(fence), Some(valid_for)) = (fence, valid_for)
             {
                 return Woken::Granted { fence, valid_for };
             }

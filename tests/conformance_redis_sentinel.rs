@@ -1,0 +1,6 @@
+//! The conformance suite on Redis behind Sentinel: a primary, a replica and
+//! 3 sentinels on loopback, the engine finding the primary through them.
+
+#![cfg(feature = "redis")]
+
+dlock::engines::conformance_suite!(fixture = dlock::engines::redis::fixture::RedisSentinel);

@@ -1,0 +1,174 @@
+//! Redis behind Sentinel, failing over for real: a primary, a replica and 3
+//! sentinels on loopback; the tests kill the primary and the sentinels
+//! promote the replica.
+
+#![cfg(all(feature = "redis", feature = "zookeeper"))]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::config::Polling;
+use dlock::engines::conformance::fault_suite::{Setup, Worker};
+use dlock::engines::conformance::{Fixture, SETTINGS, engine, timed_writer};
+use dlock::engines::redis::fixture::RedisSentinel;
+use dlock::{Registry, Settings};
+
+/// After a failover the same engine keeps working on the new primary: its
+/// connection, its script cache (the new primary has never seen the
+/// scripts) and its subscriber all move, with no restart of the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_moves_connections_scripts_and_notifications_to_the_new_primary() {
+    let mut fixture = RedisSentinel::start();
+    // Polling once a second: a waiter served sooner heard a notification.
+    let settings = Settings {
+        poll: Polling::Constant {
+            interval: Duration::from_secs(1),
+        },
+        ..SETTINGS
+    };
+    let text = format!(
+        "[engines.main]\n{}\nwaiter_ttl = \"5s\"",
+        fixture.engine_config().replace("\nwaiter_ttl = \"1s\"", "")
+    );
+    let config = dlock::Config::parse(&text, std::iter::empty()).expect("config");
+    let engine = dlock::engines::kinds()
+        .build("main", &config.engines["main"])
+        .await
+        .expect("engine");
+    let registry = Arc::new(Registry::with_engine("sentinel", engine, settings).expect("registry"));
+    let handoff = async |round: &str| {
+        let held = registry.locks("ha").get(round).lock().await.expect("lock");
+        let waiter = timed_writer(registry.locks("ha").get(round));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        held.release().await.expect("release");
+        waiter.await.expect("task") - released
+    };
+    assert!(handoff("before").await < Duration::from_millis(300));
+    let took = fixture.fail_over();
+    println!("redis-sentinel: failover took {took:?}");
+    // The first calls after it may still reach the dead primary: within the wait.
+    let after = tokio::time::timeout(Duration::from_secs(20), handoff("after"))
+        .await
+        .expect("no lock on the new primary");
+    assert!(
+        after < Duration::from_millis(900),
+        "no notification after the failover: {after:?}"
+    );
+}
+
+/// The token after a failover right after a grant is still greater: the
+/// promoted replica counts from its own clock (one machine here; in general
+/// the servers' clocks must agree within the failover's duration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_increases_across_a_failover_right_after_a_grant() {
+    let mut fixture = RedisSentinel::start();
+    let registry = Registry::with_engine("sentinel", engine(&fixture).await, SETTINGS).expect("registry");
+    let lock = registry
+        .locks("fence")
+        .get("k")
+        .with_lease(Duration::from_secs(1));
+    let first = lock.lock().await.expect("lock");
+    let last = first.fence();
+    fixture.fail_over();
+    let _ = first.release().await;
+    let next = lock
+        .lock_for(Duration::from_secs(20))
+        .await
+        .expect("lock on the new primary");
+    assert!(next.fence() > last, "{} after {last}", next.fence());
+    next.release().await.expect("release");
+}
+
+/// Workers hold and wait on one lock across processes; the primary dies and
+/// comes back as a replica. Waiters proceed on the new primary; nothing is
+/// held twice unless the fenced register refuses the stale writer. With
+/// replicas_ack, no grant is handed out until a replica has it again.
+fn workers_through_a_failover(replicas_ack: u32) {
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let mut setup = Setup::<RedisSentinel>::start(&tmp, &format!("failover-ack{replicas_ack}"));
+    let (path, register) = setup.register("failover");
+    let config = tmp.join(format!(
+        "sentinel-failover-{}-{replicas_ack}.toml",
+        std::process::id()
+    ));
+    let text = format!(
+        "[defaults]\nlease = \"1s\"\nwait = \"30s\"\n\n[engines.main]\n{}\nreplicas_ack = {replicas_ack}\n",
+        setup.fixture.engine_config()
+    );
+    std::fs::write(&config, text).expect("config");
+    let long = Duration::from_secs(60);
+    let holder = Worker::start(&config, &path, &["--hold-ms", "2000"]);
+    holder.entered(long);
+    let waiters: Vec<Worker> = (0..3)
+        .map(|_| Worker::start(&config, &path, &["--hold-ms", "100"]))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    let failover = setup.fixture.fail_over();
+    // The failed node comes back as a replica of the new primary: with
+    // replicas_ack, grants wait for it.
+    setup.fixture.rejoin_as_replica();
+    let holder = holder.finish(long);
+    let mut done = holder.bought + holder.refused + holder.lost;
+    let mut refused = holder.refused;
+    for waiter in waiters {
+        let summary = waiter.finish(long);
+        assert_eq!(summary.failed, 0, "a waiter gave up: {summary:?}");
+        done += summary.bought + summary.refused;
+        refused += summary.refused;
+    }
+    let all_done = killed.elapsed();
+    assert_eq!(done, 4, "every worker finished its turn");
+    assert!(
+        all_done < Duration::from_secs(30),
+        "waiters took {all_done:?} after the kill"
+    );
+    let report = register.report();
+    assert!(
+        report.overlaps == 0 || report.stale_refused > 0,
+        "held twice and the stale writer was not refused: {report:?}"
+    );
+    assert_eq!(register.value(), report.writes, "a write was lost");
+    setup.figure(format!(
+        "primary killed with 1 holder and 3 waiters, replicas_ack = {replicas_ack}: promoted after {failover:.2?}, \
+         all done {all_done:.2?} after the kill; holder lost {}; overlaps {}, stale writes refused {}",
+        holder.lost, report.overlaps, refused
+    ));
+}
+
+#[test]
+fn workers_through_a_failover_without_replicas_ack() {
+    workers_through_a_failover(0);
+}
+
+#[test]
+fn workers_through_a_failover_with_replicas_ack() {
+    workers_through_a_failover(1);
+}
+
+/// Sentinels and data nodes that require a password: the sentinels' from
+/// their urls, the data nodes' from `password`. Without it, a clear error
+/// at startup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_for_the_sentinels_and_the_data_nodes() {
+    let fixture = RedisSentinel::start_with_password(Some("s3cret"));
+    let registry = Registry::with_engine("sentinel", engine(&fixture).await, SETTINGS).expect("registry");
+    let guard = registry.locks("auth").get("k").lock().await.expect("lock");
+    guard.release().await.expect("release");
+
+    let without = fixture.engine_config().replace("\npassword = \"s3cret\"", "");
+    let config =
+        dlock::Config::parse(&format!("[engines.main]\n{without}"), std::iter::empty()).expect("config");
+    let err = dlock::engines::kinds()
+        .build("main", &config.engines["main"])
+        .await
+        .err()
+        .expect("connected without the data nodes' password");
+    let message = err.to_string();
+    assert!(matches!(err, dlock::Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains("`main`") && message.contains("sentinels"),
+        "{message}"
+    );
+}
