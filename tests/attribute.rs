@@ -363,6 +363,9 @@ async fn wait_engine_and_their_errors() {
         matches!(tried, Err(AppError::Lock(Error::Timeout { .. }))),
         "{tried:?}"
     );
+    if let Err(AppError::Lock(e)) = &tried {
+        assert!(e.to_string().contains("is busy"), "a try-once reads as busy: {e}");
+    }
     assert!(
         started.elapsed() < Duration::from_millis(100),
         "wait = 0s must not wait"

@@ -118,6 +118,16 @@ fn a_bad_environment_value_names_the_field() {
         message.contains("soon") || message.contains("invalid"),
         "{message}"
     );
+    assert!(
+        message.contains("DLOCK_DEFAULTS__LEASE"),
+        "names the variable: {message}"
+    );
+    assert!(message.contains("\"250ms\""), "gives an example: {message}");
+    // Checks made after parsing name it too.
+    let env = [("DLOCK_GROUPS__REPORT__LEASE".to_owned(), "2ms".to_owned())];
+    let (field, message) = field_of(Config::parse(GOOD, env));
+    assert_eq!(field, "groups.report.lease");
+    assert!(message.contains("DLOCK_GROUPS__REPORT__LEASE"), "{message}");
 }
 
 /// Each (config, field, message part): building it fails naming that field.

@@ -370,12 +370,22 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
     .await;
 
     let bad = RedisConfig {
-        url: "redis//nowhere".into(),
+        url: "redis//u:secret@nowhere".into(),
         tls_ca_file: None,
         ..config
     };
     match RedisEngine::connect("main", &bad).await {
-        Err(Error::Config { field, .. }) => assert_eq!(field, "engines.main.url"),
+        Err(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.main.url");
+            assert!(
+                message.contains("redis//u:") && message.contains("redis://"),
+                "{message}"
+            );
+            assert!(
+                !message.contains("secret"),
+                "a password in an error message: {message}"
+            );
+        }
         other => panic!("expected a config error, got {:?}", other.err()),
     }
 }

@@ -83,6 +83,7 @@ async fn local_turn(
     let timeout = || Error::Timeout {
         key: req.key.clone(),
         waited: since.elapsed(),
+        tried_once: req.try_once,
     };
     if req.try_once {
         return Place::try_take(engine, &req.key, req.mode)
@@ -162,6 +163,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
                 None => Error::Timeout {
                     key: req.key.clone(),
                     waited: since.elapsed(),
+                    tried_once: req.try_once,
                 },
             });
         }

@@ -99,7 +99,7 @@ impl<'de> Deserialize<'de> for Wait {
             .map(Wait::For)
             .map_err(|e| {
                 serde::de::Error::custom(format!(
-                    "`{text}`: {e}; write a duration like \"10s\" or \"250ms\", or \"forever\""
+                    "`{text}`: {e}; write it like \"10s\" or \"250ms\", or \"forever\""
                 ))
             })
     }
@@ -260,9 +260,9 @@ impl Config {
             }
             Error::config("config", message)
         })?;
-        apply_env(&mut table, env)?;
-        let config: Config = from_table(table, "")?;
-        config.check()?;
+        let from_env = apply_env(&mut table, env)?;
+        let config: Config = from_table(table, "").map_err(|e| name_the_variable(e, &from_env))?;
+        config.check().map_err(|e| name_the_variable(e, &from_env))?;
         Ok(config)
     }
 
@@ -364,11 +364,38 @@ fn from_table<T: DeserializeOwned>(table: toml::Table, prefix: &str) -> Result<T
             (pre, ".") => pre.to_owned(),
             (pre, p) => format!("{pre}.{p}"),
         };
-        Error::config(field, e.into_inner().to_string())
+        let mut message = e.into_inner().to_string();
+        if message.contains("duration") {
+            message.push_str("; write a duration like \"30s\", \"250ms\" or \"1m 30s\"");
+        }
+        Error::config(field, message)
     })
 }
 
-fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, String)>) -> Result<(), Error> {
+/// Adds the environment variable to an error about a field it set.
+fn name_the_variable(error: Error, from_env: &[(String, String)]) -> Error {
+    let Error::Config { field, message } = error else {
+        return error;
+    };
+    let set_by = from_env
+        .iter()
+        .find(|(path, _)| field == *path || field.starts_with(&format!("{path}.")));
+    match set_by {
+        Some((_, var)) => Error::Config {
+            message: format!("{message} (set by environment variable {var})"),
+            field,
+        },
+        None => Error::Config { field, message },
+    }
+}
+
+/// Applies `DLOCK_*` variables to `table`; returns the dotted paths they
+/// set, with each variable's name.
+fn apply_env(
+    table: &mut toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Vec<(String, String)>, Error> {
+    let mut set = Vec::new();
     for (var, value) in env {
         let Some(path) = var.strip_prefix("DLOCK_") else {
             continue;
@@ -388,8 +415,9 @@ fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, Str
                 .ok_or_else(|| Error::config(var.clone(), format!("`{seg}` is not a table")))?;
         }
         at.insert(last.clone(), env_value(&value));
+        set.push((segments.join("."), var));
     }
-    Ok(())
+    Ok(set)
 }
 
 fn env_value(text: &str) -> toml::Value {

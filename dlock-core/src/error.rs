@@ -12,9 +12,14 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The wait timeout ran out before the lock was granted (a wait of zero: it was busy).
-    #[error("lock {key}: not acquired within {waited:?}")]
-    Timeout { key: LockKey, waited: Duration },
+    /// The wait timeout ran out before the lock was granted; `tried_once`:
+    /// a wait of zero found it busy.
+    #[error("{}", timeout_message(key, waited, *tried_once))]
+    Timeout {
+        key: LockKey,
+        waited: Duration,
+        tried_once: bool,
+    },
 
     /// The lock was held but is known lost; see [`LostReason`].
     #[error("lock {key} was lost: {reason}")]
@@ -88,6 +93,14 @@ impl std::fmt::Display for LostReason {
             LostReason::LeaseElapsed => "no renewal succeeded within the lease",
             LostReason::Engine => "the engine reported the session lost",
         })
+    }
+}
+
+fn timeout_message(key: &LockKey, waited: &Duration, tried_once: bool) -> String {
+    if tried_once {
+        format!("lock {key} is busy (tried once, as asked: no wait)")
+    } else {
+        format!("lock {key}: not acquired within {waited:?}")
     }
 }
 

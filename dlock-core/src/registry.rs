@@ -38,6 +38,8 @@ type Build = dyn Fn(&str, &EngineConfig) -> Built + Send + Sync;
 #[derive(Clone, Default)]
 pub struct Kinds {
     builders: BTreeMap<&'static str, Arc<Build>>,
+    /// Kinds this build leaves out, with the cargo feature that brings each.
+    left_out: BTreeMap<&'static str, &'static str>,
 }
 
 impl Kinds {
@@ -70,6 +72,15 @@ impl Kinds {
         self
     }
 
+    /// Says that `kinds` exist but are not in this build: config naming one
+    /// fails saying which cargo feature of dlock brings it.
+    pub fn left_out(&mut self, kinds: &[&'static str], feature: &'static str) -> &mut Self {
+        for kind in kinds {
+            self.left_out.insert(kind, feature);
+        }
+        self
+    }
+
     /// The kinds registered, in order.
     pub fn names(&self) -> Vec<&'static str> {
         self.builders.keys().copied().collect()
@@ -82,13 +93,16 @@ impl Kinds {
 
     fn builder(&self, name: &str, config: &EngineConfig) -> Result<&Build, Error> {
         let unknown = || {
+            let kind = config.kind.as_str();
+            let problem = match self.left_out.get(kind) {
+                Some(feature) => format!(
+                    "engine kind `{kind}` is not in this build: enable dlock's cargo feature `{feature}`"
+                ),
+                None => format!("unknown engine kind `{kind}`"),
+            };
             Error::config(
                 format!("engines.{name}.kind"),
-                format!(
-                    "unknown engine kind `{}`; this build offers: {}",
-                    config.kind,
-                    self.names().join(", ")
-                ),
+                format!("{problem}; this build offers: {}", self.names().join(", ")),
             )
         };
         self.builders
@@ -300,4 +314,24 @@ fn lease_below_unit(field: &str, lease: Duration, unit: Duration) -> Error {
         field,
         format!("{lease:?} is shorter than the engine's lease unit ({unit:?})"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_kind_left_out_of_the_build_names_its_cargo_feature() {
+        let mut kinds = Kinds::new();
+        kinds.left_out(&["redis", "redis-cluster"], "redis");
+        let config = EngineConfig {
+            kind: "redis-cluster".into(),
+            settings: Default::default(),
+        };
+        let Err(Error::Config { field, message }) = kinds.build("main", &config).await else {
+            panic!("a left-out kind was built");
+        };
+        assert_eq!(field, "engines.main.kind");
+        assert!(message.contains("cargo feature `redis`"), "{message}");
+    }
 }

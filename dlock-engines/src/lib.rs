@@ -32,5 +32,13 @@ pub fn kinds() -> Kinds {
     redlock::register(&mut kinds);
     #[cfg(feature = "zookeeper")]
     zookeeper::register(&mut kinds);
+    #[cfg(not(feature = "memcached"))]
+    kinds.left_out(&["memcached"], "memcached");
+    #[cfg(not(feature = "redis"))]
+    kinds.left_out(&["redis", "redis-cluster", "redis-sentinel"], "redis");
+    #[cfg(not(feature = "redlock"))]
+    kinds.left_out(&["redlock"], "redlock");
+    #[cfg(not(feature = "zookeeper"))]
+    kinds.left_out(&["zookeeper"], "zookeeper");
     kinds
 }

@@ -474,11 +474,47 @@ fn client(name: &str, config: &RedisConfig) -> Result<Client, Error> {
         return Client::build_with_tls(config.url.as_str(), certificates)
             .map_err(|e| Error::config(field("url"), e.to_string()));
     }
-    Client::open(config.url.as_str()).map_err(|e| Error::config(field("url"), e.to_string()))
+    Client::open(config.url.as_str()).map_err(|e| {
+        Error::config(
+            field("url"),
+            format!(
+                "`{}` is not a Redis url ({e}); write redis://[user:password@]host:port, or rediss:// for TLS",
+                without_password(&config.url)
+            ),
+        )
+    })
+}
+
+/// `url` with any password replaced by `***`, for error messages: the
+/// credentials are what stands after the last `/` before the `@`, so a
+/// malformed url keeps its password out of the message too.
+fn without_password(url: &str) -> String {
+    let Some(at) = url.rfind('@') else {
+        return url.to_owned();
+    };
+    let start = url[..at].rfind('/').map_or(0, |slash| slash + 1);
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+        None => url.to_owned(),
+    }
 }
 
 fn millis(d: Duration) -> u64 {
     d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
+        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(without_password("redis//h:1"), "redis//h:1");
+        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
+        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
+    }
 }
 
 #[async_trait]
