@@ -503,20 +503,6 @@ fn millis(d: Duration) -> u64 {
     d.as_millis().try_into().unwrap_or(u64::MAX)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn passwords_never_reach_error_messages() {
-        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
-        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
-        assert_eq!(without_password("redis//h:1"), "redis//h:1");
-        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
-        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
-    }
-}
-
 #[async_trait]
 impl Engine for RedisEngine {
     fn kind(&self) -> &'static str {
@@ -556,5 +542,19 @@ impl Engine for RedisEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         self.run(&self.scripts.release, req, "release").await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
+        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(without_password("redis//h:1"), "redis//h:1");
+        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
+        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
     }
 }
