@@ -264,11 +264,17 @@ impl Breakable for RedisCluster {
 /// Arguments for a throwaway redis-server on `port`, loopback only, nothing
 /// persisted; `extra` is appended (a later flag overrides an earlier one).
 pub fn redis_args(port: u16, extra: &[&str]) -> Vec<String> {
+    // Its own directory: a replica still writes the full sync it receives.
+    let dir = std::env::temp_dir().join(format!("dlock-redis-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("redis dir");
+    let dir = dir.display().to_string();
     let base = [
         "--port",
         &port.to_string(),
         "--bind",
         "127.0.0.1",
+        "--dir",
+        &dir,
         "--save",
         "",
         "--appendonly",
