@@ -98,3 +98,41 @@ async fn try_lock_and_release_on_a_hung_engine_fail_within_the_call_timeout() {
     );
     nothing_held(&s.memory).await;
 }
+
+/// A release whose caller stops waiting (a timeout around the annotated
+/// function, say) still lets go at the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_caller_stops_waiting_for_still_lets_go() {
+    let s = setup(Settings::default().call_timeout);
+    let guard = s.registry.locks("g").get("k").lock().await.expect("lock");
+    s.faults.set_delay(Duration::from_millis(100));
+    let cut_short = tokio::time::timeout(Duration::from_millis(10), guard.release()).await;
+    assert!(cut_short.is_err(), "the release was not cut short");
+    nothing_held(&s.memory).await;
+}
+
+/// Waiting forever, a waiter rides out an engine error however long it has
+/// waited: it gives up only after the engine failed for a whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_waiter_rides_out_a_short_engine_failure() {
+    let s = setup(Settings::default().call_timeout);
+    let holder = s.peer.locks("g").get("k").lock().await.expect("peer lock");
+    let lock = s
+        .registry
+        .locks("g")
+        .get("k")
+        .with_lease(Duration::from_millis(300));
+    let waiter = tokio::spawn(async move { lock.lock().await.map(|guard| guard.fence()) });
+    // Queued for longer than its lease, then the engine fails for a moment.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    s.faults.set_cut(true);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    s.faults.set_cut(false);
+    assert!(!waiter.is_finished(), "the waiter gave up at the first failure");
+    holder.release().await.expect("release");
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("not served");
+    got.expect("task")
+        .expect("the waiter failed instead of getting the lock");
+}

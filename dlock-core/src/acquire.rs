@@ -13,7 +13,7 @@ use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Span};
 use crate::registry::Group;
-use crate::{Error, LockKey, Mode, Poll, Request, watchdog};
+use crate::{EngineError, Error, LockKey, Mode, Poll, Request, watchdog};
 
 /// How long a timed-out caller waits for its request to be withdrawn before
 /// it is answered; a slower withdrawal finishes in the background.
@@ -107,19 +107,19 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
         Wait::For(wait) if !req.try_once => Some(since + wait),
         _ => None,
     };
-    // An engine error is retried on the polling schedule until the wait runs
-    // out (for at most a lease if it never does): a restarted or failed-over
-    // server, or a dropped connection, comes back; one that stays away is an
-    // error, never a silent hang.
-    let give_up = deadline.unwrap_or(since + req.lease);
     let engine = &group.engine;
     let call_timeout = group.settings.call_timeout;
     let mut withdraw = Withdraw::arm(group, req);
     let mut pauses = group.settings.poll.intervals();
     let mut queued = false;
-    let mut failure = None;
+    // The last failure, and since when the engine has failed without a break.
+    let mut failure: Option<(EngineError, Instant)> = None;
     loop {
         let sent = Instant::now();
+        // The wait ran out while pausing: a call now could only be cut off.
+        if (queued || failure.is_some()) && deadline.is_some_and(|d| sent >= d) {
+            return Err(give_up(&mut withdraw, group, req, since, failure.map(|(e, _)| e)).await);
+        }
         let bound = deadline.map_or(sent + call_timeout, |d| d.min(sent + call_timeout));
         let call = async {
             if queued {
@@ -130,7 +130,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
         };
         let answer = within(bound, call).await;
         let now = Instant::now();
-        let (wake, failed) = match answer {
+        let wake = match answer {
             Ok(Poll::Held(fence)) => {
                 withdraw.disarm();
                 return Ok(Grant {
@@ -140,32 +140,38 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             }
             Ok(Poll::Waiting(wake)) => {
                 queued = true;
-                (wake, None)
+                failure = None;
+                wake
             }
             // Cut off by the wait's deadline: a timeout, unless the engine
             // was failing already (then its last failure is the answer).
-            Err(_) if deadline.is_some_and(|d| now >= d) => (never(), failure.take()),
-            Err(e) => (never(), Some(e)),
+            Err(_) if deadline.is_some_and(|d| now >= d) => {
+                return Err(give_up(&mut withdraw, group, req, since, failure.map(|(e, _)| e)).await);
+            }
+            Err(e) => {
+                let failing_since = failure.map_or(sent, |(_, since)| since);
+                failure = Some((e, failing_since));
+                never()
+            }
         };
-        let timed_out = match (&failed, deadline) {
-            _ if req.try_once => true,
-            (Some(_), _) => now >= give_up,
-            (None, Some(deadline)) => now >= deadline,
-            (None, None) => false,
-        };
-        if timed_out {
-            if req.try_once && failed.is_none() {
+        if req.try_once {
+            if failure.is_none() {
                 withdraw.disarm(); // answered busy: nothing was queued
             }
-            withdraw.now().await;
-            return Err(match failed {
-                Some(e) => group.engine_error(&req.key, e),
-                None => Error::Timeout {
-                    key: req.key.clone(),
-                    waited: since.elapsed(),
-                    tried_once: req.try_once,
-                },
-            });
+            return Err(give_up(&mut withdraw, group, req, since, failure.map(|(e, _)| e)).await);
+        }
+        // An engine error is retried on the polling schedule until the wait
+        // runs out, or, waiting forever, until the engine has failed for a
+        // whole lease: a restarted or failed-over server, or a dropped
+        // connection, comes back; one that stays away is an error, never a
+        // silent hang.
+        let give_up_at = match (&failure, deadline) {
+            (_, Some(deadline)) => Some(deadline),
+            (Some((_, failing_since)), None) => Some(*failing_since + req.lease),
+            (None, None) => None,
+        };
+        if give_up_at.is_some_and(|at| now >= at) {
+            return Err(give_up(&mut withdraw, group, req, since, failure.map(|(e, _)| e)).await);
         }
         // Jittered down to half, so waiters of an engine without a queue do
         // not poll in step; never slower than the configured schedule.
@@ -173,14 +179,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             .next()
             .expect("endless")
             .mul_f64(rand::random_range(0.5..=1.0));
-        let mut next = now + pause;
-        if let Some(deadline) = deadline {
-            next = next.min(deadline);
-        }
-        if failed.is_some() {
-            next = next.min(give_up);
-        }
-        failure = failed;
+        let next = give_up_at.map_or(now + pause, |at| at.min(now + pause));
         tokio::select! {
             woken = wake => if let Woken::Granted { fence, valid_for } = woken {
                 withdraw.disarm();
@@ -188,6 +187,26 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             },
             _ = sleep_until(next) => {}
         }
+    }
+}
+
+/// Withdraws the request, and says why it ended: the engine's last failure,
+/// or a timeout.
+async fn give_up(
+    withdraw: &mut Withdraw<'_>,
+    group: &Group,
+    req: &Request,
+    since: Instant,
+    failure: Option<EngineError>,
+) -> Error {
+    withdraw.now().await;
+    match failure {
+        Some(e) => group.engine_error(&req.key, e),
+        None => Error::Timeout {
+            key: req.key.clone(),
+            waited: since.elapsed(),
+            tried_once: req.try_once,
+        },
     }
 }
 

@@ -1,7 +1,7 @@
 //! What an acquisition hands back: proof of holding, released on drop.
 
 use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -193,10 +193,31 @@ impl Guard {
                 }),
                 None => Ok(()),
             },
-            Exit::Downgrade => hold.downgrade().await,
-            Exit::Release => hold.release().await,
+            // Past `exit` the guard is gone: should the caller stop waiting,
+            // the engine call must still happen.
+            Exit::Downgrade => to_the_end(async move { hold.downgrade().await }).await,
+            Exit::Release => to_the_end(async move { hold.release().await }).await,
         }
     }
+}
+
+/// Awaits `work`; if the caller stops waiting first, `work` goes on in a
+/// task of its own (without a runtime, the lease frees the lock).
+async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
+    struct Finish<T: Send + 'static>(Option<Pin<Box<dyn Future<Output = T> + Send>>>);
+    impl<T: Send + 'static> Drop for Finish<T> {
+        fn drop(&mut self) {
+            if let Some(work) = self.0.take()
+                && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            {
+                runtime.spawn(work);
+            }
+        }
+    }
+    let mut finish = Finish(Some(Box::pin(work)));
+    let out = poll_fn(|cx| finish.0.as_mut().expect("polled after the end").as_mut().poll(cx)).await;
+    finish.0 = None;
+    out
 }
 
 impl Drop for Guard {

@@ -13,6 +13,8 @@ pub struct Faults {
     calls: AtomicU64,
     cut: AtomicBool,
     hung: AtomicBool,
+    /// Milliseconds each call waits before it reaches the engine.
+    delay_ms: AtomicU64,
     lease_divisor: AtomicU32,
 }
 
@@ -23,6 +25,7 @@ impl Faults {
             calls: AtomicU64::new(0),
             cut: AtomicBool::new(false),
             hung: AtomicBool::new(false),
+            delay_ms: AtomicU64::new(0),
             lease_divisor: AtomicU32::new(1),
         }
     }
@@ -43,6 +46,11 @@ impl Faults {
         self.hung.store(hung, Ordering::SeqCst);
     }
 
+    /// Every call waits `delay` before it reaches the engine, as over a slow link.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.delay_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Passes leases `divisor` times shorter to the engine than the core asked
     /// for: the server drops holds before the holder expects it.
     pub fn shorten_leases(&self, divisor: u32) {
@@ -59,6 +67,13 @@ impl Faults {
         let mut req = req.clone();
         req.lease /= self.lease_divisor.load(Ordering::SeqCst);
         Ok(req)
+    }
+
+    async fn slow(&self) {
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        }
     }
 
     /// The engine's answer, unless hung.
@@ -85,32 +100,44 @@ impl Engine for Faults {
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        let answer = self.inner.acquire(&self.pass(req)?).await;
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.acquire(&req).await;
         self.answer(answer).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        let answer = self.inner.poll(&self.pass(req)?).await;
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.poll(&req).await;
         self.answer(answer).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        let answer = self.inner.cancel(&self.pass(req)?).await;
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.cancel(&req).await;
         self.answer(answer).await
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        let answer = self.inner.renew(&self.pass(req)?).await;
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.renew(&req).await;
         self.answer(answer).await
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        let answer = self.inner.downgrade(&self.pass(req)?).await;
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.downgrade(&req).await;
         self.answer(answer).await
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        let answer = self.inner.release(&self.pass(req)?).await;
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.release(&req).await;
         self.answer(answer).await
     }
 

@@ -29,9 +29,11 @@
 //! antirez's reply, "Is Redlock safe?", same year, asks for delayed
 //! restarts). The clock floor then still makes the newer holder's token
 //! larger, so storage that checks tokens refuses the older one
-//! (`tests/redlock.rs` shows it). Counters expire after `fence_retention`:
-//! like the Redis engine, this assumes no master's clock steps back by more
-//! than that. Hence the fence is best effort. With `fence = false` there is
+//! (`tests/redlock.rs` shows it). Counters expire after `fence_retention`
+//! (a grant renews them, renewals do not), and then tokens come from the
+//! clock of whichever masters grant next: so this also assumes the masters'
+//! clocks agree, and never step back, within `fence_retention`. Hence the
+//! fence is best effort. With `fence = false` there is
 //! no counter and no write-back, and tokens only tell holds apart.
 //!
 //! ```toml
@@ -480,7 +482,14 @@ impl Engine for RedLockEngine {
         let answers = self
             .on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
             .await;
-        Ok(self.majority(&answers))
+        if self.majority(&answers) {
+            return Ok(true);
+        }
+        // Too few masters answered to know: an engine failure, not a loss.
+        match self.unreachable(answers) {
+            Some(error) => Err(error),
+            None => Ok(false),
+        }
     }
 }
 
