@@ -272,6 +272,18 @@ impl RedLockEngine {
         answers.iter().filter(|a| matches!(a, Ok(n) if *n > 0)).count() >= self.quorum
     }
 
+    /// True if a majority said yes; an engine error if too few answered to
+    /// know (a failure, not a loss); false if a majority said no.
+    fn agreed(&self, answers: Vec<Answer>) -> Result<bool, EngineError> {
+        if self.majority(&answers) {
+            return Ok(true);
+        }
+        match self.unreachable(answers) {
+            Some(error) => Err(error),
+            None => Ok(false),
+        }
+    }
+
     /// An error when too few masters answered at all for any majority.
     fn unreachable(&self, answers: Vec<Answer>) -> Option<EngineError> {
         let failed: Vec<String> = answers
@@ -464,13 +476,7 @@ impl Engine for RedLockEngine {
         let answers = self
             .on_all(Call::Script(&self.scripts.renew), &[&key], &[&owner, &px])
             .await;
-        if self.majority(&answers) {
-            return Ok(true);
-        }
-        match self.unreachable(answers) {
-            Some(error) => Err(error),
-            None => Ok(false),
-        }
+        self.agreed(answers)
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
@@ -482,14 +488,7 @@ impl Engine for RedLockEngine {
         let answers = self
             .on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
             .await;
-        if self.majority(&answers) {
-            return Ok(true);
-        }
-        // Too few masters answered to know: an engine failure, not a loss.
-        match self.unreachable(answers) {
-            Some(error) => Err(error),
-            None => Ok(false),
-        }
+        self.agreed(answers)
     }
 }
 
