@@ -15,8 +15,8 @@ use dlock::{Error, LockKey, Mode, Poll, Request};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-/// Sends one raw command and returns its status line (and value, if any).
-async fn raw(fixture: &Memcached, command: &str) -> String {
+/// A fresh connection that has sent `command`.
+async fn send(fixture: &Memcached, command: &str) -> BufReader<TcpStream> {
     let mut stream = BufReader::new(
         TcpStream::connect(fixture.server.address())
             .await
@@ -27,6 +27,12 @@ async fn raw(fixture: &Memcached, command: &str) -> String {
         .write_all(command.as_bytes())
         .await
         .expect("send");
+    stream
+}
+
+/// Sends one raw command and returns its status line (and value, if any).
+async fn raw(fixture: &Memcached, command: &str) -> String {
+    let mut stream = send(fixture, command).await;
     let mut line = String::new();
     stream.read_line(&mut line).await.expect("reply");
     if let Some(size) = line.strip_prefix("VA ").and_then(|r| r.split(' ').next()) {
@@ -39,16 +45,7 @@ async fn raw(fixture: &Memcached, command: &str) -> String {
 
 /// Every key the server holds, from `lru_crawler metadump`.
 async fn keys(fixture: &Memcached) -> String {
-    let mut stream = BufReader::new(
-        TcpStream::connect(fixture.server.address())
-            .await
-            .expect("connect"),
-    );
-    stream
-        .get_mut()
-        .write_all(b"lru_crawler metadump all\r\n")
-        .await
-        .expect("send");
+    let mut stream = send(fixture, "lru_crawler metadump all\r\n").await;
     let mut dump = String::new();
     while !dump.ends_with("END\r\n") {
         assert!(
