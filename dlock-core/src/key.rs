@@ -54,6 +54,18 @@ impl LockKey {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// FNV-1a (128 bits) of group and name, the same in every build and
+    /// process, unlike std's hasher: for engines whose keys have a fixed
+    /// width. The group's length goes first, so the boundary between group
+    /// and name cannot shift.
+    pub fn stable_hash(&self) -> u128 {
+        const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+        const PRIME: u128 = 0x0000000001000000000000000000013b;
+        let length = (self.group.len() as u16).to_le_bytes();
+        let bytes = length.iter().chain(self.group.as_bytes()).chain(self.name.as_bytes());
+        bytes.fold(OFFSET, |hash, &byte| (hash ^ byte as u128).wrapping_mul(PRIME))
+    }
 }
 
 /// Long names are cut in messages so a 10 KB key does not flood a log line.
@@ -93,6 +105,16 @@ mod tests {
             let err = LockKey::new(group, name).unwrap_err();
             assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
         }
+    }
+
+    #[test]
+    fn stable_hash_keeps_group_and_name_apart() {
+        let hash = |g: &str, n: &str| LockKey::new(g, n).unwrap().stable_hash();
+        assert_eq!(hash("order", "42"), hash("order", "42"));
+        assert_ne!(hash("g:a", "b"), hash("g", "a:b"));
+        assert_ne!(hash("ga", "b"), hash("g", "ab"));
+        // Pinned: keys already on servers must keep their hash across releases.
+        assert_eq!(hash("order", "42"), 0xa743f352820393bd1f859b1d70d8f492);
     }
 
     #[test]

@@ -24,9 +24,9 @@
 //! only used to check ownership.
 //!
 //! **Keys.** `dlock:<group>:<name>` (`%` and `:` percent-escaped) when that
-//! is at most 250 printable ASCII bytes; otherwise `dlock:#<FNV-1a 128 of
-//! group and name>`. Two names that hash alike share one lock: they
-//! over-exclude, never under-exclude. The item's value keeps the owner and
+//! is at most 250 printable ASCII bytes; otherwise `dlock:#<hash>`, the
+//! key's 128-bit [`LockKey::stable_hash`]. Two names that hash alike share
+//! one lock: they over-exclude, never under-exclude. The item's value keeps the owner and
 //! the full name, and release and renewal compare it whole.
 //!
 //! ```toml
@@ -223,7 +223,7 @@ fn item_key(key: &LockKey) -> String {
     if readable.len() <= MAX_KEY && readable.bytes().all(|b| b.is_ascii_graphic()) {
         return readable;
     }
-    format!("dlock:#{:032x}", fnv1a_128([key.group(), "\0", key.name()]))
+    format!("dlock:#{:032x}", key.stable_hash())
 }
 
 fn escape_into(text: &str, out: &mut String) {
@@ -234,17 +234,6 @@ fn escape_into(text: &str, out: &mut String) {
             c => out.push(c),
         }
     }
-}
-
-/// FNV-1a, 128 bits: stable across builds and processes, unlike std's hasher.
-fn fnv1a_128<'a>(parts: impl IntoIterator<Item = &'a str>) -> u128 {
-    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
-    const PRIME: u128 = 0x0000000001000000000000000000013b;
-    let mut hash = OFFSET;
-    for byte in parts.into_iter().flat_map(str::bytes) {
-        hash = (hash ^ byte as u128).wrapping_mul(PRIME);
-    }
-    hash
 }
 
 /// The owner and the full name, so a hashed key's item still says whose it is.
