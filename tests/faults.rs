@@ -37,6 +37,11 @@ mod memcached {
     dlock::engines::fault_suite!(dlock::engines::memcached::fixture::Memcached);
 }
 
+#[cfg(feature = "postgres")]
+mod postgres {
+    dlock::engines::fault_suite!(dlock::engines::postgres::fixture::Postgres);
+}
+
 const LONG: Duration = Duration::from_secs(60);
 
 /// For the tests below that have no fixture: the figure file `scripts/test` prints.

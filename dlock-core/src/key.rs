@@ -63,7 +63,10 @@ impl LockKey {
         const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
         const PRIME: u128 = 0x0000000001000000000000000000013b;
         let length = (self.group.len() as u16).to_le_bytes();
-        let bytes = length.iter().chain(self.group.as_bytes()).chain(self.name.as_bytes());
+        let bytes = length
+            .iter()
+            .chain(self.group.as_bytes())
+            .chain(self.name.as_bytes());
         bytes.fold(OFFSET, |hash, &byte| (hash ^ byte as u128).wrapping_mul(PRIME))
     }
 }

@@ -9,6 +9,8 @@ pub mod conformance;
 pub mod memcached;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redlock")]
@@ -26,6 +28,8 @@ pub fn kinds() -> Kinds {
     memcached::register(&mut kinds);
     #[cfg(feature = "memory")]
     memory::register(&mut kinds);
+    #[cfg(feature = "postgres")]
+    postgres::register(&mut kinds);
     #[cfg(feature = "redis")]
     redis::register(&mut kinds);
     #[cfg(feature = "redlock")]
@@ -34,6 +38,8 @@ pub fn kinds() -> Kinds {
     zookeeper::register(&mut kinds);
     #[cfg(not(feature = "memcached"))]
     kinds.left_out(&["memcached"], "memcached");
+    #[cfg(not(feature = "postgres"))]
+    kinds.left_out(&["postgres"], "postgres");
     #[cfg(not(feature = "redis"))]
     kinds.left_out(&["redis", "redis-cluster", "redis-sentinel"], "redis");
     #[cfg(not(feature = "redlock"))]

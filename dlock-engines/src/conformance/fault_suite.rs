@@ -270,10 +270,18 @@ fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
     let (path, register) = setup.register("paused");
     let holder = setup.worker(&path, &["--hold-ms", "5000", "--on-lost", on_lost]);
     let stale_fence = holder.entered(LONG);
-    holder.signal("-STOP");
     let waiter = setup.worker(&path, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let stopped_at = Instant::now();
+    holder.signal("-STOP");
     let fresh_fence = waiter.entered(LONG);
+    let recovered = stopped_at.elapsed();
     let waiter = waiter.finish(LONG);
+    let (bound, what) = setup.fixture.frees_dead_holder_within();
+    assert!(
+        recovered < bound,
+        "the waiter got in only {recovered:?} after the pause ({what})"
+    );
     assert_eq!(waiter.bought, 1, "the waiter's write was refused: {waiter:?}");
     assert!(
         fresh_fence > stale_fence,
@@ -298,7 +306,8 @@ fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
         "the paused holder's section overlapped the next: {report:?}"
     );
     setup.figure(format!(
-        "holder SIGSTOPped past its lease, on_lost = {on_lost}: overlaps {}, stale writes refused {}, writes accepted {}",
+        "holder SIGSTOPped past its lease, on_lost = {on_lost}: next holder in after {recovered:.2?} ({what}), \
+         overlaps {}, stale writes refused {}, writes accepted {}",
         report.overlaps, report.stale_refused, report.writes
     ));
     report

@@ -72,15 +72,23 @@ impl Drop for TestServer {
 }
 
 fn spawn(program: &str, args: &[String]) -> Child {
-    let child = Command::new(program)
-        .args(args)
+    let mut command = Command::new(program);
+    command.args(args).stdout(Stdio::null()).stderr(Stdio::null());
+    spawn_watched(command, program)
+}
+
+/// Spawns `command` in a process group of its own, watched by a small shell
+/// loop that kills the whole group (a server and any processes it forked)
+/// once the test process exits.
+pub fn spawn_watched(mut command: Command, program: &str) -> Child {
+    use std::os::unix::process::CommandExt;
+    let child = command
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {program} (scripts/test installs it): {e}"));
     let watcher = format!(
-        "while kill -0 {parent} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 0.5; done; kill -9 {child} 2>/dev/null",
+        "while kill -0 {parent} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 0.5; done; env kill -KILL -- -{child} 2>/dev/null",
         parent = std::process::id(),
         child = child.id()
     );

@@ -1,0 +1,286 @@
+//! The postgres engine's fixture: a throwaway cluster, made by `initdb` in
+//! a temporary directory, served by `postgres` on a free loopback port and
+//! a private socket directory. PostgreSQL refuses to run as root, so under
+//! root both run as the `postgres` user (or `nobody`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::conformance::server::{free_port, spawn_watched};
+use crate::conformance::{Breakable, Fixture};
+
+/// The superuser the fixture's cluster is made with, and its password
+/// (connections over TCP must give it).
+pub const USER: &str = "dlock";
+pub const PASSWORD: &str = "dlock-test";
+
+pub struct Postgres {
+    pub server: PgServer,
+}
+
+impl Fixture for Postgres {
+    const NAME: &'static str = "postgres";
+
+    fn start() -> Self {
+        Postgres {
+            server: PgServer::start(),
+        }
+    }
+
+    fn engine_config(&self) -> String {
+        format!("kind = \"postgres\"\nurl = \"{}\"", self.server.url())
+    }
+}
+
+impl Breakable for Postgres {
+    fn frees_dead_holder_within(&self) -> (Duration, &'static str) {
+        // A killed holder's socket closes at once and its backend exits; a
+        // paused one idles out after its 1 s lease.
+        (
+            Duration::from_millis(1000 + 700),
+            "lease 1 s (idle_session_timeout)",
+        )
+    }
+
+    fn kill(&mut self) {
+        self.server.kill();
+    }
+
+    fn restart(&mut self) {
+        self.server.restart();
+    }
+}
+
+/// One PostgreSQL server of the tests.
+pub struct PgServer {
+    pub port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl PgServer {
+    /// Makes a cluster and starts it; returns once it accepts connections.
+    pub fn start() -> Self {
+        remove_leftovers();
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("dlock-pg-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("cluster directory");
+        std::fs::write(dir.join("password"), PASSWORD).expect("password file");
+        run_as_owner(&dir);
+        let initdb = as_server_user(Command::new(bin("initdb")))
+            .args([
+                "-D",
+                "data",
+                "-U",
+                USER,
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ])
+            .args([
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "--pwfile=password",
+            ])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .output()
+            .expect("run initdb (scripts/test installs postgresql)");
+        assert!(
+            initdb.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        let child = Self::spawn(&dir, port);
+        let server = PgServer { port, dir, child };
+        server.wait_ready();
+        server
+    }
+
+    fn spawn(dir: &Path, port: u16) -> Child {
+        let log = std::fs::File::create(dir.join("server.log")).expect("server log");
+        let mut command = as_server_user(Command::new(bin("postgres")));
+        command
+            .args([
+                "-D",
+                "data",
+                "-p",
+                &port.to_string(),
+                "-k",
+                dir.to_str().expect("utf-8 path"),
+            ])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400"])
+            .args([
+                "-c",
+                "shared_buffers=16MB",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(log);
+        spawn_watched(command, "postgres")
+    }
+
+    /// A key/value connection string for the superuser.
+    pub fn url(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={USER} password={PASSWORD} dbname=postgres",
+            self.port
+        )
+    }
+
+    /// Runs `sql` through psql on the private socket; its output, trimmed.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = Command::new(bin("psql"))
+            .args([
+                "-h",
+                self.dir.to_str().expect("utf-8 path"),
+                "-p",
+                &self.port.to_string(),
+            ])
+            .args([
+                "-U",
+                USER,
+                "-d",
+                "postgres",
+                "-XtAq",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "psql {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Kills the server and every backend (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the crashed server again on its port; returns once it serves.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(&self.dir, self.port);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        loop {
+            let ready = Command::new(bin("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "postgres did not serve on port {} within 60 s; see {}",
+                self.port,
+                self.dir.join("server.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Clusters of test processes that are gone: a server kept in a `static`
+/// is killed by its watcher, but nothing removes its directory.
+fn remove_leftovers() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("dlock-pg-")) else {
+            continue;
+        };
+        let owner = rest.split('-').next().unwrap_or_default();
+        if !Path::new("/proc").join(owner).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A program of the newest PostgreSQL under `/usr/lib/postgresql/<version>/bin`.
+fn bin(program: &str) -> PathBuf {
+    let newest = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path())))
+        .max();
+    let (_, dir) = newest.expect("no /usr/lib/postgresql/<version> (scripts/test installs postgresql)");
+    dir.join("bin").join(program)
+}
+
+/// The user the server runs as when the tests run as root.
+fn server_user() -> Option<(u32, u32)> {
+    if !is_root() {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
+    let ids = |name: &str| {
+        let fields: Vec<&str> = passwd
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}:")))?
+            .split(':')
+            .collect();
+        Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?))
+    };
+    Some(
+        ids("postgres")
+            .or_else(|| ids("nobody"))
+            .expect("a postgres or nobody user"),
+    )
+}
+
+fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        == Some("0")
+}
+
+fn as_server_user(mut command: Command) -> Command {
+    use std::os::unix::process::CommandExt;
+    if let Some((uid, gid)) = server_user() {
+        command.uid(uid).gid(gid);
+    }
+    command
+}
+
+/// Hands `dir` and its files to the server's user.
+fn run_as_owner(dir: &Path) {
+    if let Some((uid, gid)) = server_user() {
+        for path in [dir.to_path_buf(), dir.join("password")] {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown the cluster directory");
+        }
+    }
+}

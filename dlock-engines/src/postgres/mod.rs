@@ -1,0 +1,417 @@
+//! The postgres engine: PostgreSQL's advisory locks, for services that
+//! already run PostgreSQL and want no other server.
+//!
+//! **Keys.** A lock is the 64-bit advisory key `pg_advisory_lock(bigint)`
+//! takes: the two halves of [`LockKey::stable_hash`] folded together. Two
+//! names whose keys collide (odds about n²/2⁶⁵ for n live names) share one
+//! advisory lock: they exclude each other when they need not, and never
+//! admit two holders of one name. Other code on the same database using
+//! the one-argument advisory functions shares the key space.
+//!
+//! **Fairness.** PostgreSQL's lock queue is the queue: a newcomer, even a
+//! `try`, does not pass a conflicting waiter, and a run of queued readers
+//! is granted together. The engine keeps no queue of its own.
+//!
+//! **Connections.** Advisory locks belong to a session. Holds share a few
+//! connections (never two holds of one key on one connection: the session
+//! would reenter). A request that must wait sleeps in the server's queue
+//! on a connection that holds nothing; at most `max_connections - 1` do so
+//! at once and the rest line up in the process. See `pool.rs`.
+//!
+//! **Fencing.** Each grant takes `nextval` of one sequence,
+//! `<schema>.dlock_fence`, in the statement that takes the lock, after it
+//! is granted. The previous holder's token was taken before its unlock, so
+//! tokens rise per lock. A sequence never goes back, restarts included: it
+//! logs ahead of the values it hands out and resumes past them. The engine
+//! creates the sequence on first use, or says which privilege is missing.
+//!
+//! **Lease.** An advisory lock lives as long as its session, and a stopped
+//! process (SIGSTOP, a long pause, a hung VM) keeps its TCP connection open,
+//! so a plain advisory lock can be held forever (madelson/DistributedLock
+//! issue 230). Here the server enforces the lease: each session's
+//! `idle_session_timeout` is the shortest lease it holds. The watchdog's
+//! renewal is a round trip on the hold's session; a holder that stops
+//! renewing leaves its session idle, and the server ends the session, and
+//! with it the holds, one lease after the last statement. Holds on one
+//! connection share its liveness: in a live process each is renewed or
+//! released, and a stopped process loses all of them. When the server ends
+//! a session this way the next renewal is refused; any other drop of a
+//! connection fires `lost` for every hold on it at once.
+//!
+//! **PgBouncer.** In transaction pooling mode a client's statements run on
+//! whichever server session is free, so an advisory lock stays with a
+//! session the client no longer talks to: it is never released by unlock,
+//! and another client may reenter it. Each new connection checks that a
+//! session setting survives from one statement to the next and refuses the
+//! pooler when it does not (it cannot tell while the pooler happens to
+//! hand back the same session). Use a direct connection or session pooling.
+//!
+//! **TLS** is not built in: connect over a trusted network or a local
+//! socket, or put a TLS tunnel in front.
+//!
+//! ```toml
+//! [engines.pg]
+//! kind = "postgres"
+//! url = "postgres://app:secret@127.0.0.1:5432/app"   # or "host=... user=..."
+//! max_connections = 10
+//! schema = "public"
+//! connect_timeout = "5s"
+//! ```
+
+#[cfg(feature = "conformance")]
+pub mod fixture;
+mod objects;
+mod pool;
+mod sql;
+mod waiter;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use dlock_core::{
+    Capabilities, Engine, EngineError, Error, Kinds, LockKey, LostSignal, Mode, Poll, Request, async_trait,
+};
+use serde::Deserialize;
+use tokio_postgres::config::Host;
+
+use pool::{Conn, Pool};
+use waiter::{Stage, Waiter, Want};
+
+/// Settings of the postgres engine, `kind = "postgres"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// A URL (`postgres://user:password@host:port/db`) or a key/value string
+    /// (`host=... port=... user=... password=... dbname=...`).
+    pub url: String,
+    /// Connections kept at most; holds share them, each waiter blocks one.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Where the fence sequence `dlock_fence` lives.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+}
+
+fn default_max_connections() -> usize {
+    10
+}
+
+fn default_schema() -> String {
+    "public".to_owned()
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// Registers `kind = "postgres"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("postgres", |name, config: PostgresConfig| async move {
+        PostgresEngine::connect(&name, &config).await
+    });
+}
+
+/// The postgres engine. See the [module docs](self).
+pub struct PostgresEngine {
+    pool: Arc<Pool>,
+    address: String,
+}
+
+/// What a request keeps: where it stands, and a turn so that a call the
+/// core gave up on finishes before the next one looks.
+#[derive(Default)]
+struct Hold {
+    place: Mutex<Place>,
+    turn: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+enum Place {
+    #[default]
+    Free,
+    Waiting(Waiter),
+    Held {
+        conn: Arc<Conn>,
+        mode: Mode,
+        fence: u64,
+    },
+}
+
+impl Hold {
+    fn of(req: &Request) -> Arc<Hold> {
+        req.state_or_init(|| Arc::new(Hold::default())).clone()
+    }
+
+    fn place(&self) -> MutexGuard<'_, Place> {
+        self.place.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set(&self, place: Place) {
+        *self.place() = place;
+    }
+
+    fn held(&self) -> Option<(Arc<Conn>, Mode)> {
+        match &*self.place() {
+            Place::Held { conn, mode, .. } => Some((conn.clone(), *mode)),
+            _ => None,
+        }
+    }
+
+    /// Runs `work` on its own task, after any earlier call on this request:
+    /// a statement sent is always booked, even if the core stops waiting.
+    async fn in_turn<T: Send + 'static, F>(
+        self: Arc<Self>,
+        work: impl FnOnce(Arc<Hold>) -> F,
+    ) -> Result<T, EngineError>
+    where
+        F: Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        let work = work(self.clone());
+        let task = tokio::spawn(async move {
+            let _turn = self.turn.lock().await;
+            work.await
+        });
+        match task.await {
+            Ok(answer) => answer,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => Err(EngineError::failed("the runtime is shutting down")),
+        }
+    }
+}
+
+/// The advisory key of `key`.
+fn advisory_key(key: &LockKey) -> i64 {
+    let hash = key.stable_hash();
+    (hash as u64 ^ (hash >> 64) as u64) as i64
+}
+
+impl PostgresEngine {
+    /// Connects engine `name` (for error messages): checks the settings,
+    /// makes the fence sequence if missing, and opens one connection.
+    pub async fn connect(name: &str, config: &PostgresConfig) -> Result<Self, Error> {
+        let field = |f: &str| format!("engines.{name}.{f}");
+        if config.max_connections < 2 {
+            return Err(Error::config(
+                field("max_connections"),
+                "must be at least 2: one connection stays free for short statements while the others wait",
+            ));
+        }
+        let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| {
+            Error::config(
+                field("url"),
+                format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
+            )
+        })?;
+        pg.connect_timeout(config.connect_timeout);
+        if pg.get_application_name().is_none() {
+            pg.application_name("dlock");
+        }
+        let address = address_of(&pg);
+        let unavailable = |e: EngineError| Error::Unavailable {
+            engine: name.to_owned(),
+            kind: "postgres",
+            address: address.clone(),
+            source: e.into(),
+        };
+        let fence = objects::fence_sequence(&pg, &config.schema, &field("schema"), unavailable).await?;
+        let pool = Arc::new(Pool::new(pg, fence, config.max_connections));
+        pool.open_one().await.map_err(unavailable)?;
+        Ok(PostgresEngine { pool, address })
+    }
+}
+
+/// `host:port` of each host, for messages; never the password.
+fn address_of(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    let hosts = config.get_hosts().iter().enumerate().map(|(i, host)| {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        match host {
+            Host::Tcp(host) => format!("{host}:{port}"),
+            Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+        }
+    });
+    let address = hosts.collect::<Vec<_>>().join(",");
+    if address.is_empty() {
+        "(no host)".to_owned()
+    } else {
+        address
+    }
+}
+
+/// The request's first attempt: a try; if busy and allowed to wait, a waiter.
+async fn acquire(pool: Arc<Pool>, hold: Arc<Hold>, want: Want, req: &Request) -> Result<Poll, EngineError> {
+    if let Some((conn, fence)) = pool.take_now(want.key, want.mode, want.lease_ms).await? {
+        hold.set(Place::Held {
+            conn,
+            mode: want.mode,
+            fence,
+        });
+        return Ok(Poll::Held(fence));
+    }
+    if req.try_once {
+        return Ok(Poll::Waiting(Box::pin(std::future::pending())));
+    }
+    let waiter = Waiter::start(pool, hold.clone(), want);
+    let entered = waiter.entered().await;
+    answer(&hold, &waiter, entered, req.lease)
+}
+
+/// The core's answer for a waiter at `stage`.
+fn answer(hold: &Hold, waiter: &Waiter, stage: Stage, lease: Duration) -> Result<Poll, EngineError> {
+    match stage {
+        Stage::Granted(fence) => Ok(Poll::Held(fence)),
+        Stage::Failed(message) => {
+            hold.set(Place::Free);
+            Err(EngineError::failed(message.to_string()))
+        }
+        Stage::Withdrawn => {
+            hold.set(Place::Free);
+            Err(EngineError::failed("the wait was withdrawn"))
+        }
+        Stage::Starting | Stage::Lined | Stage::Queued(_) => Ok(Poll::Waiting(waiter.wake(lease))),
+    }
+}
+
+#[async_trait]
+impl Engine for PostgresEngine {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::FULL
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let (pool, req) = (self.pool.clone(), req.clone());
+        Hold::of(&req)
+            .in_turn(|hold| async move {
+                let want = want(&req);
+                acquire(pool, hold, want, &req).await
+            })
+            .await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        let (pool, req) = (self.pool.clone(), req.clone());
+        Hold::of(&req)
+            .in_turn(|hold| async move {
+                let waiter = match &*hold.place() {
+                    Place::Held { fence, .. } => return Ok(Poll::Held(*fence)),
+                    Place::Waiting(waiter) => Some(waiter.clone()),
+                    Place::Free => None,
+                };
+                let Some(waiter) = waiter else {
+                    return acquire(pool, hold.clone(), want(&req), &req).await;
+                };
+                let stage = match waiter.stage() {
+                    // Its turn came if the session no longer sleeps: the answer is on its way.
+                    Stage::Queued(conn) if !pool.is_waiting(conn.pid).await? => waiter.settled().await,
+                    stage => stage,
+                };
+                answer(&hold, &waiter, stage, req.lease)
+            })
+            .await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        let key = advisory_key(&req.key);
+        Hold::of(req)
+            .in_turn(move |hold| async move {
+                let waiter = match &*hold.place() {
+                    Place::Waiting(waiter) => Some(waiter.clone()),
+                    _ => None,
+                };
+                if let Some(waiter) = waiter {
+                    waiter.withdraw();
+                    waiter.settled().await;
+                }
+                let held = hold.held();
+                hold.set(Place::Free);
+                if let Some((conn, mode)) = held {
+                    conn.give_back(key, mode).await?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        match Hold::of(req).held() {
+            Some((conn, _)) => conn.ping().await,
+            None => Ok(false),
+        }
+    }
+
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        let key = advisory_key(&req.key);
+        Hold::of(req)
+            .in_turn(move |hold| async move {
+                let Some((conn, _)) = hold.held() else {
+                    return Ok(false);
+                };
+                let downgraded = conn.downgrade(key).await?;
+                if let Place::Held { mode, .. } = &mut *hold.place() {
+                    *mode = Mode::Read;
+                }
+                Ok(downgraded)
+            })
+            .await
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        let key = advisory_key(&req.key);
+        Hold::of(req)
+            .in_turn(move |hold| async move {
+                let held = hold.held();
+                hold.set(Place::Free);
+                match held {
+                    Some((conn, mode)) => conn.give_back(key, mode).await,
+                    None => Ok(false),
+                }
+            })
+            .await
+    }
+
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
+        let (conn, _) = Hold::of(req).held()?;
+        Some(Box::pin(conn.dropped()))
+    }
+}
+
+fn want(req: &Request) -> Want {
+    Want {
+        key: advisory_key(&req.key),
+        mode: req.mode,
+        lease_ms: req.lease.as_millis().max(1) as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_fold_the_stable_hash() {
+        let key = |g: &str, n: &str| advisory_key(&LockKey::new(g, n).unwrap());
+        assert_eq!(key("order", "42"), key("order", "42"));
+        assert_ne!(key("g:a", "b"), key("g", "a:b"));
+        // Pinned: a release that changed it would let old and new processes both hold.
+        assert_eq!(key("order", "42"), -5132300032755931345);
+    }
+
+    #[test]
+    fn addresses_never_show_the_password() {
+        let config: tokio_postgres::Config = "postgres://u:secret@db1:5433,db2/app".parse().unwrap();
+        assert_eq!(address_of(&config), "db1:5433,db2:5432");
+        let config: tokio_postgres::Config = "host=/run/pg port=6000 password=secret".parse().unwrap();
+        assert_eq!(address_of(&config), "/run/pg/.s.PGSQL.6000");
+    }
+}

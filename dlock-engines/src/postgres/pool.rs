@@ -1,0 +1,460 @@
+//! The postgres engine's connections. An advisory lock belongs to the
+//! session that took it, so a hold lives on one connection; the pool books
+//! which keys each connection holds and never lets one take a key twice (the
+//! session would reenter, and two tasks would share one hold).
+//!
+//! Three uses, never mixed on one connection at a time:
+//! - short statements (try, unlock, ping) go to any connection that is not
+//!   waiting, many holds packed on few connections;
+//! - a request that must wait in the server's queue gets a connection that
+//!   holds nothing, and blocks it until granted (then it is a holder's);
+//! - at most `max - 1` connections wait at once, so one always stays free
+//!   for short statements.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dlock_core::{EngineError, Mode, OwnerId};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, Config, NoTls};
+
+use super::sql::Statements;
+
+/// Why a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Closed {
+    /// The server ended it for idling past `idle_session_timeout`: the
+    /// lease of its holds ran out, as a key's TTL would.
+    LeaseRanOut,
+    /// Anything else: network, server restart, `pg_terminate_backend`.
+    Dropped,
+}
+
+pub(super) struct Pool {
+    config: Config,
+    /// The fence sequence, as a quoted SQL literal.
+    fence: String,
+    max: usize,
+    conns: Mutex<Conns>,
+    /// A connection opened, closed, stopped waiting or let a key go.
+    pub changed: Arc<Notify>,
+    /// Permits to wait in the server's queue, `max - 1`, handed out in order.
+    pub waits: Arc<Semaphore>,
+}
+
+#[derive(Default)]
+struct Conns {
+    open: Vec<Arc<Conn>>,
+    opening: usize,
+}
+
+/// What a connection is picked for.
+#[derive(Clone, Copy)]
+enum Use {
+    /// A try on this key: not waiting, not holding the key.
+    Take(i64),
+    /// A wait in the server's queue: holding nothing, doing nothing.
+    Wait,
+    /// A read-only statement: not waiting, preferably holding nothing, so
+    /// that it keeps no holder's session from idling out.
+    Look,
+}
+
+impl Pool {
+    pub fn new(config: Config, fence: String, max: usize) -> Self {
+        Pool {
+            config,
+            fence,
+            max,
+            conns: Mutex::default(),
+            changed: Arc::new(Notify::new()),
+            waits: Arc::new(Semaphore::new(max - 1)),
+        }
+    }
+
+    fn conns(&self) -> MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tries `key` once on a connection that may take it: the connection
+    /// and the fence if granted.
+    pub async fn take_now(
+        &self,
+        key: i64,
+        mode: Mode,
+        lease_ms: u64,
+    ) -> Result<Option<(Arc<Conn>, u64)>, EngineError> {
+        let conn = self
+            .pick(Use::Take(key))
+            .await?
+            .expect("a take waits for a connection");
+        let fence = conn.try_take(key, mode, lease_ms).await;
+        Ok(fence.map_err(failed)?.map(|fence| (conn, fence)))
+    }
+
+    /// Opens the first connection, proving the server answers and the
+    /// session survives between statements.
+    pub async fn open_one(&self) -> Result<(), EngineError> {
+        let conn = self
+            .pick(Use::Look)
+            .await?
+            .expect("a look waits for a connection");
+        conn.rebook(|book| book.looking -= 1);
+        Ok(())
+    }
+
+    /// A connection that holds nothing, marked waiting; `None` if every
+    /// connection holds something and no more may open.
+    pub async fn for_waiting(&self) -> Result<Option<Arc<Conn>>, EngineError> {
+        self.pick(Use::Wait).await
+    }
+
+    /// Whether backend `pid` sleeps in a lock queue.
+    pub async fn is_waiting(&self, pid: i32) -> Result<bool, EngineError> {
+        let conn = self
+            .pick(Use::Look)
+            .await?
+            .expect("a look waits for a connection");
+        let row = conn.client.query_one(&conn.statements.waiting, &[&pid]).await;
+        conn.rebook(|book| book.looking -= 1);
+        Ok(row.map_err(failed)?.get(0))
+    }
+
+    /// The best connection for `used`, opening one if that is better and
+    /// allowed. With none to be had, a wait gets `None`; the rest wait for one.
+    async fn pick(&self, used: Use) -> Result<Option<Arc<Conn>>, EngineError> {
+        loop {
+            let changed = self.changed.notified();
+            let open = {
+                let mut conns = self.conns();
+                conns.open.retain(|c| c.closed().is_none());
+                let may_open = conns.open.len() + conns.opening < self.max;
+                let best = conns
+                    .open
+                    .iter()
+                    .filter(|c| c.book().fits(used))
+                    .min_by_key(|c| c.book().rank(used));
+                match best {
+                    Some(conn) if !may_open || conn.book().idle_for(used) => {
+                        conn.book().mark(used);
+                        return Ok(Some(conn.clone()));
+                    }
+                    _ if may_open => {
+                        conns.opening += 1;
+                        true
+                    }
+                    _ if matches!(used, Use::Wait) => return Ok(None),
+                    _ => false,
+                }
+            };
+            if !open {
+                changed.await;
+                continue;
+            }
+            let opened = self.open().await;
+            let mut conns = self.conns();
+            conns.opening -= 1;
+            let conn = opened?;
+            conn.book().mark(used);
+            conns.open.push(conn.clone());
+            return Ok(Some(conn));
+        }
+    }
+
+    /// Opens one connection: session settings that could end a wait or a
+    /// hold behind dlock's back are reset, and the statements prepared.
+    async fn open(&self) -> Result<Arc<Conn>, EngineError> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
+        let (closed_tx, closed) = watch::channel(None);
+        let changed = self.changed.clone();
+        tokio::spawn(async move {
+            let cause = match connection.await {
+                Err(e) if e.code() == Some(&SqlState::IDLE_SESSION_TIMEOUT) => Closed::LeaseRanOut,
+                _ => Closed::Dropped,
+            };
+            closed_tx.send_replace(Some(cause));
+            changed.notify_waiters();
+        });
+        let marker = format!("{:x}", OwnerId::random().as_u128());
+        client
+            .batch_execute(&format!(
+                "SET idle_session_timeout = 0; SET lock_timeout = 0; SET statement_timeout = 0; \
+                 SET idle_in_transaction_session_timeout = 0; SET dlock.session = '{marker}'"
+            ))
+            .await
+            .map_err(failed)?;
+        let row = client
+            .query_one(
+                "SELECT pg_backend_pid(), current_setting('dlock.session', true)",
+                &[],
+            )
+            .await
+            .map_err(failed)?;
+        if row.get::<_, Option<String>>(1).as_deref() != Some(marker.as_str()) {
+            return Err(EngineError::failed(
+                "the connection does not keep its session from one statement to the next \
+                 (PgBouncer in transaction pooling mode?): advisory locks need a direct connection \
+                 or session pooling",
+            ));
+        }
+        let statements = Statements::prepare(&client, &self.fence).await.map_err(failed)?;
+        Ok(Arc::new(Conn {
+            pid: row.get(0),
+            client,
+            statements,
+            book: Mutex::default(),
+            order: tokio::sync::Mutex::new(()),
+            closed,
+            changed: self.changed.clone(),
+        }))
+    }
+}
+
+/// A driver error as the engine reports it: tokio-postgres shows a server
+/// error as just "db error" and a refused connection as "error connecting
+/// to server", so the server's text and the causes are spelt out.
+pub(super) fn failed(e: tokio_postgres::Error) -> EngineError {
+    if let Some(db) = e.as_db_error() {
+        return EngineError::failed(format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        ));
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(inner) = cause {
+        text = format!("{text}: {inner}");
+        cause = inner.source();
+    }
+    EngineError::failed(text)
+}
+
+/// One session.
+pub(super) struct Conn {
+    client: Client,
+    pub pid: i32,
+    statements: Statements,
+    book: Mutex<Book>,
+    /// Statements that change what the session holds run one at a time, so
+    /// that the book and the server's timeout agree.
+    order: tokio::sync::Mutex<()>,
+    closed: watch::Receiver<Option<Closed>>,
+    /// The pool's: told whenever this session's book changes.
+    changed: Arc<Notify>,
+}
+
+/// What a session holds, as the engine books it.
+#[derive(Default)]
+struct Book {
+    /// Held keys and their leases in milliseconds.
+    held: HashMap<i64, u64>,
+    /// Keys being tried now.
+    trying: HashSet<i64>,
+    /// Read-only statements in flight: a wait must not queue behind them.
+    looking: usize,
+    waiting: bool,
+    /// The session's `idle_session_timeout`: the shortest lease held, 0 with none.
+    timeout: u64,
+}
+
+impl Book {
+    fn fits(&self, used: Use) -> bool {
+        match used {
+            Use::Take(key) => !self.waiting && !self.held.contains_key(&key) && !self.trying.contains(&key),
+            Use::Wait => !self.waiting && self.held.is_empty() && self.trying.is_empty() && self.looking == 0,
+            Use::Look => !self.waiting,
+        }
+    }
+
+    /// Lower is better: tries pack onto sessions that already hold (keeping
+    /// empty ones for waits) but spread while one is busy; looks go where
+    /// nothing is held.
+    fn rank(&self, used: Use) -> (usize, usize) {
+        match used {
+            Use::Take(_) => (self.trying.len(), usize::MAX - self.held.len()),
+            Use::Wait | Use::Look => (self.held.len(), self.trying.len()),
+        }
+    }
+
+    /// Whether this best pick is as good as a new connection.
+    fn idle_for(&self, used: Use) -> bool {
+        match used {
+            Use::Take(_) => self.trying.is_empty(),
+            Use::Wait => true,
+            Use::Look => self.held.is_empty(),
+        }
+    }
+
+    fn mark(&mut self, used: Use) {
+        match used {
+            Use::Take(key) => {
+                self.trying.insert(key);
+            }
+            Use::Wait => self.waiting = true,
+            Use::Look => self.looking += 1,
+        }
+    }
+
+    /// The timeout the session needs with `extra` held too.
+    fn timeout_with(&self, extra: Option<u64>) -> u64 {
+        self.held.values().copied().chain(extra).min().unwrap_or(0)
+    }
+
+    /// The timeout the session needs once `key` is let go.
+    fn timeout_without(&self, key: i64) -> u64 {
+        let rest = self.held.iter().filter(|(k, _)| **k != key);
+        rest.map(|(_, lease)| *lease).min().unwrap_or(0)
+    }
+}
+
+impl Conn {
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the book and tells those waiting for a connection.
+    fn rebook<T>(&self, change: impl FnOnce(&mut Book) -> T) -> T {
+        let changed = change(&mut self.book());
+        self.changed.notify_waiters();
+        changed
+    }
+
+    pub fn closed(&self) -> Option<Closed> {
+        *self.closed.borrow()
+    }
+
+    /// Resolves when the connection drops for any reason but its lease
+    /// running out (renewal reports that one).
+    pub fn dropped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut closed = self.closed.clone();
+        async move {
+            if closed.wait_for(|c| *c == Some(Closed::Dropped)).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// `pg_try_advisory_lock[_shared]` on a connection picked for this key.
+    async fn try_take(
+        &self,
+        key: i64,
+        mode: Mode,
+        lease_ms: u64,
+    ) -> Result<Option<u64>, tokio_postgres::Error> {
+        let _order = self.order.lock().await;
+        let (current, wanted) = {
+            let book = self.book();
+            (book.timeout, book.timeout_with(Some(lease_ms)))
+        };
+        let setting = wanted != current;
+        let statement = self.statements.try_take(mode, setting);
+        let answer = if setting {
+            self.client
+                .query_one(statement, &[&key, &wanted.to_string()])
+                .await
+        } else {
+            self.client.query_one(statement, &[&key]).await
+        };
+        let fence: Option<i64> = self.rebook(|book| {
+            book.trying.remove(&key);
+            let fence: Option<i64> = answer?.get(0);
+            if fence.is_some() {
+                book.held.insert(key, lease_ms);
+                book.timeout = wanted;
+            }
+            Ok::<_, tokio_postgres::Error>(fence)
+        })?;
+        Ok(fence.map(|f| f as u64))
+    }
+
+    /// `pg_advisory_lock[_shared]` on a connection picked for waiting: in
+    /// the server's queue until granted (the fence) or `stop` resolves,
+    /// which cancels the statement on the server (`None`, unless the grant
+    /// came first).
+    pub async fn wait_take(
+        &self,
+        key: i64,
+        mode: Mode,
+        lease_ms: u64,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Option<u64>, tokio_postgres::Error> {
+        let _order = self.order.lock().await;
+        let lease = lease_ms.to_string();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &lease];
+        let answer = self.client.query_one(self.statements.wait_take(mode), &params);
+        tokio::pin!(answer);
+        let answer = tokio::select! {
+            answer = &mut answer => answer,
+            () = stop => {
+                // A failed cancel leaves the statement to finish on its own.
+                let _ = self.client.cancel_token().cancel_query(NoTls).await;
+                answer.await
+            }
+        };
+        self.rebook(|book| {
+            book.waiting = false;
+            match answer {
+                Ok(row) => {
+                    book.held.insert(key, lease_ms);
+                    book.timeout = lease_ms;
+                    Ok(Some(row.get::<_, i64>(0) as u64))
+                }
+                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => Ok(None),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// `pg_advisory_unlock[_shared]`: whether the session held it. A closed
+    /// connection holds nothing any more.
+    pub async fn give_back(&self, key: i64, mode: Mode) -> Result<bool, EngineError> {
+        let _order = self.order.lock().await;
+        let (current, wanted) = {
+            let book = self.book();
+            (book.timeout, book.timeout_without(key))
+        };
+        let setting = wanted != current;
+        let statement = self.statements.give_back(mode, setting);
+        let answer = if setting {
+            self.client
+                .query_one(statement, &[&key, &wanted.to_string()])
+                .await
+        } else {
+            self.client.query_one(statement, &[&key]).await
+        };
+        self.rebook(|book| {
+            book.held.remove(&key);
+            if answer.is_ok() {
+                book.timeout = wanted;
+            }
+        });
+        match answer {
+            Ok(row) => Ok(row.get(0)),
+            Err(_) if self.client.is_closed() => Ok(false),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Turns the exclusive hold on `key` into a shared one in one statement.
+    pub async fn downgrade(&self, key: i64) -> Result<bool, EngineError> {
+        let _order = self.order.lock().await;
+        match self.client.query_one(&self.statements.downgrade, &[&key]).await {
+            Ok(row) => Ok(row.get(1)),
+            Err(_) if self.client.is_closed() => Ok(false),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// One round trip: true while the session (and so its holds) lives.
+    pub async fn ping(&self) -> Result<bool, EngineError> {
+        match self.client.query_one(&self.statements.ping, &[]).await {
+            Ok(_) => Ok(true),
+            Err(_) if self.client.is_closed() => Ok(false),
+            Err(e) => Err(failed(e)),
+        }
+    }
+}

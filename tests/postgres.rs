@@ -1,0 +1,313 @@
+//! postgres-specific behaviour against a real PostgreSQL on loopback: the
+//! pool bound with 1,000 holds and with more waiters than connections, a
+//! cancelled wait leaves the server's queue, a dropped connection fires
+//! `lost` for every hold on it, the fence survives a crash, nothing is left
+//! in `pg_locks` after the conformance suite, and bad settings, a failed
+//! login, a missing privilege and an unreachable server are clear errors.
+
+#![cfg(feature = "postgres")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::{self, Fixture, assert_unreachable_is_a_clear_error, server::free_port};
+use dlock::engines::postgres::fixture::{PgServer, Postgres};
+use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
+use dlock::{Engine, Error, LockKey, LostReason, Mode, Poll, Registry, Request, Settings};
+
+fn config(server: &PgServer, application: &str, max_connections: usize) -> PostgresConfig {
+    PostgresConfig {
+        url: format!("{} application_name={application}", server.url()),
+        max_connections,
+        schema: "public".to_owned(),
+        connect_timeout: Duration::from_secs(2),
+    }
+}
+
+async fn engine(server: &PgServer, application: &str, max_connections: usize) -> Arc<dyn Engine> {
+    Arc::new(
+        PostgresEngine::connect("pg", &config(server, application, max_connections))
+            .await
+            .expect("connect"),
+    )
+}
+
+/// Sessions open under `application`'s name.
+fn sessions(server: &PgServer, application: &str) -> usize {
+    let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}'");
+    server.psql(&sql).parse().expect("count")
+}
+
+fn advisory_locks(server: &PgServer, granted: bool) -> usize {
+    let sql = format!("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted = {granted}");
+    server.psql(&sql).parse().expect("count")
+}
+
+fn request(name: &str) -> Request {
+    Request::new(
+        LockKey::new("pg", name).expect("key"),
+        Mode::Write,
+        Duration::from_secs(30),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_holds_share_the_pool() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let engine = engine(server, "thousand", 4).await;
+    let requests: Vec<Request> = (0..1000).map(|i| request(&format!("k{i}"))).collect();
+    for req in &requests {
+        assert!(
+            matches!(engine.acquire(req).await, Ok(Poll::Held(_))),
+            "a free lock was refused"
+        );
+    }
+    assert_eq!(advisory_locks(server, true), 1000);
+    let open = sessions(server, "thousand");
+    assert!((1..=4).contains(&open), "{open} sessions for 4 allowed");
+    for req in &requests {
+        assert!(engine.release(req).await.expect("release"));
+    }
+    assert_eq!(advisory_locks(server, true), 0);
+}
+
+/// Twelve waiters from one process on a pool of three: two wait in the
+/// server's queue, the rest line up in the process; the counter comes out
+/// exact and the pool never grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn more_waiters_than_connections_line_up_in_the_process() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let registry =
+        Registry::with_engine("pg", engine(server, "lined", 3).await, Settings::default()).expect("registry");
+    let holder = registry.locks("g").get("k").lock().await.expect("lock");
+    let counter = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let (lock, counter) = (registry.locks("g").get("k"), counter.clone());
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = lock.lock().await.expect("lock");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(advisory_locks(server, false), 2, "waiters in the server's queue");
+    assert!(sessions(server, "lined") <= 3);
+    holder.release().await.expect("release");
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 60, "lost updates");
+    assert!(sessions(server, "lined") <= 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancelled_wait_leaves_the_servers_queue() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let registry = Registry::with_engine("pg", engine(server, "cancel", 4).await, Settings::default())
+        .expect("registry");
+    let lock = registry.locks("g").get("k");
+    let holder = lock.lock().await.expect("lock");
+    let waiter = registry.locks("g").get("k");
+    let timed_out = tokio::spawn(async move { waiter.lock_for(Duration::from_millis(300)).await.map(drop) })
+        .await
+        .expect("task");
+    assert!(matches!(timed_out, Err(Error::Timeout { .. })), "{timed_out:?}");
+    let dropped = tokio::spawn({
+        let waiter = registry.locks("g").get("k");
+        async move { waiter.lock().await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    dropped.abort();
+    let _ = dropped.await;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while advisory_locks(server, false) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a withdrawn wait still sleeps in the server's queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_connection_fires_lost_for_every_hold_on_it() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let registry = Registry::with_engine("pg", engine(server, "dropped", 2).await, Settings::default())
+        .expect("registry");
+    let mut guards = Vec::new();
+    for name in ["a", "b", "c"] {
+        guards.push(registry.locks("g").get(name).lock().await.expect("lock"));
+    }
+    let killed = server.psql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = 'dropped' AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory')",
+    );
+    assert_eq!(killed, "1", "the three holds share one session");
+    for guard in &guards {
+        let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+            .await
+            .expect("lost in time");
+        assert_eq!(reason, LostReason::Engine);
+    }
+    for guard in guards {
+        assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    }
+    // The engine opens new sessions for what comes next.
+    let again = registry
+        .locks("g")
+        .get("a")
+        .lock()
+        .await
+        .expect("lock after the drop");
+    again.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fence_keeps_rising_across_a_crash() {
+    let mut fixture = Postgres::start();
+    let engine = engine(&fixture.server, "crash", 2).await;
+    let before = request("k");
+    let Ok(Poll::Held(first)) = engine.acquire(&before).await else {
+        panic!("not granted")
+    };
+    fixture.server.restart();
+    let engine = self::engine(&fixture.server, "crash", 2).await;
+    let after = request("k");
+    let Ok(Poll::Held(second)) = engine.acquire(&after).await else {
+        panic!("not granted")
+    };
+    assert!(second > first, "fence {second} after {first}");
+}
+
+/// The whole suite, each case on a fresh engine kept open: once it is done
+/// (and the holders it abandoned on purpose have idled out) no advisory
+/// lock is left on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_advisory_lock_is_left_after_the_suite() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let engines = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (kept, fixture) = (&engines, &fixture);
+    conformance::run_each(|| async move {
+        let engine = conformance::engine(fixture).await;
+        kept.lock().unwrap().push(engine.clone());
+        engine
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while advisory_locks(server, true) + advisory_locks(server, false) > 0 {
+        let left = server.psql("SELECT string_agg(pid || ' ' || mode || ' ' || granted, ', ') FROM pg_locks WHERE locktype = 'advisory'");
+        assert!(Instant::now() < deadline, "left in pg_locks: {left}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(engines);
+}
+
+#[tokio::test]
+async fn bad_settings_a_failed_login_and_an_unreachable_server_are_clear_errors() {
+    let port = free_port();
+    let unreachable = PostgresConfig {
+        url: format!("postgres://dlock@127.0.0.1:{port}/postgres"),
+        max_connections: 4,
+        schema: "public".to_owned(),
+        connect_timeout: Duration::from_secs(1),
+    };
+    let connect = PostgresEngine::connect("pg", &unreachable);
+    assert_unreachable_is_a_clear_error(
+        connect,
+        "pg",
+        &format!("127.0.0.1:{port}"),
+        Duration::from_secs(3),
+    )
+    .await;
+
+    for (url, max_connections, field) in [
+        ("postgres://h:notaport/db", 4, "engines.pg.url"),
+        ("host=127.0.0.1 bogus=1", 4, "engines.pg.url"),
+        ("host=127.0.0.1", 1, "engines.pg.max_connections"),
+    ] {
+        let config = PostgresConfig {
+            url: url.to_owned(),
+            max_connections,
+            ..unreachable.clone()
+        };
+        match PostgresEngine::connect("pg", &config).await {
+            Err(Error::Config { field: named, .. }) => assert_eq!(named, field, "{url}"),
+            other => panic!("{url}: expected a config error, got {:?}", other.err()),
+        }
+    }
+
+    let fixture = Postgres::start();
+    let wrong = PostgresConfig {
+        url: format!(
+            "host=127.0.0.1 port={} user=dlock password=wrong dbname=postgres",
+            fixture.server.port
+        ),
+        ..unreachable
+    };
+    let err = PostgresEngine::connect("pg", &wrong)
+        .await
+        .err()
+        .expect("logged in with a wrong password");
+    let message = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", fixture.server.port))
+            && message.contains("password authentication failed"),
+        "{message}"
+    );
+    assert!(!message.contains("wrong"), "the password shows: {message}");
+}
+
+#[tokio::test]
+async fn a_missing_privilege_is_named_with_the_fix() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    server.psql(
+        "CREATE ROLE weak LOGIN PASSWORD 'weak'; CREATE SCHEMA locks; GRANT USAGE ON SCHEMA locks TO weak",
+    );
+    let weak = PostgresConfig {
+        url: format!(
+            "host=127.0.0.1 port={} user=weak password=weak dbname=postgres",
+            server.port
+        ),
+        max_connections: 2,
+        schema: "locks".to_owned(),
+        connect_timeout: Duration::from_secs(2),
+    };
+    let expect_refusal = |err: Option<Error>, fix: &str| match err {
+        Some(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.pg.schema");
+            assert!(message.contains(fix), "{message}");
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    expect_refusal(
+        PostgresEngine::connect("pg", &weak).await.err(),
+        "grant CREATE on schema locks",
+    );
+    server.psql("CREATE SEQUENCE locks.dlock_fence");
+    expect_refusal(
+        PostgresEngine::connect("pg", &weak).await.err(),
+        "grant USAGE ON SEQUENCE",
+    );
+    server.psql("GRANT USAGE ON SEQUENCE locks.dlock_fence TO weak");
+    let engine = PostgresEngine::connect("pg", &weak)
+        .await
+        .expect("connect once granted");
+    let req = request("k");
+    assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
+    assert!(engine.release(&req).await.expect("release"));
+}
