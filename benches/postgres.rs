@@ -1,0 +1,295 @@
+//! dlock's postgres engine against the floor and a peer, in one run, on one
+//! PostgreSQL this bench makes and starts on a loopback port.
+//!
+//! - floor: `pg_advisory_lock` + `pg_advisory_unlock`, prepared, on one open
+//!   connection: 2 round trips, no fence, no lease;
+//! - peer: the `distributed-lock` crate's PostgreSQL lock (0.2, the
+//!   madelson/DistributedLock port, on sqlx), built from
+//!   `benches/peers/distributed-lock-pg` and driven over a pipe, with a pool
+//!   of 32 so its default of 10 is no bottleneck;
+//! - dlock: the postgres engine with default settings, write mode, fence
+//!   included.
+//!
+//! Uncontended, the three take turns in blocks of `BLOCK` cycles, each
+//! going first in turn; ratios are medians over blocks. Handoff: 16
+//! clients in one process take one lock in turn; the time from a release
+//! to the next acquisition, p50 and p90.
+//!
+//! ```text
+//! cargo bench --bench postgres --features postgres
+//! ```
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dlock::engines::conformance::Fixture;
+use dlock::engines::postgres::fixture::{PASSWORD, Postgres, USER};
+use dlock::{Registry, Settings};
+use tokio_postgres::{Client, NoTls, Statement};
+
+const CYCLES: usize = 3000;
+const BLOCK: usize = 100;
+const CLIENTS: usize = 16;
+const ROUNDS: usize = 100;
+
+/// Lock + unlock on one connection.
+struct Floor {
+    client: Client,
+    lock: Statement,
+    unlock: Statement,
+}
+
+impl Floor {
+    async fn connect(url: &str) -> Self {
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
+        tokio::spawn(connection);
+        let lock = client
+            .prepare("SELECT pg_advisory_lock($1)")
+            .await
+            .expect("prepare");
+        let unlock = client
+            .prepare("SELECT pg_advisory_unlock($1)")
+            .await
+            .expect("prepare");
+        Floor { client, lock, unlock }
+    }
+
+    async fn cycle(&self, key: i64) {
+        self.client.query_one(&self.lock, &[&key]).await.expect("lock");
+        self.client
+            .query_one(&self.unlock, &[&key])
+            .await
+            .expect("unlock");
+    }
+}
+
+/// The peer process.
+struct Peer {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Peer {
+    fn start(url: &str) -> Self {
+        let manifest = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/benches/peers/distributed-lock-pg/Cargo.toml"
+        );
+        let target = concat!(env!("CARGO_MANIFEST_DIR"), "/target/peers");
+        let built = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "--manifest-path",
+                manifest,
+                "--target-dir",
+                target,
+            ])
+            .status()
+            .expect("build the peer");
+        assert!(built.success(), "the distributed-lock peer did not build");
+        let mut child = Command::new(format!("{target}/release/distributed-lock-pg-peer"))
+            .arg(url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the peer");
+        let input = child.stdin.take().expect("stdin");
+        let output = BufReader::new(child.stdout.take().expect("stdout"));
+        Peer { child, input, output }
+    }
+
+    fn ask(&mut self, command: &str) -> Vec<u128> {
+        writeln!(self.input, "{command}").expect("to the peer");
+        let mut line = String::new();
+        self.output.read_line(&mut line).expect("from the peer");
+        line.split_whitespace()
+            .skip(1)
+            .map(|n| n.parse().expect("number"))
+            .collect()
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q) as usize]
+}
+
+fn micros(nanos: f64) -> String {
+    format!("{:.1} µs", nanos / 1000.0)
+}
+
+/// Times from a release to the next acquisition, in ns.
+#[derive(Default)]
+struct Handoffs {
+    released: Mutex<Option<Instant>>,
+    times: Mutex<Vec<f64>>,
+}
+
+impl Handoffs {
+    fn entered(&self) {
+        if let Some(at) = self.released.lock().unwrap().take() {
+            self.times.lock().unwrap().push(at.elapsed().as_nanos() as f64);
+        }
+    }
+
+    fn leaving(&self) {
+        *self.released.lock().unwrap() = Some(Instant::now());
+    }
+
+    fn summary(&self) -> String {
+        let times = self.times.lock().unwrap().clone();
+        format!(
+            "p50 {:>9}  p90 {:>9}  ({} handoffs)",
+            micros(percentile(times.clone(), 0.5)),
+            micros(percentile(times.clone(), 0.9)),
+            times.len()
+        )
+    }
+}
+
+async fn dlock_handoffs(registry: &Registry) -> Arc<Handoffs> {
+    let handoffs = Arc::new(Handoffs::default());
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (lock, handoffs) = (registry.locks("bench").get("handoff"), handoffs.clone());
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = lock.lock().await.expect("lock");
+                    handoffs.entered();
+                    handoffs.leaving();
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client");
+    }
+    handoffs
+}
+
+/// The same with a connection of its own per client, blocking in
+/// `pg_advisory_lock`: what the server alone costs.
+async fn floor_handoffs(url: &str) -> Arc<Handoffs> {
+    let handoffs = Arc::new(Handoffs::default());
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (floor, handoffs) = (Floor::connect(url).await, handoffs.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                floor.client.query_one(&floor.lock, &[&2i64]).await.expect("lock");
+                handoffs.entered();
+                handoffs.leaving();
+                floor
+                    .client
+                    .query_one(&floor.unlock, &[&2i64])
+                    .await
+                    .expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client");
+    }
+    handoffs
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let fixture = Postgres::start();
+    let port = fixture.server.port;
+    let url = format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres");
+    let floor = Floor::connect(&url).await;
+    let mut peer = Peer::start(&url);
+    let engine = dlock::engines::conformance::engine(&fixture).await;
+    let registry = Registry::with_engine("postgres", engine, Settings::default()).expect("registry");
+    let lock = registry.locks("bench").get("uncontended");
+    lock.lock().await.expect("warm").release().await.expect("warm");
+    peer.ask("cycles 10");
+
+    let (mut floor_ns, mut dlock_ns, mut peer_ns) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..CYCLES / BLOCK {
+        for turn in 0..3 {
+            let started = Instant::now();
+            match (turn + round) % 3 {
+                0 => {
+                    for _ in 0..BLOCK {
+                        floor.cycle(1).await;
+                    }
+                    floor_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
+                }
+                1 => {
+                    for _ in 0..BLOCK {
+                        lock.lock().await.expect("lock").release().await.expect("release");
+                    }
+                    dlock_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
+                }
+                _ => {
+                    let total = peer.ask(&format!("cycles {BLOCK}"))[0];
+                    peer_ns.push(total as f64 / BLOCK as f64);
+                }
+            }
+        }
+    }
+    let ratio = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>();
+    let (to_floor, to_peer) = (ratio(&dlock_ns, &floor_ns), ratio(&dlock_ns, &peer_ns));
+    println!(
+        "uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK} (mean per cycle, median block):"
+    );
+    println!(
+        "  floor (pg_advisory_lock + unlock)  {:>10}",
+        micros(percentile(floor_ns.clone(), 0.5))
+    );
+    println!(
+        "  distributed-lock 0.2               {:>10}",
+        micros(percentile(peer_ns.clone(), 0.5))
+    );
+    println!(
+        "  dlock postgres, write, fenced      {:>10}",
+        micros(percentile(dlock_ns.clone(), 0.5))
+    );
+    println!(
+        "  dlock / floor {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.10)",
+        percentile(to_floor.clone(), 0.5),
+        percentile(to_floor.clone(), 0.1),
+        percentile(to_floor, 0.9)
+    );
+    println!(
+        "  dlock / distributed-lock {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 0.80)",
+        percentile(to_peer.clone(), 0.5),
+        percentile(to_peer.clone(), 0.1),
+        percentile(to_peer, 0.9)
+    );
+
+    println!("handoff, {CLIENTS} clients on one lock, {ROUNDS} rounds each, release → next acquisition:");
+    println!(
+        "  floor (a connection each)          {}",
+        floor_handoffs(&url).await.summary()
+    );
+    let peer_times: Vec<f64> = peer
+        .ask(&format!("handoff {CLIENTS} {ROUNDS}"))
+        .into_iter()
+        .map(|n| n as f64)
+        .collect();
+    let peer_handoffs = Handoffs {
+        times: Mutex::new(peer_times),
+        ..Handoffs::default()
+    };
+    println!("  distributed-lock 0.2               {}", peer_handoffs.summary());
+    println!(
+        "  dlock postgres (10 connections)    {}",
+        dlock_handoffs(&registry).await.summary()
+    );
+}
