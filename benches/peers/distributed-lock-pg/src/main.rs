@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use distributed_lock_core::traits::{DistributedLock, LockHandle};
+use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use distributed_lock_postgres::PostgresLockProvider;
 use sqlx::postgres::PgPoolOptions;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
