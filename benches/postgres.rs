@@ -7,8 +7,9 @@
 //!   madelson/DistributedLock port, on sqlx), built from
 //!   `benches/peers/distributed-lock-pg` and driven over a pipe, with a pool
 //!   of 32 so its default of 10 is no bottleneck;
-//! - dlock: the postgres engine with default settings, write mode, fence
-//!   included.
+//! - dlock: the postgres engine, write mode, fence included, with 32
+//!   connections like the peer, and for the handoff also with the default
+//!   10 (9 wait in the server's queue, the rest in the process).
 //!
 //! Uncontended, the three take turns in blocks of `BLOCK` cycles, each
 //! going first in turn; ratios are medians over blocks. Handoff: 16
@@ -22,14 +23,15 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::Fixture;
 use dlock::engines::postgres::fixture::{PASSWORD, Postgres, USER};
+use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
 use tokio_postgres::{Client, NoTls, Statement};
 
-const CYCLES: usize = 3000;
+const CYCLES: usize = 6000;
 const BLOCK: usize = 100;
 const CLIENTS: usize = 16;
 const ROUNDS: usize = 100;
@@ -213,8 +215,17 @@ async fn main() {
     let url = format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres");
     let floor = Floor::connect(&url).await;
     let mut peer = Peer::start(&url);
-    let engine = dlock::engines::conformance::engine(&fixture).await;
-    let registry = Registry::with_engine("postgres", engine, Settings::default()).expect("registry");
+    let config = PostgresConfig {
+        url: url.clone(),
+        max_connections: 32,
+        schema: "public".to_owned(),
+        connect_timeout: Duration::from_secs(5),
+    };
+    let engine = PostgresEngine::connect("postgres", &config)
+        .await
+        .expect("connect");
+    let registry =
+        Registry::with_engine("postgres", Arc::new(engine), Settings::default()).expect("registry");
     let lock = registry.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");
     peer.ask("cycles 10");
@@ -289,7 +300,13 @@ async fn main() {
     };
     println!("  distributed-lock 0.2               {}", peer_handoffs.summary());
     println!(
-        "  dlock postgres (10 connections)    {}",
+        "  dlock postgres (32 connections)    {}",
         dlock_handoffs(&registry).await.summary()
+    );
+    let default_engine = dlock::engines::conformance::engine(&fixture).await;
+    let default = Registry::with_engine("postgres", default_engine, Settings::default()).expect("registry");
+    println!(
+        "  dlock postgres (default, 10)       {}",
+        dlock_handoffs(&default).await.summary()
     );
 }

@@ -120,8 +120,9 @@ pub struct PostgresEngine {
     address: String,
 }
 
-/// What a request keeps: where it stands, and a turn so that a call the
-/// core gave up on finishes before the next one looks.
+/// What a request keeps: where it stands, and a turn so that its calls
+/// never overlap (the rarer ones run on a task of their own and finish
+/// even if the core stops waiting).
 #[derive(Default)]
 struct Hold {
     place: Mutex<Place>,
@@ -241,15 +242,18 @@ fn address_of(config: &tokio_postgres::Config) -> String {
     }
 }
 
-/// The request's first attempt: a try; if busy and allowed to wait, a waiter.
+/// The request's first attempt: a try, unless one of this process's
+/// requests already waits for the key; if busy and allowed to wait, a waiter.
 async fn acquire(pool: Arc<Pool>, hold: Arc<Hold>, want: Want, req: &Request) -> Result<Poll, EngineError> {
-    if let Some((conn, fence)) = pool.take_now(want.key, want.mode, want.lease_ms).await? {
-        hold.set(Place::Held {
-            conn,
-            mode: want.mode,
-            fence,
-        });
-        return Ok(Poll::Held(fence));
+    if !pool.has_waiters(want.key) {
+        if let Some((conn, fence)) = pool.take_now(want.key, want.mode, want.lease_ms).await? {
+            hold.set(Place::Held {
+                conn,
+                mode: want.mode,
+                fence,
+            });
+            return Ok(Poll::Held(fence));
+        }
     }
     if req.try_once {
         return Ok(Poll::Waiting(Box::pin(std::future::pending())));
@@ -289,14 +293,12 @@ impl Engine for PostgresEngine {
         Capabilities::FULL
     }
 
+    /// On the caller's task, unlike the rarer calls: the pool puts the
+    /// session right if the core stops waiting.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        let (pool, req) = (self.pool.clone(), req.clone());
-        Hold::of(&req)
-            .in_turn(|hold| async move {
-                let want = want(&req);
-                acquire(pool, hold, want, &req).await
-            })
-            .await
+        let hold = Hold::of(req);
+        let _turn = hold.turn.lock().await;
+        acquire(self.pool.clone(), hold.clone(), want(req), req).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
@@ -367,17 +369,14 @@ impl Engine for PostgresEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        let key = advisory_key(&req.key);
-        Hold::of(req)
-            .in_turn(move |hold| async move {
-                let held = hold.held();
-                hold.set(Place::Free);
-                match held {
-                    Some((conn, mode)) => conn.give_back(key, mode).await,
-                    None => Ok(false),
-                }
-            })
-            .await
+        let hold = Hold::of(req);
+        let _turn = hold.turn.lock().await;
+        let held = hold.held();
+        hold.set(Place::Free);
+        match held {
+            Some((conn, mode)) => conn.give_back(advisory_key(&req.key), mode).await,
+            None => Ok(false),
+        }
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {

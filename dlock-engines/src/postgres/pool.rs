@@ -42,6 +42,8 @@ pub(super) struct Pool {
     pub changed: Arc<Notify>,
     /// Permits to wait in the server's queue, `max - 1`, handed out in order.
     pub waits: Arc<Semaphore>,
+    /// This process's waiting requests per key, in line or queued.
+    waiting: Mutex<HashMap<i64, usize>>,
 }
 
 #[derive(Default)]
@@ -71,11 +73,36 @@ impl Pool {
             conns: Mutex::default(),
             changed: Arc::new(Notify::new()),
             waits: Arc::new(Semaphore::new(max - 1)),
+            waiting: Mutex::default(),
         }
     }
 
     fn conns(&self) -> MutexGuard<'_, Conns> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a request of this process waits for `key`: then a newcomer
+    /// would be refused by the server (a waiter conflicts with it) or come
+    /// after one in line here, so it skips the try.
+    pub fn has_waiters(&self, key: i64) -> bool {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&key)
+    }
+
+    /// Counts a waiter for `key` in (`true`) or out.
+    pub fn count_waiter(&self, key: i64, joins: bool) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let count = waiting.entry(key).or_default();
+        if joins {
+            *count += 1;
+        } else {
+            *count -= 1;
+            if *count == 0 {
+                waiting.remove(&key);
+            }
+        }
     }
 
     /// Tries `key` once on a connection that may take it: the connection
@@ -90,7 +117,9 @@ impl Pool {
             .pick(Use::Take(key))
             .await?
             .expect("a take waits for a connection");
+        let mut unbooked = Unbooked::new(&conn, key, mode);
         let fence = conn.try_take(key, mode, lease_ms).await;
+        unbooked.booked = true;
         Ok(fence.map_err(failed)?.map(|fence| (conn, fence)))
     }
 
@@ -209,6 +238,45 @@ impl Pool {
             closed,
             changed: self.changed.clone(),
         }))
+    }
+}
+
+/// A statement that changes what a session holds, until its answer is
+/// booked. Dropped before that (the core stopped waiting for the call), it
+/// has a task let the key go, harmless if it was never taken, so that
+/// neither the server nor the book keeps a hold nobody owns. This, not a
+/// task per call, keeps the fast path on the caller's task.
+struct Unbooked {
+    conn: Arc<Conn>,
+    key: i64,
+    mode: Mode,
+    booked: bool,
+}
+
+impl Unbooked {
+    fn new(conn: &Arc<Conn>, key: i64, mode: Mode) -> Self {
+        Unbooked {
+            conn: conn.clone(),
+            key,
+            mode,
+            booked: false,
+        }
+    }
+}
+
+impl Drop for Unbooked {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.booked {
+            return;
+        }
+        let (conn, key, mode) = (self.conn.clone(), self.key, self.mode);
+        runtime.spawn(async move {
+            let _ = conn.let_go(key, mode, true).await;
+            conn.rebook(|book| book.trying.remove(&key));
+        });
     }
 }
 
@@ -411,13 +479,20 @@ impl Conn {
 
     /// `pg_advisory_unlock[_shared]`: whether the session held it. A closed
     /// connection holds nothing any more.
-    pub async fn give_back(&self, key: i64, mode: Mode) -> Result<bool, EngineError> {
+    pub async fn give_back(self: &Arc<Self>, key: i64, mode: Mode) -> Result<bool, EngineError> {
+        self.let_go(key, mode, false).await
+    }
+
+    /// `give_back`, also setting the timeout if `reset` (after a statement
+    /// whose effect on it is unknown).
+    async fn let_go(self: &Arc<Self>, key: i64, mode: Mode, reset: bool) -> Result<bool, EngineError> {
+        let mut unbooked = Unbooked::new(self, key, mode);
         let _order = self.order.lock().await;
         let (current, wanted) = {
             let book = self.book();
             (book.timeout, book.timeout_without(key))
         };
-        let setting = wanted != current;
+        let setting = reset || wanted != current;
         let statement = self.statements.give_back(mode, setting);
         let answer = if setting {
             self.client
@@ -432,6 +507,7 @@ impl Conn {
                 book.timeout = wanted;
             }
         });
+        unbooked.booked = true;
         match answer {
             Ok(row) => Ok(row.get(0)),
             Err(_) if self.client.is_closed() => Ok(false),

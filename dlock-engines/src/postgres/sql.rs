@@ -65,7 +65,7 @@ impl Statements {
             give("pg_advisory_unlock_shared", &set),
             "SELECT pg_advisory_lock_shared($1), pg_advisory_unlock($1)".to_owned(),
             "SELECT 1".to_owned(),
-            "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = $1"
+            "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_get_activity($1)"
                 .to_owned(),
         ];
         let prepared = futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
