@@ -24,7 +24,7 @@ use once_cell::sync::OnceCell;
 /// [`Capabilities`], and register its kind in [`Kinds`].
 pub use dlock_core::{
     BoxError, Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, Kinds, LostSignal, MIN_LEASE,
-    OwnerId, Poll, Request, Wake, Woken, async_trait, engine,
+    OwnerId, Poll, Request, Waiters, Wake, Woken, async_trait, engine,
 };
 pub use dlock_core::{
     Config, Error, Guard, HeldLock, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, Share, Wait,

@@ -37,6 +37,11 @@ mod memcached {
     dlock::engines::fault_suite!(dlock::engines::memcached::fixture::Memcached);
 }
 
+#[cfg(feature = "mysql")]
+mod mysql {
+    dlock::engines::fault_suite!(dlock::engines::mysql::fixture::Mysql);
+}
+
 #[cfg(feature = "postgres")]
 mod postgres {
     dlock::engines::fault_suite!(dlock::engines::postgres::fixture::Postgres);

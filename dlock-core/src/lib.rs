@@ -22,6 +22,7 @@ pub mod lock;
 pub mod metrics;
 mod mode;
 pub mod registry;
+mod waiters;
 mod watchdog;
 
 pub use config::{Config, MIN_LEASE, Settings, Wait};
@@ -35,6 +36,7 @@ pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks};
 pub use mode::Mode;
 pub use registry::{Kinds, Registry};
+pub use waiters::Waiters;
 
 /// Re-exported for engine crates, so they share the core's version.
 pub use async_trait::async_trait;

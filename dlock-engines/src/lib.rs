@@ -9,6 +9,8 @@ pub mod conformance;
 pub mod memcached;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -28,6 +30,8 @@ pub fn kinds() -> Kinds {
     memcached::register(&mut kinds);
     #[cfg(feature = "memory")]
     memory::register(&mut kinds);
+    #[cfg(feature = "mysql")]
+    mysql::register(&mut kinds);
     #[cfg(feature = "postgres")]
     postgres::register(&mut kinds);
     #[cfg(feature = "redis")]
@@ -38,6 +42,8 @@ pub fn kinds() -> Kinds {
     zookeeper::register(&mut kinds);
     #[cfg(not(feature = "memcached"))]
     kinds.left_out(&["memcached"], "memcached");
+    #[cfg(not(feature = "mysql"))]
+    kinds.left_out(&["mysql"], "mysql");
     #[cfg(not(feature = "postgres"))]
     kinds.left_out(&["postgres"], "postgres");
     #[cfg(not(feature = "redis"))]

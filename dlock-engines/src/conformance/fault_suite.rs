@@ -114,7 +114,27 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(config: &Path, register: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(example("fault_worker"))
+        Self::launch(Command::new(example("fault_worker")), config, register, args)
+    }
+
+    /// A worker whose clock is off by `offset` (`"+2h"`, `"-2h"`), through
+    /// libfaketime preloaded (Debian `libfaketime`): its wall and monotonic
+    /// clocks both.
+    pub fn start_with_clock(offset: &str, config: &Path, register: &Path, args: &[&str]) -> Self {
+        let library = std::fs::read_dir("/usr/lib")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
+            .find(|lib| lib.exists())
+            .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
+        let mut command = Command::new(example("fault_worker"));
+        command.env("LD_PRELOAD", library).env("FAKETIME", offset);
+        Self::launch(command, config, register, args)
+    }
+
+    fn launch(mut command: Command, config: &Path, register: &Path, args: &[&str]) -> Self {
+        let mut child = command
             .arg("--config")
             .arg(config)
             .arg("--register")

@@ -102,6 +102,63 @@ pub fn spawn_watched(mut command: Command, program: &str) -> Child {
     child
 }
 
+/// Whether the tests run as root: some servers refuse to, or must be told
+/// whom to run as.
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"));
+    uids.and_then(|ids| ids.split_whitespace().nth(1)) == Some("0")
+}
+
+/// Under root, the ids of the first of `users` that exists, for a server
+/// that refuses to run as root; `None` when the tests are not root.
+pub fn server_user(users: &[&str]) -> Option<(u32, u32)> {
+    if !is_root() {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
+    let ids = |name: &str| {
+        let line = passwd.lines().find(|l| l.starts_with(&format!("{name}:")))?;
+        let fields: Vec<&str> = line.split(':').collect();
+        Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?))
+    };
+    let found = users.iter().find_map(|u| ids(u));
+    Some(found.unwrap_or_else(|| panic!("none of the users {users:?} exists")))
+}
+
+/// Gives `paths` to `user` (from [`server_user`]), if there is one.
+pub fn hand_over(user: Option<(u32, u32)>, paths: &[&std::path::Path]) {
+    if let Some((uid, gid)) = user {
+        for path in paths {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown a server's file");
+        }
+    }
+}
+
+/// A fresh, empty `<tmp>/<prefix>-<pid>-<port>` for a server's files. Those
+/// of test processes that are gone are removed first: a server kept in a
+/// `static` is killed by its watcher, but nothing removes its directory.
+pub fn server_dir(prefix: &str, port: u16) -> std::path::PathBuf {
+    let tmp = std::env::temp_dir();
+    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix)?.strip_prefix('-'))
+        else {
+            continue;
+        };
+        let owner = rest.split('-').next().unwrap_or_default();
+        if !std::path::Path::new("/proc").join(owner).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = tmp.join(format!("{prefix}-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("server directory");
+    dir
+}
+
 /// A port nothing listens on now (the OS picks it; a race with another
 /// process taking it first is possible but rare on a test machine).
 pub fn free_port() -> u16 {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::conformance::server::{free_port, spawn_watched};
+use crate::conformance::server::{self, free_port, server_dir, spawn_watched};
 use crate::conformance::{Breakable, Fixture};
 
 /// The superuser the fixture's cluster is made with, and its password
@@ -62,13 +62,10 @@ pub struct PgServer {
 impl PgServer {
     /// Makes a cluster and starts it; returns once it accepts connections.
     pub fn start() -> Self {
-        remove_leftovers();
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("dlock-pg-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("cluster directory");
+        let dir = server_dir("dlock-pg", port);
         std::fs::write(dir.join("password"), PASSWORD).expect("password file");
-        run_as_owner(&dir);
+        server::hand_over(server_user(), &[&dir, &dir.join("password")]);
         let initdb = as_server_user(Command::new(bin("initdb")))
             .args([
                 "-D",
@@ -208,24 +205,6 @@ impl Drop for PgServer {
     }
 }
 
-/// Clusters of test processes that are gone: a server kept in a `static`
-/// is killed by its watcher, but nothing removes its directory.
-fn remove_leftovers() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("dlock-pg-")) else {
-            continue;
-        };
-        let owner = rest.split('-').next().unwrap_or_default();
-        if !Path::new("/proc").join(owner).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
 /// A program of the newest PostgreSQL under `/usr/lib/postgresql/<version>/bin`.
 fn bin(program: &str) -> PathBuf {
     let newest = std::fs::read_dir("/usr/lib/postgresql")
@@ -240,32 +219,7 @@ fn bin(program: &str) -> PathBuf {
 
 /// The user the server runs as when the tests run as root.
 fn server_user() -> Option<(u32, u32)> {
-    if !is_root() {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
-    let ids = |name: &str| {
-        let fields: Vec<&str> = passwd
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}:")))?
-            .split(':')
-            .collect();
-        Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?))
-    };
-    Some(
-        ids("postgres")
-            .or_else(|| ids("nobody"))
-            .expect("a postgres or nobody user"),
-    )
-}
-
-fn is_root() -> bool {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1))
-        == Some("0")
+    server::server_user(&["postgres", "nobody"])
 }
 
 fn as_server_user(mut command: Command) -> Command {
@@ -274,13 +228,4 @@ fn as_server_user(mut command: Command) -> Command {
         command.uid(uid).gid(gid);
     }
     command
-}
-
-/// Hands `dir` and its files to the server's user.
-fn run_as_owner(dir: &Path) {
-    if let Some((uid, gid)) = server_user() {
-        for path in [dir.to_path_buf(), dir.join("password")] {
-            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown the cluster directory");
-        }
-    }
 }

@@ -245,15 +245,15 @@ fn address_of(config: &tokio_postgres::Config) -> String {
 /// The request's first attempt: a try, unless one of this process's
 /// requests already waits for the key; if busy and allowed to wait, a waiter.
 async fn acquire(pool: Arc<Pool>, hold: Arc<Hold>, want: Want, req: &Request) -> Result<Poll, EngineError> {
-    if !pool.has_waiters(want.key) {
-        if let Some((conn, fence)) = pool.take_now(want.key, want.mode, want.lease_ms).await? {
-            hold.set(Place::Held {
-                conn,
-                mode: want.mode,
-                fence,
-            });
-            return Ok(Poll::Held(fence));
-        }
+    if !pool.waiting.any(&want.key)
+        && let Some((conn, fence)) = pool.take_now(want.key, want.mode, want.lease_ms).await?
+    {
+        hold.set(Place::Held {
+            conn,
+            mode: want.mode,
+            fence,
+        });
+        return Ok(Poll::Held(fence));
     }
     if req.try_once {
         return Ok(Poll::Waiting(Box::pin(std::future::pending())));

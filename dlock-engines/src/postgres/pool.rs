@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dlock_core::{EngineError, Mode, OwnerId};
+use dlock_core::{EngineError, Mode, OwnerId, Waiters};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
@@ -43,7 +43,7 @@ pub(super) struct Pool {
     /// Permits to wait in the server's queue, `max - 1`, handed out in order.
     pub waits: Arc<Semaphore>,
     /// This process's waiting requests per key, in line or queued.
-    waiting: Mutex<HashMap<i64, usize>>,
+    pub waiting: Waiters<i64>,
 }
 
 #[derive(Default)]
@@ -73,36 +73,12 @@ impl Pool {
             conns: Mutex::default(),
             changed: Arc::new(Notify::new()),
             waits: Arc::new(Semaphore::new(max - 1)),
-            waiting: Mutex::default(),
+            waiting: Waiters::default(),
         }
     }
 
     fn conns(&self) -> MutexGuard<'_, Conns> {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether a request of this process waits for `key`: then a newcomer
-    /// would be refused by the server (a waiter conflicts with it) or come
-    /// after one in line here, so it skips the try.
-    pub fn has_waiters(&self, key: i64) -> bool {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&key)
-    }
-
-    /// Counts a waiter for `key` in (`true`) or out.
-    pub fn count_waiter(&self, key: i64, joins: bool) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let count = waiting.entry(key).or_default();
-        if joins {
-            *count += 1;
-        } else {
-            *count -= 1;
-            if *count == 0 {
-                waiting.remove(&key);
-            }
-        }
     }
 
     /// Tries `key` once on a connection that may take it: the connection

@@ -57,14 +57,14 @@ impl Waiter {
             withdraw: Arc::new(withdraw),
         };
         hold.set(Place::Waiting(waiter.clone()));
-        pool.count_waiter(want.key, true);
+        pool.waiting.join(&want.key);
         tokio::spawn(async move {
             let stopped = async move {
                 let mut withdrawn = withdrawn;
                 let _ = withdrawn.wait_for(|w| *w).await;
             };
             let end = run(&pool, &hold, &want, &stage_tx, stopped).await;
-            pool.count_waiter(want.key, false);
+            pool.waiting.leave(&want.key);
             stage_tx.send_replace(end);
             pool.changed.notify_waiters();
         });

@@ -1,0 +1,190 @@
+//! The mysql engine's fixture: a throwaway MariaDB, its data directory made
+//! by `mariadb-install-db` in a temporary folder, served by `mariadbd` on a
+//! free loopback port and a private socket. Under root it runs as the
+//! `mysql` user (`--user`), as MariaDB wants.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::conformance::server::{free_port, hand_over, is_root, server_dir, server_user, spawn_watched};
+use crate::conformance::{Breakable, Fixture};
+
+/// The user and database the tests connect with (over TCP, with a password).
+pub const USER: &str = "dlock";
+pub const PASSWORD: &str = "dlock-test";
+pub const DATABASE: &str = "dlock";
+
+pub struct Mysql {
+    pub server: MariaDb,
+}
+
+impl Fixture for Mysql {
+    const NAME: &'static str = "mysql";
+
+    fn start() -> Self {
+        Mysql {
+            server: MariaDb::start(),
+        }
+    }
+
+    fn engine_config(&self) -> String {
+        format!("kind = \"mysql\"\nurl = \"{}\"", self.server.url())
+    }
+}
+
+impl Breakable for Mysql {
+    fn frees_dead_holder_within(&self) -> (Duration, &'static str) {
+        // Rows expire at the lease; a waiter sees it at its next poll (200 ms at most).
+        (Duration::from_millis(1000 + 200 + 500), "lease 1 s, next poll")
+    }
+
+    fn kill(&mut self) {
+        self.server.kill();
+    }
+
+    fn restart(&mut self) {
+        self.server.restart();
+    }
+}
+
+/// One MariaDB server of the tests.
+pub struct MariaDb {
+    pub port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl MariaDb {
+    /// Makes a data directory, starts the server, and creates the test
+    /// user and database; returns once it serves them.
+    pub fn start() -> Self {
+        let port = free_port();
+        let dir = server_dir("dlock-mariadb", port);
+        std::fs::create_dir_all(dir.join("data")).expect("data directory");
+        hand_over(server_user(&["mysql"]), &[&dir, &dir.join("data")]);
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .args([
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                "--no-defaults",
+            ]);
+        if is_root() {
+            install.arg("--user=mysql");
+        }
+        let installed = install
+            .stdout(Stdio::null())
+            .output()
+            .expect("run mariadb-install-db (scripts/test installs mariadb-server)");
+        assert!(
+            installed.status.success(),
+            "mariadb-install-db failed: {}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+        let server = MariaDb {
+            port,
+            child: Self::spawn(&dir, port),
+            dir,
+        };
+        server.wait_ready();
+        server.sql(&format!(
+            "CREATE DATABASE {DATABASE}; CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; \
+             GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1'"
+        ));
+        server
+    }
+
+    fn spawn(dir: &Path, port: u16) -> Child {
+        let mut command = Command::new("mariadbd");
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--socket={}", dir.join("sock").display()))
+            .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .arg(format!("--port={port}"))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--max-connections=500",
+            ])
+            // Commits reach the OS at once: a killed server keeps them.
+            .args([
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-buffer-pool-size=32M",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if is_root() {
+            command.arg("--user=mysql");
+        }
+        spawn_watched(command, "mariadbd")
+    }
+
+    /// `mysql://dlock:dlock-test@127.0.0.1:<port>/dlock`.
+    pub fn url(&self) -> String {
+        format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{DATABASE}", self.port)
+    }
+
+    /// Runs `sql` as root over the private socket; its output, tab-separated, trimmed.
+    pub fn sql(&self, sql: &str) -> String {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .args(["-uroot", "-N", "-B", "-e", sql])
+            .output()
+            .expect("run mariadb");
+        assert!(
+            out.status.success(),
+            "mariadb {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Kills the server (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the crashed server again on its port; returns once it serves.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Self::spawn(&self.dir, self.port);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let started = Instant::now();
+        loop {
+            let ready = Command::new("mariadb-admin")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", self.dir.join("sock").display()))
+                .args(["-uroot", "--silent", "ping"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "mariadbd did not serve on port {} within 60 s; see {}",
+                self.port,
+                self.dir.join("error.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,316 @@
+//! mysql-specific behaviour against a real MariaDB on loopback: clients
+//! whose clocks are hours off still get the server's expiry, a dead waiter
+//! never blocks the line, `queue = "local"` sends one waiter per lock, odd
+//! keys stay apart, the table is empty once leases have run out, and bad
+//! settings, a failed login, a missing privilege and an unreachable server
+//! are clear errors.
+
+#![cfg(feature = "mysql")]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::config::Queue;
+use dlock::engines::conformance::fault_suite::{Setup, Worker};
+use dlock::engines::conformance::{self, Fixture, assert_unreachable_is_a_clear_error, server::free_port};
+use dlock::engines::mysql::fixture::{DATABASE, MariaDb, Mysql};
+use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
+use dlock::{Engine, Error, LockKey, Mode, Poll, Registry, Request, Settings};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn config(server: &MariaDb) -> MysqlConfig {
+    MysqlConfig {
+        url: server.url(),
+        max_connections: 10,
+        waiter_ttl: Duration::from_secs(3),
+        connect_timeout: Duration::from_secs(2),
+    }
+}
+
+fn rows(server: &MariaDb, filter: &str) -> usize {
+    let sql = format!("SELECT COUNT(*) FROM {DATABASE}.dlock_queue {filter}");
+    server.sql(&sql).parse().expect("count")
+}
+
+/// A holder whose clock runs 2 h behind keeps its lock for as long as it
+/// holds it; one 2 h ahead, killed, frees it within its lease. Were any
+/// expiry computed from the client's clock, the first would lose its lock
+/// at once and the second would keep it for 2 h.
+#[test]
+fn clients_whose_clocks_are_hours_off_get_the_servers_expiry() {
+    let setup = Setup::<Mysql>::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "clock");
+    let (path, register) = setup.register("clock");
+    let config = setup.config("30s");
+
+    let behind = Worker::start_with_clock("-2h", &config, &path, &["--hold-ms", "2500"]);
+    behind.entered(LONG);
+    let started = Instant::now();
+    let waiter = Worker::start(&config, &path, &[]);
+    waiter.entered(LONG);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2000),
+        "the lagging holder lost its lock after {waited:?}"
+    );
+    assert_eq!(behind.finish(LONG).bought, 1);
+    assert_eq!(waiter.finish(LONG).bought, 1);
+
+    let ahead = Worker::start_with_clock("+2h", &config, &path, &["--hold-ms", "60000"]);
+    ahead.entered(LONG);
+    let waiter = Worker::start(&config, &path, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    ahead.signal("-KILL");
+    waiter.entered(LONG);
+    let freed = killed.elapsed();
+    let (bound, _) = dlock::engines::conformance::Breakable::frees_dead_holder_within(&setup.fixture);
+    assert!(
+        freed < bound,
+        "the killed holder whose clock ran ahead kept the lock {freed:?}"
+    );
+    assert_eq!(waiter.finish(LONG).bought, 1);
+    assert_eq!(register.report().overlaps, 0);
+}
+
+fn request(name: &str) -> Request {
+    Request::new(
+        LockKey::new("my", name).expect("key"),
+        Mode::Write,
+        Duration::from_secs(30),
+    )
+}
+
+/// A waiter that queued and then never polled again (its process froze)
+/// is skipped once its liveness runs out: the waiter behind it gets the
+/// lock within the waiter ttl, not never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_waiter_never_blocks_the_line() {
+    let fixture = Mysql::start();
+    let engine: Arc<dyn Engine> = Arc::new(
+        MysqlEngine::connect("my", &config(&fixture.server))
+            .await
+            .expect("connect"),
+    );
+    let holder = request("line");
+    assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+    let dead = request("line");
+    assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Waiting(_))));
+    let registry = Registry::with_engine("my", engine.clone(), Settings::default()).expect("registry");
+    let behind = tokio::spawn(async move {
+        registry
+            .locks("my")
+            .get("line")
+            .lock_for(Duration::from_secs(20))
+            .await
+            .map(|g| g.fence())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    assert!(engine.release(&holder).await.expect("release"));
+    let fence = behind
+        .await
+        .expect("task")
+        .expect("the waiter behind the dead one");
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(3) + Duration::from_millis(700),
+        "blocked {took:?} by a dead waiter"
+    );
+    // The dead waiter, polling again, finds itself dropped and queues at the back.
+    assert!(matches!(engine.poll(&dead).await, Ok(Poll::Waiting(_))));
+    assert!(fence > 0);
+    engine.cancel(&dead).await.expect("cancel");
+}
+
+/// With `queue = "local"`, twenty tasks waiting in one process are one
+/// row in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_queue_sends_one_waiter_per_lock() {
+    let fixture = Mysql::start();
+    let server = &fixture.server;
+    let engine: Arc<dyn Engine> = Arc::new(
+        MysqlEngine::connect("my", &config(server))
+            .await
+            .expect("connect"),
+    );
+    let settings = Settings {
+        queue: Queue::Local,
+        ..Settings::default()
+    };
+    let registry = Registry::with_engine("my", engine.clone(), settings).expect("registry");
+    let holder = request("local");
+    assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let lock = registry.locks("my").get("local");
+            tokio::spawn(async move { lock.lock().await.expect("lock").release().await.expect("release") })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        rows(server, "WHERE held = 0"),
+        1,
+        "waiter rows for 20 local waiters"
+    );
+    assert!(engine.release(&holder).await.expect("release"));
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
+/// Quotes, backslashes, NUL, unicode and 10 KB names are each their own
+/// lock; parameters carry them, so no name can change a statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn odd_keys_are_distinct_locks() {
+    let fixture = Mysql::start();
+    let engine: Arc<dyn Engine> = Arc::new(
+        MysqlEngine::connect("my", &config(&fixture.server))
+            .await
+            .expect("connect"),
+    );
+    let long = "é".repeat(5 * 1024);
+    let names = [
+        "'",
+        "''",
+        "\\",
+        "\\'",
+        "\0",
+        "a\0b",
+        "a\0c",
+        "'; DROP TABLE dlock_queue; --",
+        "锁 ✓",
+        long.as_str(),
+    ];
+    let requests: Vec<Request> = names.iter().map(|n| request(n)).collect();
+    for (req, name) in requests.iter().zip(names) {
+        assert!(
+            matches!(engine.acquire(req).await, Ok(Poll::Held(_))),
+            "{name:?} collided"
+        );
+    }
+    for name in names {
+        let mut again = request(name);
+        again.try_once = true;
+        assert!(
+            matches!(engine.acquire(&again).await, Ok(Poll::Waiting(_))),
+            "{name:?} held twice"
+        );
+    }
+    for req in &requests {
+        assert!(engine.release(req).await.expect("release"));
+    }
+    assert_eq!(rows(&fixture.server, ""), 0);
+}
+
+/// The whole suite, each case on a fresh engine kept open: once it is done
+/// and the leases it left have run out, the sweep leaves the table empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_table_is_empty_once_leases_have_run_out() {
+    let fixture = Mysql::start();
+    let engines = std::sync::Mutex::new(Vec::new());
+    let (kept, fixture_ref) = (&engines, &fixture);
+    conformance::run_each(|| async move {
+        let engine = conformance::engine(fixture_ref).await;
+        kept.lock().unwrap().push(engine.clone());
+        engine
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rows(&fixture.server, "") > 0 {
+        let left = fixture.server.sql(&format!(
+            "SELECT ticket, held, expires, UTC_TIMESTAMP(6) FROM {DATABASE}.dlock_queue"
+        ));
+        assert!(Instant::now() < deadline, "left in the table: {left}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_settings_a_failed_login_and_an_unreachable_server_are_clear_errors() {
+    let port = free_port();
+    let unreachable = MysqlConfig {
+        url: format!("mysql://dlock@127.0.0.1:{port}/dlock"),
+        max_connections: 4,
+        waiter_ttl: Duration::from_secs(3),
+        connect_timeout: Duration::from_secs(1),
+    };
+    let connect = MysqlEngine::connect("my", &unreachable);
+    assert_unreachable_is_a_clear_error(
+        connect,
+        "my",
+        &format!("127.0.0.1:{port}"),
+        Duration::from_secs(3),
+    )
+    .await;
+
+    for (url, field) in [
+        ("postgres://h/db", "engines.my.url"),
+        ("mysql://127.0.0.1:3306", "engines.my.url"),
+        ("mysql://127.0.0.1:notaport/db", "engines.my.url"),
+    ] {
+        let config = MysqlConfig {
+            url: url.to_owned(),
+            ..unreachable.clone()
+        };
+        match MysqlEngine::connect("my", &config).await {
+            Err(Error::Config { field: named, .. }) => assert_eq!(named, field, "{url}"),
+            other => panic!("{url}: expected a config error, got {:?}", other.err()),
+        }
+    }
+
+    let fixture = Mysql::start();
+    let wrong = MysqlConfig {
+        url: format!("mysql://dlock:wrong@127.0.0.1:{}/{DATABASE}", fixture.server.port),
+        ..unreachable
+    };
+    let err = MysqlEngine::connect("my", &wrong)
+        .await
+        .err()
+        .expect("logged in with a wrong password");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", fixture.server.port)) && message.contains("Access denied"),
+        "{message}"
+    );
+    assert!(!message.contains("wrong"), "the password shows: {message}");
+}
+
+#[tokio::test]
+async fn a_missing_privilege_is_named_with_the_fix() {
+    let fixture = Mysql::start();
+    let server = &fixture.server;
+    server.sql(&format!(
+        "CREATE USER 'weak'@'127.0.0.1' IDENTIFIED BY 'weak'; GRANT SELECT ON {DATABASE}.* TO 'weak'@'127.0.0.1'"
+    ));
+    let weak = MysqlConfig {
+        url: format!("mysql://weak:weak@127.0.0.1:{}/{DATABASE}", server.port),
+        ..config(server)
+    };
+    let expect_refusal = |err: Option<Error>, fix: &str| match err {
+        Some(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.my.url");
+            assert!(message.contains(fix), "{message}");
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    expect_refusal(MysqlEngine::connect("my", &weak).await.err(), "grant CREATE");
+    // The owner makes the table; the weak user still may not write to it.
+    MysqlEngine::connect("my", &config(server))
+        .await
+        .expect("the owner connects");
+    expect_refusal(
+        MysqlEngine::connect("my", &weak).await.err(),
+        "(INSERT and SELECT)",
+    );
+    server.sql(&format!(
+        "GRANT INSERT, UPDATE, DELETE ON {DATABASE}.* TO 'weak'@'127.0.0.1'"
+    ));
+    let engine = MysqlEngine::connect("my", &weak)
+        .await
+        .expect("connect once granted");
+    let req = request("k");
+    assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
+    assert!(engine.release(&req).await.expect("release"));
+}
