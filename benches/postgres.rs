@@ -5,7 +5,7 @@
 //!   connection: 2 round trips, no fence, no lease;
 //! - peer: the `distributed-lock` crate's PostgreSQL lock (0.2, the
 //!   madelson/DistributedLock port, on sqlx), built from
-//!   `benches/peers/distributed-lock-pg` and driven over a pipe, with a pool
+//!   `benches/peers/distributed-lock` and driven over a pipe, with a pool
 //!   of 32 so its default of 10 is no bottleneck;
 //! - dlock: the postgres engine, write mode, fence included, with 32
 //!   connections like the peer, and for the handoff also with the default
@@ -20,8 +20,8 @@
 //! cargo bench --bench postgres --features postgres
 //! ```
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,8 @@ use dlock::engines::postgres::fixture::{PASSWORD, Postgres, USER};
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
 use tokio_postgres::{Client, NoTls, Statement};
+
+use common::{Peer, micros, percentile};
 
 const CYCLES: usize = 6000;
 const BLOCK: usize = 100;
@@ -65,71 +67,6 @@ impl Floor {
             .await
             .expect("unlock");
     }
-}
-
-/// The peer process.
-struct Peer {
-    child: Child,
-    input: ChildStdin,
-    output: BufReader<ChildStdout>,
-}
-
-impl Peer {
-    fn start(url: &str) -> Self {
-        let manifest = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/peers/distributed-lock-pg/Cargo.toml"
-        );
-        let target = concat!(env!("CARGO_MANIFEST_DIR"), "/target/peers");
-        let built = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "--manifest-path",
-                manifest,
-                "--target-dir",
-                target,
-            ])
-            .status()
-            .expect("build the peer");
-        assert!(built.success(), "the distributed-lock peer did not build");
-        let mut child = Command::new(format!("{target}/release/distributed-lock-pg-peer"))
-            .arg(url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the peer");
-        let input = child.stdin.take().expect("stdin");
-        let output = BufReader::new(child.stdout.take().expect("stdout"));
-        Peer { child, input, output }
-    }
-
-    fn ask(&mut self, command: &str) -> Vec<u128> {
-        writeln!(self.input, "{command}").expect("to the peer");
-        let mut line = String::new();
-        self.output.read_line(&mut line).expect("from the peer");
-        line.split_whitespace()
-            .skip(1)
-            .map(|n| n.parse().expect("number"))
-            .collect()
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[((values.len() - 1) as f64 * q) as usize]
-}
-
-fn micros(nanos: f64) -> String {
-    format!("{:.1} µs", nanos / 1000.0)
 }
 
 /// Times from a release to the next acquisition, in ns.
@@ -214,7 +151,7 @@ async fn main() {
     let port = fixture.server.port;
     let url = format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres");
     let floor = Floor::connect(&url).await;
-    let mut peer = Peer::start(&url);
+    let mut peer = Peer::start("postgres", &url);
     let config = PostgresConfig {
         url: url.clone(),
         max_connections: 32,

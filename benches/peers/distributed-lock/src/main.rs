@@ -1,27 +1,52 @@
-//! The `distributed-lock` crate's PostgreSQL lock, as a peer for
-//! benches/postgres.rs. Reads commands on stdin, answers one line each:
+//! The `distributed-lock` crate's PostgreSQL or MySQL lock, as a peer for
+//! benches/postgres.rs and benches/mysql.rs. Reads commands on stdin,
+//! answers one line each:
 //!
 //! - `cycles N`: N uncontended acquire + release cycles on one lock;
 //!   answers `ns <total>`;
 //! - `handoff CLIENTS ROUNDS`: CLIENTS tasks take one lock ROUNDS times each;
 //!   answers `handoffs_ns <each time from a release to the next acquisition>`.
 //!
-//! Usage: `distributed-lock-pg-peer <postgres://...>`
+//! Usage: `distributed-lock-peer postgres|mysql <url>`
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
+use distributed_lock_mysql::MySqlLockProvider;
 use distributed_lock_postgres::PostgresLockProvider;
-use sqlx::postgres::PgPoolOptions;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// A pool large enough for every client, so the default of 10 is no bottleneck.
+const CONNECTIONS: u32 = 32;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let url = std::env::args().nth(1).expect("usage: distributed-lock-pg-peer <postgres://...>");
-    // A pool large enough for every client, so its default of 10 is no bottleneck.
-    let pool = PgPoolOptions::new().max_connections(32).connect(&url).await.expect("connect");
-    let provider = Arc::new(PostgresLockProvider::builder().pool(pool).build().await.expect("provider"));
+    let mut args = std::env::args().skip(1);
+    let (kind, url) = (args.next(), args.next());
+    let (Some(kind), Some(url)) = (kind, url) else {
+        panic!("usage: distributed-lock-peer postgres|mysql <url>");
+    };
+    match kind.as_str() {
+        "postgres" => {
+            let pool = sqlx::postgres::PgPoolOptions::new().max_connections(CONNECTIONS).connect(&url).await;
+            let provider = PostgresLockProvider::builder().pool(pool.expect("connect")).build().await;
+            serve(Arc::new(provider.expect("provider"))).await
+        }
+        "mysql" => {
+            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(CONNECTIONS).connect(&url).await;
+            let provider = MySqlLockProvider::builder().pool(pool.expect("connect")).build().await;
+            serve(Arc::new(provider.expect("provider"))).await
+        }
+        other => panic!("unknown kind {other:?}"),
+    }
+}
+
+async fn serve<P>(provider: Arc<P>)
+where
+    P: LockProvider + Send + Sync + 'static,
+    P::Lock: Send + Sync + 'static,
+{
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut out = tokio::io::stdout();
     while let Some(line) = lines.next_line().await.expect("stdin") {
@@ -36,7 +61,8 @@ async fn main() {
                 format!("ns {}", started.elapsed().as_nanos())
             }
             ["handoff", clients, rounds] => {
-                let handoffs = handoff(&provider, clients.parse().expect("clients"), rounds.parse().expect("rounds")).await;
+                let clients = clients.parse().expect("clients");
+                let handoffs = handoff(&provider, clients, rounds.parse().expect("rounds")).await;
                 let list: Vec<String> = handoffs.iter().map(u128::to_string).collect();
                 format!("handoffs_ns {}", list.join(" "))
             }
@@ -47,7 +73,11 @@ async fn main() {
     }
 }
 
-async fn handoff(provider: &Arc<PostgresLockProvider>, clients: usize, rounds: usize) -> Vec<u128> {
+async fn handoff<P>(provider: &Arc<P>, clients: usize, rounds: usize) -> Vec<u128>
+where
+    P: LockProvider + Send + Sync + 'static,
+    P::Lock: Send + Sync + 'static,
+{
     let released: Arc<Mutex<Option<Instant>>> = Arc::default();
     let handoffs: Arc<Mutex<Vec<u128>>> = Arc::default();
     let tasks: Vec<_> = (0..clients)

@@ -1,0 +1,174 @@
+//! dlock's mysql engine against the floor and a peer, in one run, on one
+//! MariaDB this bench makes and starts on a loopback port.
+//!
+//! - floor: `GET_LOCK` + `RELEASE_LOCK`, prepared, on one open connection:
+//!   2 round trips, no table, no fence, no lease, no queue;
+//! - peer: the `distributed-lock` crate's MySQL lock (0.2, on sqlx, itself
+//!   `GET_LOCK`), built from `benches/peers/distributed-lock` and driven
+//!   over a pipe, with a pool of 32;
+//! - dlock: the mysql engine, write mode, fence and queue included, with 32
+//!   connections.
+//!
+//! Uncontended, the three take turns in blocks of `BLOCK` cycles, each
+//! going first in turn; ratios are medians over blocks. Contended: 16
+//! clients in one process take one lock for `ROUND`; acquisitions a second.
+//!
+//! ```text
+//! cargo bench --bench mysql --features mysql
+//! ```
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::Fixture;
+use dlock::engines::mysql::fixture::Mysql;
+use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
+use dlock::{Registry, Settings};
+use mysql_async::prelude::Queryable;
+
+use common::{Peer, micros, percentile};
+
+const CYCLES: usize = 3000;
+const BLOCK: usize = 100;
+const CLIENTS: usize = 16;
+const ROUND: Duration = Duration::from_secs(3);
+
+/// `GET_LOCK` + `RELEASE_LOCK` on one connection.
+async fn floor_cycle(conn: &mut mysql_async::Conn, name: &str) {
+    let got: Option<i64> = conn
+        .exec_first("SELECT GET_LOCK(?, 10)", (name,))
+        .await
+        .expect("lock");
+    assert_eq!(got, Some(1));
+    let _: Option<i64> = conn
+        .exec_first("SELECT RELEASE_LOCK(?)", (name,))
+        .await
+        .expect("unlock");
+}
+
+/// Runs `clients` copies of `cycle` for `ROUND`; acquisitions a second.
+async fn throughput<F, Fut>(clients: usize, cycle: F) -> f64
+where
+    F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (stop, count) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| tokio::spawn(cycle(i, stop.clone(), count.clone())))
+        .collect();
+    tokio::time::sleep(ROUND).await;
+    stop.store(true, Ordering::SeqCst);
+    // Counted at the stop: waiters that drain afterwards do not count.
+    let done = count.load(Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("client");
+    }
+    done as f64 / ROUND.as_secs_f64()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let fixture = Mysql::start();
+    let url = fixture.server.url();
+    let pool = mysql_async::Pool::new(url.as_str());
+    let mut floor = pool.get_conn().await.expect("connect");
+    let mut peer = Peer::start("mysql", &url);
+    let config = MysqlConfig {
+        url: url.clone(),
+        max_connections: 32,
+        waiter_ttl: Duration::from_secs(3),
+        connect_timeout: Duration::from_secs(5),
+    };
+    let engine = Arc::new(MysqlEngine::connect("mysql", &config).await.expect("connect"));
+    let registry = Registry::with_engine("mysql", engine, Settings::default()).expect("registry");
+    let lock = registry.locks("bench").get("uncontended");
+    lock.lock().await.expect("warm").release().await.expect("warm");
+    floor_cycle(&mut floor, "warm").await;
+    peer.ask("cycles 10");
+
+    let (mut floor_ns, mut dlock_ns, mut peer_ns) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..CYCLES / BLOCK {
+        for turn in 0..3 {
+            let started = Instant::now();
+            match (turn + round) % 3 {
+                0 => {
+                    for _ in 0..BLOCK {
+                        floor_cycle(&mut floor, "floor").await;
+                    }
+                    floor_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
+                }
+                1 => {
+                    for _ in 0..BLOCK {
+                        lock.lock().await.expect("lock").release().await.expect("release");
+                    }
+                    dlock_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
+                }
+                _ => {
+                    let total = peer.ask(&format!("cycles {BLOCK}"))[0];
+                    peer_ns.push(total as f64 / BLOCK as f64);
+                }
+            }
+        }
+    }
+    let ratio = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>();
+    let (to_floor, to_peer) = (ratio(&dlock_ns, &floor_ns), ratio(&dlock_ns, &peer_ns));
+    println!(
+        "uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK} (mean per cycle, median block):"
+    );
+    println!(
+        "  floor (GET_LOCK + RELEASE_LOCK)    {:>10}",
+        micros(percentile(floor_ns.clone(), 0.5))
+    );
+    println!(
+        "  distributed-lock 0.2               {:>10}",
+        micros(percentile(peer_ns.clone(), 0.5))
+    );
+    println!(
+        "  dlock mysql, write, fenced, FIFO   {:>10}",
+        micros(percentile(dlock_ns.clone(), 0.5))
+    );
+    println!(
+        "  dlock / floor {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.5)",
+        percentile(to_floor.clone(), 0.5),
+        percentile(to_floor.clone(), 0.1),
+        percentile(to_floor, 0.9)
+    );
+    println!(
+        "  dlock / distributed-lock {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.0)",
+        percentile(to_peer.clone(), 0.5),
+        percentile(to_peer.clone(), 0.1),
+        percentile(to_peer, 0.9)
+    );
+
+    println!("contended, {CLIENTS} clients on one lock for {ROUND:?}, acquisitions a second:");
+    let floor_rate = throughput(CLIENTS, |_, stop, count| {
+        let pool = pool.clone();
+        async move {
+            let mut conn = pool.get_conn().await.expect("connect");
+            while !stop.load(Ordering::SeqCst) {
+                floor_cycle(&mut conn, "contended").await;
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    println!("  floor (a connection each)          {floor_rate:>10.0}");
+    let dlock_rate = throughput(CLIENTS, |_, stop, count| {
+        let lock = registry.locks("bench").get("contended");
+        async move {
+            while !stop.load(Ordering::SeqCst) {
+                lock.lock().await.expect("lock").release().await.expect("release");
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    })
+    .await;
+    println!(
+        "  dlock mysql (FIFO)                 {dlock_rate:>10.0}  ({:.2}× the floor)",
+        dlock_rate / floor_rate
+    );
+    pool.disconnect().await.expect("disconnect");
+}
