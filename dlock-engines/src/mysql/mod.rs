@@ -182,7 +182,11 @@ impl MysqlEngine {
         }
         let address = format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port());
         let pool_opts = PoolOpts::default()
-            .with_constraints(PoolConstraints::new(0, config.max_connections).expect("0 ≤ max"))
+            .with_constraints(PoolConstraints::new(1, config.max_connections).expect("1 ≤ max"))
+            // Idle connections stay a minute: with no ttl, every connection
+            // above the minimum closes as it comes back, and the next
+            // statement pays a new connection.
+            .with_inactive_connection_ttl(Duration::from_secs(60))
             // A reset would drop the prepared statements each time a
             // connection goes back to the pool.
             .with_reset_connection(false);

@@ -10,7 +10,7 @@
 //! Usage: `distributed-lock-peer postgres|mysql <url>`
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use distributed_lock_mysql::MySqlLockProvider;
@@ -31,18 +31,20 @@ async fn main() {
         "postgres" => {
             let pool = sqlx::postgres::PgPoolOptions::new().max_connections(CONNECTIONS).connect(&url).await;
             let provider = PostgresLockProvider::builder().pool(pool.expect("connect")).build().await;
-            serve(Arc::new(provider.expect("provider"))).await
+            serve(Arc::new(provider.expect("provider")), None).await
         }
         "mysql" => {
             let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(CONNECTIONS).connect(&url).await;
             let provider = MySqlLockProvider::builder().pool(pool.expect("connect")).build().await;
-            serve(Arc::new(provider.expect("provider"))).await
+            // Its wait-forever (`None`) sends GET_LOCK(name, NULL), which
+            // MariaDB answers with NULL and the crate fails to decode.
+            serve(Arc::new(provider.expect("provider")), Some(Duration::from_secs(60))).await
         }
         other => panic!("unknown kind {other:?}"),
     }
 }
 
-async fn serve<P>(provider: Arc<P>)
+async fn serve<P>(provider: Arc<P>, wait: Option<Duration>)
 where
     P: LockProvider + Send + Sync + 'static,
     P::Lock: Send + Sync + 'static,
@@ -56,13 +58,13 @@ where
                 let lock = provider.create_lock("bench-uncontended");
                 let started = Instant::now();
                 for _ in 0..n.parse::<usize>().expect("count") {
-                    lock.acquire(None).await.expect("acquire").release().await.expect("release");
+                    lock.acquire(wait).await.expect("acquire").release().await.expect("release");
                 }
                 format!("ns {}", started.elapsed().as_nanos())
             }
             ["handoff", clients, rounds] => {
                 let clients = clients.parse().expect("clients");
-                let handoffs = handoff(&provider, clients, rounds.parse().expect("rounds")).await;
+                let handoffs = handoff(&provider, wait, clients, rounds.parse().expect("rounds")).await;
                 let list: Vec<String> = handoffs.iter().map(u128::to_string).collect();
                 format!("handoffs_ns {}", list.join(" "))
             }
@@ -73,7 +75,7 @@ where
     }
 }
 
-async fn handoff<P>(provider: &Arc<P>, clients: usize, rounds: usize) -> Vec<u128>
+async fn handoff<P>(provider: &Arc<P>, wait: Option<Duration>, clients: usize, rounds: usize) -> Vec<u128>
 where
     P: LockProvider + Send + Sync + 'static,
     P::Lock: Send + Sync + 'static,
@@ -86,7 +88,7 @@ where
             let (released, handoffs) = (released.clone(), handoffs.clone());
             tokio::spawn(async move {
                 for _ in 0..rounds {
-                    let handle = lock.acquire(None).await.expect("acquire");
+                    let handle = lock.acquire(wait).await.expect("acquire");
                     if let Some(at) = released.lock().unwrap().take() {
                         handoffs.lock().unwrap().push(at.elapsed().as_nanos());
                     }
