@@ -148,7 +148,12 @@ async fn a_local_queue_sends_one_waiter_per_lock() {
             tokio::spawn(async move { lock.lock().await.expect("lock").release().await.expect("release") })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rows(server, "WHERE held = 0") == 0 {
+        assert!(Instant::now() < deadline, "no waiter reached the queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         rows(server, "WHERE held = 0"),
         1,

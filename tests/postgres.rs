@@ -98,7 +98,15 @@ async fn more_waiters_than_connections_line_up_in_the_process() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while advisory_locks(server, false) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiters never reached the server's queue"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(advisory_locks(server, false), 2, "waiters in the server's queue");
     assert!(sessions(server, "lined") <= 3);
     holder.release().await.expect("release");

@@ -62,10 +62,17 @@ impl MariaDb {
         let port = free_port();
         let dir = server_dir("dlock-mariadb", port);
         std::fs::create_dir_all(dir.join("data")).expect("data directory");
-        hand_over(server_user(&["mysql"]), &[&dir, &dir.join("data")]);
+        // A tmpdir of its own: MariaDB deletes every `#sql*` file in its
+        // tmpdir at startup, so servers sharing /tmp break each other.
+        std::fs::create_dir_all(dir.join("tmp")).expect("tmp directory");
+        hand_over(
+            server_user(&["mysql"]),
+            &[&dir, &dir.join("data"), &dir.join("tmp")],
+        );
         let mut install = Command::new("mariadb-install-db");
         install
             .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -103,6 +110,7 @@ impl MariaDb {
             .arg(format!("--datadir={}", dir.join("data").display()))
             .arg(format!("--socket={}", dir.join("sock").display()))
             .arg(format!("--pid-file={}", dir.join("pid").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--log-error={}", dir.join("error.log").display()))
             .arg(format!("--port={port}"))
             .args([
