@@ -21,7 +21,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::engines::conformance::Fixture;
 use dlock::engines::mysql::fixture::Mysql;
@@ -29,7 +29,7 @@ use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Registry, Settings};
 use mysql_async::prelude::Queryable;
 
-use common::{Peer, micros, percentile};
+use common::{Peer, uncontended};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -89,59 +89,18 @@ async fn main() {
     floor_cycle(&mut floor, "warm").await;
     peer.ask("cycles 10");
 
-    let (mut floor_ns, mut dlock_ns, mut peer_ns) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..CYCLES / BLOCK {
-        for turn in 0..3 {
-            let started = Instant::now();
-            match (turn + round) % 3 {
-                0 => {
-                    for _ in 0..BLOCK {
-                        floor_cycle(&mut floor, "floor").await;
-                    }
-                    floor_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
-                }
-                1 => {
-                    for _ in 0..BLOCK {
-                        lock.lock().await.expect("lock").release().await.expect("release");
-                    }
-                    dlock_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
-                }
-                _ => {
-                    let total = peer.ask(&format!("cycles {BLOCK}"))[0];
-                    peer_ns.push(total as f64 / BLOCK as f64);
-                }
-            }
-        }
-    }
-    let ratio = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>();
-    let (to_floor, to_peer) = (ratio(&dlock_ns, &floor_ns), ratio(&dlock_ns, &peer_ns));
-    println!(
-        "uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK} (mean per cycle, median block):"
-    );
-    println!(
-        "  floor (GET_LOCK + RELEASE_LOCK)    {:>10}",
-        micros(percentile(floor_ns.clone(), 0.5))
-    );
-    println!(
-        "  distributed-lock 0.2               {:>10}",
-        micros(percentile(peer_ns.clone(), 0.5))
-    );
-    println!(
-        "  dlock mysql, write, fenced, FIFO   {:>10}",
-        micros(percentile(dlock_ns.clone(), 0.5))
-    );
-    println!(
-        "  dlock / floor {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.5)",
-        percentile(to_floor.clone(), 0.5),
-        percentile(to_floor.clone(), 0.1),
-        percentile(to_floor, 0.9)
-    );
-    println!(
-        "  dlock / distributed-lock {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.0)",
-        percentile(to_peer.clone(), 0.5),
-        percentile(to_peer.clone(), 0.1),
-        percentile(to_peer, 0.9)
-    );
+    uncontended(
+        [
+            "floor (GET_LOCK + RELEASE_LOCK)",
+            "dlock mysql, write, fenced, FIFO",
+        ],
+        (CYCLES, BLOCK),
+        async || floor_cycle(&mut floor, "floor").await,
+        async || lock.lock().await.expect("lock").release().await.expect("release"),
+        &mut peer,
+        [1.5, 1.0],
+    )
+    .await;
 
     println!("contended, {CLIENTS} clients on one lock for {ROUND:?}, acquisitions a second:");
     let floor_rate = throughput(CLIENTS, |_, stop, count| {

@@ -31,7 +31,7 @@ use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use common::{Peer, micros, percentile};
+use common::{Peer, micros, percentile, uncontended};
 
 const CYCLES: usize = 6000;
 const BLOCK: usize = 100;
@@ -167,59 +167,18 @@ async fn main() {
     lock.lock().await.expect("warm").release().await.expect("warm");
     peer.ask("cycles 10");
 
-    let (mut floor_ns, mut dlock_ns, mut peer_ns) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..CYCLES / BLOCK {
-        for turn in 0..3 {
-            let started = Instant::now();
-            match (turn + round) % 3 {
-                0 => {
-                    for _ in 0..BLOCK {
-                        floor.cycle(1).await;
-                    }
-                    floor_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
-                }
-                1 => {
-                    for _ in 0..BLOCK {
-                        lock.lock().await.expect("lock").release().await.expect("release");
-                    }
-                    dlock_ns.push(started.elapsed().as_nanos() as f64 / BLOCK as f64);
-                }
-                _ => {
-                    let total = peer.ask(&format!("cycles {BLOCK}"))[0];
-                    peer_ns.push(total as f64 / BLOCK as f64);
-                }
-            }
-        }
-    }
-    let ratio = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(a, b)| a / b).collect::<Vec<f64>>();
-    let (to_floor, to_peer) = (ratio(&dlock_ns, &floor_ns), ratio(&dlock_ns, &peer_ns));
-    println!(
-        "uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK} (mean per cycle, median block):"
-    );
-    println!(
-        "  floor (pg_advisory_lock + unlock)  {:>10}",
-        micros(percentile(floor_ns.clone(), 0.5))
-    );
-    println!(
-        "  distributed-lock 0.2               {:>10}",
-        micros(percentile(peer_ns.clone(), 0.5))
-    );
-    println!(
-        "  dlock postgres, write, fenced      {:>10}",
-        micros(percentile(dlock_ns.clone(), 0.5))
-    );
-    println!(
-        "  dlock / floor {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.10)",
-        percentile(to_floor.clone(), 0.5),
-        percentile(to_floor.clone(), 0.1),
-        percentile(to_floor, 0.9)
-    );
-    println!(
-        "  dlock / distributed-lock {:.3} (p10 {:.3}, p90 {:.3}; target ≤ 0.80)",
-        percentile(to_peer.clone(), 0.5),
-        percentile(to_peer.clone(), 0.1),
-        percentile(to_peer, 0.9)
-    );
+    uncontended(
+        [
+            "floor (pg_advisory_lock + unlock)",
+            "dlock postgres, write, fenced",
+        ],
+        (CYCLES, BLOCK),
+        async || floor.cycle(1).await,
+        async || lock.lock().await.expect("lock").release().await.expect("release"),
+        &mut peer,
+        [1.10, 0.80],
+    )
+    .await;
 
     println!("handoff, {CLIENTS} clients on one lock, {ROUNDS} rounds each, release → next acquisition:");
     println!(

@@ -3,6 +3,78 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+/// Uncontended cycles of the floor, dlock and the peer, `cycles` each,
+/// taking turns in blocks of `block`, each going first in turn; prints each
+/// one's mean per cycle and dlock's ratios (median block, p10, p90) to the
+/// floor and the peer against their targets. `names`: the floor's and
+/// dlock's labels.
+pub async fn uncontended(
+    names: [&str; 2],
+    (cycles, block): (usize, usize),
+    mut floor: impl AsyncFnMut(),
+    mut dlock: impl AsyncFnMut(),
+    peer: &mut Peer,
+    targets: [f64; 2],
+) {
+    let mut ns: [Vec<f64>; 3] = Default::default();
+    for round in 0..cycles / block {
+        for turn in 0..3 {
+            let who = (turn + round) % 3;
+            let started = Instant::now();
+            match who {
+                0 => {
+                    for _ in 0..block {
+                        floor().await;
+                    }
+                }
+                1 => {
+                    for _ in 0..block {
+                        dlock().await;
+                    }
+                }
+                _ => {
+                    let total = peer.ask(&format!("cycles {block}"))[0];
+                    ns[2].push(total as f64 / block as f64);
+                    continue;
+                }
+            }
+            ns[who].push(started.elapsed().as_nanos() as f64 / block as f64);
+        }
+    }
+    let [floor_ns, dlock_ns, peer_ns] = ns;
+    println!(
+        "uncontended cycle, {cycles} each, interleaved in blocks of {block} (mean per cycle, median block):"
+    );
+    println!(
+        "  {:<35}{:>10}",
+        names[0],
+        micros(percentile(floor_ns.clone(), 0.5))
+    );
+    println!(
+        "  {:<35}{:>10}",
+        "distributed-lock 0.2",
+        micros(percentile(peer_ns.clone(), 0.5))
+    );
+    println!(
+        "  {:<35}{:>10}",
+        names[1],
+        micros(percentile(dlock_ns.clone(), 0.5))
+    );
+    for ((name, base), target) in [("floor", floor_ns), ("distributed-lock", peer_ns)]
+        .into_iter()
+        .zip(targets)
+    {
+        let ratios: Vec<f64> = dlock_ns.iter().zip(&base).map(|(d, b)| d / b).collect();
+        println!(
+            "  dlock / {name} {:.3} (p10 {:.3}, p90 {:.3}; target ≤ {target})",
+            percentile(ratios.clone(), 0.5),
+            percentile(ratios.clone(), 0.1),
+            percentile(ratios, 0.9)
+        );
+    }
+}
 
 /// The peer process.
 pub struct Peer {

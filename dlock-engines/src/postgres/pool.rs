@@ -382,6 +382,19 @@ impl Conn {
         }
     }
 
+    /// Runs a statement on `key`, with the session's new timeout if it sets one.
+    async fn on_key(
+        &self,
+        statement: &tokio_postgres::Statement,
+        key: i64,
+        timeout: Option<u64>,
+    ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+        match timeout {
+            Some(ms) => self.client.query_one(statement, &[&key, &ms.to_string()]).await,
+            None => self.client.query_one(statement, &[&key]).await,
+        }
+    }
+
     /// `pg_try_advisory_lock[_shared]` on a connection picked for this key.
     async fn try_take(
         &self,
@@ -396,13 +409,7 @@ impl Conn {
         };
         let setting = wanted != current;
         let statement = self.statements.try_take(mode, setting);
-        let answer = if setting {
-            self.client
-                .query_one(statement, &[&key, &wanted.to_string()])
-                .await
-        } else {
-            self.client.query_one(statement, &[&key]).await
-        };
+        let answer = self.on_key(statement, key, setting.then_some(wanted)).await;
         let fence: Option<i64> = self.rebook(|book| {
             book.trying.remove(&key);
             let fence: Option<i64> = answer?.get(0);
@@ -470,13 +477,7 @@ impl Conn {
         };
         let setting = reset || wanted != current;
         let statement = self.statements.give_back(mode, setting);
-        let answer = if setting {
-            self.client
-                .query_one(statement, &[&key, &wanted.to_string()])
-                .await
-        } else {
-            self.client.query_one(statement, &[&key]).await
-        };
+        let answer = self.on_key(statement, key, setting.then_some(wanted)).await;
         self.rebook(|book| {
             book.held.remove(&key);
             if answer.is_ok() {
