@@ -52,16 +52,20 @@ impl TestServer {
     }
 
     fn wait_ready(&self) {
-        let started = Instant::now();
-        while TcpStream::connect(self.address()).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{} did not listen on {} within 30 s",
-                self.program,
-                self.address()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Duration::from_secs(30),
+            || TcpStream::connect(self.address()).is_ok(),
+            || format!("{} did not listen on {}", self.program, self.address()),
+        );
+    }
+}
+
+/// Probes every 20 ms until `ready`; panics with `failure` after `limit`.
+pub fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool, failure: impl Fn() -> String) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < limit, "{} within {limit:?}", failure());
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

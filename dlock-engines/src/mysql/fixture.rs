@@ -5,9 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::conformance::server::{free_port, hand_over, is_root, server_dir, server_user, spawn_watched};
+use crate::conformance::server::{
+    free_port, hand_over, is_root, server_dir, server_user, spawn_watched, wait_until,
+};
 use crate::conformance::{Breakable, Fixture};
 
 /// The user and database the tests connect with (over TCP, with a password).
@@ -166,27 +168,27 @@ impl MariaDb {
     }
 
     fn wait_ready(&self) {
-        let started = Instant::now();
-        loop {
-            let ready = Command::new("mariadb-admin")
-                .arg("--no-defaults")
-                .arg(format!("--socket={}", self.dir.join("sock").display()))
-                .args(["-uroot", "--silent", "ping"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "mariadbd did not serve on port {} within 60 s; see {}",
-                self.port,
-                self.dir.join("error.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            Duration::from_secs(60),
+            || {
+                let probe = Command::new("mariadb-admin")
+                    .arg("--no-defaults")
+                    .arg(format!("--socket={}", self.dir.join("sock").display()))
+                    .args(["-uroot", "--silent", "ping"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+                probe.is_ok_and(|s| s.success())
+            },
+            || {
+                let log = self.dir.join("error.log");
+                format!(
+                    "mariadbd did not serve on port {}; see {}",
+                    self.port,
+                    log.display()
+                )
+            },
+        );
     }
 }
 

@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::conformance::server::{self, free_port, server_dir, spawn_watched};
+use crate::conformance::server::{self, free_port, server_dir, spawn_watched, wait_until};
 use crate::conformance::{Breakable, Fixture};
 
 /// The superuser the fixture's cluster is made with, and its password
@@ -178,23 +178,22 @@ impl PgServer {
     }
 
     fn wait_ready(&self) {
-        let started = Instant::now();
-        loop {
-            let ready = Command::new(bin("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-                .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "postgres did not serve on port {} within 60 s; see {}",
-                self.port,
-                self.dir.join("server.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let port = self.port.to_string();
+        wait_until(
+            Duration::from_secs(60),
+            || {
+                let probe = Command::new(bin("pg_isready"))
+                    .args(["-q", "-h", "127.0.0.1", "-p", &port])
+                    .status();
+                probe.is_ok_and(|s| s.success())
+            },
+            || {
+                format!(
+                    "postgres did not serve on port {port}; see {}",
+                    self.dir.join("server.log").display()
+                )
+            },
+        );
     }
 }
 
