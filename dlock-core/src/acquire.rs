@@ -1,6 +1,7 @@
 //! The acquisition lifecycle: reenter, or ask the engine and wait, then hold.
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Span};
 use crate::registry::Group;
-use crate::{EngineError, Error, LockKey, Mode, Poll, Request, watchdog};
+use crate::{EngineError, Error, LockKey, Mode, Poll, Request, trace, watchdog};
 
 /// How long a timed-out caller waits for its request to be withdrawn before
 /// it is answered; a slower withdrawal finishes in the background.
@@ -39,6 +40,7 @@ pub(crate) async fn acquire(
     let mut req = Request::new(key, mode, lease);
     req.try_once = wait == Wait::TRY_ONCE;
     group.labels.event(mode, Event::Attempt);
+    let span = trace::acquisition(&req.key, mode, &group.engine_name);
     let since = Instant::now();
     let granted = {
         let _waiting = Waiting::start(&group.labels, mode);
@@ -47,13 +49,18 @@ pub(crate) async fn acquire(
             let grant = wait_for_grant(group, &req, since, wait).await?;
             Ok((place, grant))
         };
-        warn_if_stuck_behind_this_process(group, &req.key, since, waited).await
+        // The span is entered around each poll; a wrapper (`instrument`)
+        // would move the whole waiting future into itself on every call.
+        let mut waited = pin!(warn_if_stuck_behind_this_process(group, &req.key, since, waited));
+        poll_fn(|cx| span.in_scope(|| waited.as_mut().poll(cx))).await
     };
+    let waited = since.elapsed();
     match granted {
         Ok((place, grant)) => {
-            group.labels.span(Span::Wait, mode, since.elapsed());
+            group.labels.span(Span::Wait, mode, waited);
             group.labels.event(mode, Event::Acquired);
-            let hold = Hold::start(group.clone(), req, place, grant);
+            trace::waited(&span, waited, Event::Acquired.as_str());
+            let hold = Hold::start(group.clone(), req, place, grant, &span);
             hold.set_watchdog(watchdog::spawn(hold.clone()));
             Ok(Guard::new(hold, mode))
         }
@@ -63,6 +70,8 @@ pub(crate) async fn acquire(
                 _ => Event::Failed,
             };
             group.labels.event(mode, event);
+            trace::waited(&span, waited, event.as_str());
+            trace::not_acquired(&span, &e);
             Err(e)
         }
     }
@@ -115,6 +124,9 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
     // The last failure, and since when the engine has failed without a break.
     let mut failure: Option<(EngineError, Instant)> = None;
     loop {
+        // An engine whose wake-up fires at once, again and again, must
+        // still let the other tasks of this worker run (the holder among them).
+        tokio::task::consume_budget().await;
         let sent = Instant::now();
         // The wait ran out while pausing: a call now could only be cut off.
         if (queued || failure.is_some()) && deadline.is_some_and(|d| sent >= d) {

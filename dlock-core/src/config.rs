@@ -39,13 +39,51 @@ pub const IMPLICIT_ENGINE: &str = "memory";
 
 /// The whole configuration. `Config::default()` serves every group from the
 /// embedded memory engine.
+///
+/// ```
+/// # fn main() -> Result<(), dlock::Error> {
+/// use std::time::Duration;
+/// use dlock::{Config, Error, Wait};
+///
+/// let text = r#"
+///     [defaults]
+///     lease = "30s"
+///     wait = "10s"
+///
+///     [engines.main]
+///     kind = "memory"
+///
+///     [groups.payment]
+///     lease = "5s"
+///     wait = "forever"
+/// "#;
+/// // `from_file` takes these from the process's environment.
+/// let env = [("DLOCK_DEFAULTS__WAIT".to_owned(), "2s".to_owned())];
+/// let config = Config::parse(text, env)?;
+///
+/// let payment = config.defaults.settings(config.groups.get("payment"));
+/// assert_eq!((payment.lease, payment.wait), (Duration::from_secs(5), Wait::Forever));
+/// let others = config.defaults.settings(None);
+/// assert_eq!(others.wait, Wait::For(Duration::from_secs(2)));
+///
+/// // A mistake fails at once, naming the field.
+/// let err = Config::parse("[defaults]\nlease = \"1ms\"", []).unwrap_err();
+/// assert!(matches!(err, Error::Config { field, .. } if field == "defaults.lease"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// `[defaults]`: what every group uses unless it says otherwise.
     #[serde(default)]
     pub defaults: Defaults,
+    /// `[engines.<name>]`: the engines to build, by the name groups route to.
+    /// None: the embedded memory engine, named `memory`, serves.
     #[serde(default)]
     pub engines: BTreeMap<String, EngineConfig>,
+    /// `[groups.<name>]`: per-group overrides. A group not listed here uses
+    /// the defaults.
     #[serde(default)]
     pub groups: BTreeMap<String, GroupConfig>,
 }
@@ -109,13 +147,16 @@ impl<'de> Deserialize<'de> for Wait {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Queue {
-    /// Every waiter joins the engine's queue: strict FIFO across processes.
-    #[default]
+    /// Every waiter joins the engine's queue: strict FIFO across all
+    /// waiters of all processes, at a server cost that grows with the
+    /// number of waiters (each keeps its own place alive and polls).
     Engine,
-    /// Waiters line up in the process first, and only the process's head
-    /// (one writer, or a run of readers) joins the engine's queue: FIFO
-    /// within a process and among the processes' heads. The engine then
-    /// carries a few waiters per lock instead of thousands (a flash sale).
+    /// The default. Waiters line up in the process first, and only the
+    /// process's head (one writer, or a run of readers) joins the engine's
+    /// queue: FIFO within a process and among the processes' heads. The
+    /// server then carries a few waiters per lock and process, so waiting
+    /// costs O(processes), not O(waiters) (a flash sale's 10,000 buyers).
+    #[default]
     Local,
 }
 
@@ -126,7 +167,7 @@ impl Default for Defaults {
             lease: Duration::from_secs(30),
             wait: Wait::Forever,
             poll: Polling::default(),
-            queue: Queue::Engine,
+            queue: Queue::Local,
             call_timeout: Duration::from_secs(5),
             deadlock_warning: Duration::from_secs(10),
         }
@@ -137,14 +178,19 @@ impl Default for Defaults {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(tag = "strategy", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Polling {
+    /// The same pause every time: `{ strategy = "constant", interval = "50ms" }`.
     Constant {
+        /// The pause between two polls.
         #[serde(with = "humantime_serde")]
         interval: Duration,
     },
-    /// Doubles from `initial` up to `max`.
+    /// Doubles from `initial` up to `max`:
+    /// `{ strategy = "exponential", initial = "10ms", max = "200ms" }` (the default).
     Exponential {
+        /// The first pause.
         #[serde(with = "humantime_serde")]
         initial: Duration,
+        /// The longest pause.
         #[serde(with = "humantime_serde")]
         max: Duration,
     },
@@ -185,7 +231,10 @@ impl Polling {
 /// One engine: its kind and the kind's own settings (checked by the engine).
 #[derive(Debug, Clone, Deserialize)]
 pub struct EngineConfig {
+    /// The engine kind: `"memory"`, `"redis"`, `"postgres"`, ... (see
+    /// [`Kinds`](crate::Kinds)).
     pub kind: String,
+    /// Every other field of the table, left for the kind to parse.
     #[serde(flatten)]
     pub settings: toml::Table,
 }
@@ -202,21 +251,31 @@ impl EngineConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
+    /// The engine serving this group, instead of `defaults.engine`.
     pub engine: Option<String>,
+    /// The group's lease, instead of `defaults.lease`.
     #[serde(default, with = "humantime_serde")]
     pub lease: Option<Duration>,
+    /// The group's wait, instead of `defaults.wait`.
     pub wait: Option<Wait>,
+    /// The group's queue, instead of `defaults.queue`.
     pub queue: Option<Queue>,
 }
 
 /// The timing of one group's locks: the defaults with the group's overrides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
+    /// See [`Defaults::lease`].
     pub lease: Duration,
+    /// See [`Defaults::wait`].
     pub wait: Wait,
+    /// See [`Defaults::poll`].
     pub poll: Polling,
+    /// See [`Defaults::queue`].
     pub queue: Queue,
+    /// See [`Defaults::call_timeout`].
     pub call_timeout: Duration,
+    /// See [`Defaults::deadlock_warning`].
     pub deadlock_warning: Duration,
 }
 

@@ -54,7 +54,13 @@ pub enum Woken {
     /// Another client handed the lock to this request while it waited (a
     /// direct handoff): it holds with `fence`, for `valid_for` counted from
     /// its last call to the engine. The core renews it before then.
-    Granted { fence: u64, valid_for: Duration },
+    Granted {
+        /// The hold's fencing token.
+        fence: u64,
+        /// How long the engine keeps the hold unrenewed, from the request's
+        /// last call.
+        valid_for: Duration,
+    },
 }
 
 /// Unique id of one acquisition (one outermost hold), 128 random bits.
@@ -68,6 +74,7 @@ impl OwnerId {
         OwnerId(rand::random())
     }
 
+    /// The id's 128 bits, e.g. to store in a server's own format.
     pub fn as_u128(self) -> u128 {
         self.0
     }
@@ -89,8 +96,11 @@ impl std::fmt::Debug for OwnerId {
 /// engine's [state](Request::state).
 #[derive(Clone)]
 pub struct Request {
+    /// The lock asked for.
     pub key: LockKey,
+    /// This acquisition's id: the engine checks it on renew and release.
     pub owner: OwnerId,
+    /// Read or write.
     pub mode: Mode,
     /// How long the engine keeps the hold without a renewal.
     pub lease: Duration,
@@ -143,6 +153,28 @@ impl std::fmt::Debug for Request {
     }
 }
 
+/// Request state that comes and goes over a request's life (its node, its
+/// key): empty until the engine fills it, emptied when the engine lets go.
+pub struct Slot<T>(std::sync::Mutex<Option<T>>);
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot(std::sync::Mutex::new(None))
+    }
+}
+
+impl<T: Send + 'static> Slot<T> {
+    /// `req`'s slot, made empty on first use.
+    pub fn of(req: &Request) -> &Slot<T> {
+        req.state_or_init(Slot::default)
+    }
+
+    /// The slot's content, locked (a poisoned lock is taken as is).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Option<T>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Answer to [`Engine::acquire`] and [`Engine::poll`].
 pub enum Poll {
     /// Granted, with this hold's fencing token (strictly increasing per lock).
@@ -168,8 +200,11 @@ impl std::fmt::Debug for Poll {
 pub struct Capabilities {
     /// Read (shared) mode; without it read requests get `Error::Unsupported`.
     pub read: bool,
+    /// Whether the server keeps a queue; see [`Fairness`].
     pub fairness: Fairness,
+    /// How far the fencing token can be trusted; see [`Fencing`].
     pub fencing: Fencing,
+    /// What ends a hold nobody renews; see [`Expiry`].
     pub expiry: Expiry,
     /// Leases count whole units of this (1 s on servers whose TTLs are in
     /// seconds); a shorter lease gets `Error::Unsupported`.
@@ -222,6 +257,7 @@ pub enum Fairness {
 }
 
 impl Fairness {
+    /// The word the guarantee table uses: `fifo`, `no queue`.
     pub fn as_str(self) -> &'static str {
         match self {
             Fairness::Fifo => "fifo",
@@ -243,6 +279,7 @@ pub enum Fencing {
 }
 
 impl Fencing {
+    /// The word the guarantee table uses: `strict`, `best effort`, `none`.
     pub fn as_str(self) -> &'static str {
         match self {
             Fencing::Strict => "strict",
@@ -261,11 +298,14 @@ pub enum Expiry {
     /// crashed or cut-off client loses it after the session timeout, a live
     /// one keeps it until it lets go (ZooKeeper, etcd).
     Session,
-    /// The hold lives as long as the client's connection (PostgreSQL).
+    /// The hold lives as long as the client's connection. No built-in
+    /// engine declares it: the postgres engine's sessions end one lease
+    /// after their last statement, so it declares [`Expiry::Lease`].
     Connection,
 }
 
 impl Expiry {
+    /// The word the guarantee table uses: `lease`, `session`, `connection`.
     pub fn as_str(self) -> &'static str {
         match self {
             Expiry::Lease => "lease",
@@ -284,12 +324,63 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Wraps any client error as [`EngineError::Failed`].
     pub fn failed(err: impl Into<BoxError>) -> Self {
         EngineError::Failed(err.into())
     }
 }
 
 /// A lock engine. See the [module docs](self) for the protocol.
+///
+/// Behaviour around any engine is added by wrapping it in another engine;
+/// this one counts the acquisitions that reach the engine it wraps:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use dlock::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+///
+/// struct Counted {
+///     inner: Arc<dyn Engine>,
+///     acquires: AtomicU64,
+/// }
+///
+/// #[async_trait]
+/// impl Engine for Counted {
+///     fn kind(&self) -> &'static str { "counted" }
+///     fn address(&self) -> String { self.inner.address() }
+///     fn capabilities(&self) -> Capabilities { self.inner.capabilities() }
+///     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+///         self.acquires.fetch_add(1, Ordering::Relaxed);
+///         self.inner.acquire(req).await
+///     }
+///     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> { self.inner.poll(req).await }
+///     async fn cancel(&self, req: &Request) -> Result<(), EngineError> { self.inner.cancel(req).await }
+///     async fn renew(&self, req: &Request) -> Result<bool, EngineError> { self.inner.renew(req).await }
+///     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> { self.inner.downgrade(req).await }
+///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
+///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
+/// }
+///
+/// let counted = Arc::new(Counted {
+///     inner: Arc::new(dlock::engines::memory::MemoryEngine::new()),
+///     acquires: AtomicU64::new(0),
+/// });
+/// let registry = dlock::Registry::with_engine("main", counted.clone(), Default::default())?;
+/// let lock = registry.locks("order").get("42");
+/// let outer = lock.lock().await?;
+/// let inner = lock.read().await?; // reentered: no engine call
+/// inner.release().await?;
+/// outer.release().await?;
+/// assert_eq!(counted.acquires.load(Ordering::Relaxed), 1);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// An engine's test file runs the conformance suite on it
+/// (`dlock-engines`' feature `conformance`).
 #[async_trait]
 pub trait Engine: Send + Sync + 'static {
     /// The kind, as written in config: `"memory"`, `"redis"`, ...

@@ -9,6 +9,23 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Everything that can go wrong with a lock. Each variant names the lock or the
 /// engine involved, so the message alone is enough to act on.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::time::Duration;
+///
+/// let lock = dlock::lock("order", "42");
+/// let guard = lock.lock().await?;
+/// let other = lock.clone();
+/// let waited = tokio::spawn(async move { other.lock_for(Duration::from_millis(20)).await });
+/// match waited.await.expect("task") {
+///     Err(dlock::Error::Timeout { key, .. }) => assert_eq!(key.to_string(), "order/42"),
+///     other => panic!("expected a timeout, got {other:?}"),
+/// }
+/// guard.release().await
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -16,62 +33,98 @@ pub enum Error {
     /// a wait of zero found it busy.
     #[error("{}", timeout_message(key, waited, *tried_once))]
     Timeout {
+        /// The lock asked for.
         key: LockKey,
+        /// How long the request waited.
         waited: Duration,
+        /// The request asked for no wait at all (`try_lock`, `wait = "0s"`).
         tried_once: bool,
     },
 
     /// The lock was held but is known lost; see [`LostReason`].
     #[error("lock {key} was lost: {reason}")]
-    Lost { key: LockKey, reason: LostReason },
+    Lost {
+        /// The lock that was lost.
+        key: LockKey,
+        /// How the loss became known.
+        reason: LostReason,
+    },
 
     /// A share of a hold was asked for after the hold had ended: a share
     /// never starts a new acquisition.
     #[error("lock {key}: its hold has ended; a share of it cannot take it again")]
-    Released { key: LockKey },
+    Released {
+        /// The lock whose hold had ended.
+        key: LockKey,
+    },
 
     /// A task holding the read lock asked for the write lock.
     #[error(
         "lock {key}: this task holds it for read and asked for write; \
          upgrading would deadlock, release the read lock first"
     )]
-    Upgrade { key: LockKey },
+    Upgrade {
+        /// The lock held for read.
+        key: LockKey,
+    },
 
     /// The engine cannot offer what was asked (read mode on memcached, a
     /// lease shorter than its unit); see `Engine::capabilities`.
     #[error("engine `{engine}` ({kind}) does not support {feature}")]
     Unsupported {
+        /// The engine's configured name.
         engine: String,
+        /// The engine's kind (`"memcached"`, ...).
         kind: &'static str,
+        /// What was asked for: read mode, or a lease shorter than the engine's unit.
         feature: String,
     },
 
     /// The engine's server could not be reached or answered with a failure.
     #[error("engine `{engine}` ({kind} at {address}) failed on lock {key}: {source}")]
     Engine {
+        /// The engine's configured name.
         engine: String,
+        /// The engine's kind.
         kind: &'static str,
+        /// Where its server is ([`Engine::address`](crate::Engine::address)).
         address: String,
+        /// The lock the failed call was for.
         key: LockKey,
+        /// The client library's error.
         source: BoxError,
     },
 
     /// An engine could not be built or connected at startup.
     #[error("engine `{engine}` ({kind} at {address}) is unavailable: {source}")]
     Unavailable {
+        /// The engine's configured name.
         engine: String,
+        /// The engine's kind.
         kind: &'static str,
+        /// Where its server is.
         address: String,
+        /// Why it could not be reached or built.
         source: BoxError,
     },
 
     /// The group or name cannot form a lock key.
     #[error("invalid lock key {key:?}: {reason}")]
-    InvalidKey { key: String, reason: &'static str },
+    InvalidKey {
+        /// `group/name` as given, long parts shortened.
+        key: String,
+        /// What is wrong: an empty or over-long part.
+        reason: &'static str,
+    },
 
     /// The configuration is wrong; `field` is its dotted path (e.g. `engines.main.url`).
     #[error("config: {field}: {message}")]
-    Config { field: String, message: String },
+    Config {
+        /// The dotted path of the field at fault.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Why a held lock is known lost.

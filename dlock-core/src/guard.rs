@@ -12,6 +12,22 @@ use crate::{Error, LockKey, LostReason, Mode};
 /// background; [`release`](Guard::release) does so in place and reports errors.
 /// Nested guards of the same task share one engine-level hold.
 ///
+/// ```
+/// # use std::time::Duration;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// let guard = dlock::lock("order", "42").lock().await?;
+/// let fence = guard.fence(); // hand it to storage with every write
+/// tokio::select! {
+///     reason = guard.lost() => panic!("lost the lock: {reason}"),
+///     _ = tokio::time::sleep(Duration::from_millis(10)) => { /* the work, done */ }
+/// }
+/// guard.release().await?; // Err(Lost) had the lock been lost meanwhile
+/// # let _ = fence;
+/// # Ok(())
+/// # }
+/// ```
+///
 /// Releasing consumes the guard, so a lock cannot be released twice:
 ///
 /// ```compile_fail
@@ -35,6 +51,7 @@ pub struct Guard {
 pub struct HeldLock(Arc<Hold>);
 
 impl HeldLock {
+    /// The lock's group and name.
     pub fn key(&self) -> &LockKey {
         &self.0.req.key
     }
@@ -50,6 +67,13 @@ impl HeldLock {
     /// holder's. Hand it to storage so it can reject writes from a stale holder.
     pub fn fence(&self) -> u64 {
         self.0.fence
+    }
+
+    /// The hold's `tracing` span (target `dlock`, name `hold`, with its
+    /// fence): the attribute runs the function's body in it; with the Lock
+    /// API, `work.instrument(guard.held().span().clone())` does the same.
+    pub fn span(&self) -> &tracing::Span {
+        &self.0.span
     }
 
     /// Whether the lock is already known lost.
@@ -98,13 +122,16 @@ impl HeldLock {
 /// last clone of every share are gone.
 ///
 /// ```
-/// # async fn demo(lock: dlock_core::Lock) -> Result<(), dlock_core::Error> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// let lock = dlock::lock("order", "42");
 /// let guard = lock.lock().await?;
 /// let share = guard.held().share()?;
 /// let child = tokio::spawn(async move {
-///     share.scope(async { /* lock.lock() here reenters */ }).await
+///     // Reenters the parent's hold; without the share it would wait behind it.
+///     share.scope(async { lock.try_lock().await.map(|nested| nested.is_some()) }).await
 /// });
-/// child.await.expect("child");
+/// assert!(child.await.expect("child")?);
 /// guard.release().await
 /// # }
 /// ```
@@ -119,6 +146,7 @@ impl Share {
         with_shares(vec![self.clone()], fut)
     }
 
+    /// The shared hold's key, fence and lost signal.
     pub fn held(&self) -> &HeldLock {
         self.0.held()
     }
@@ -161,6 +189,7 @@ impl Guard {
         &self.held
     }
 
+    /// The lock's group and name.
     pub fn key(&self) -> &LockKey {
         self.held.key()
     }

@@ -16,7 +16,7 @@ use crate::engine::within;
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
 use crate::registry::Group;
-use crate::{Error, LockKey, LostReason, Mode, Request};
+use crate::{Error, LockKey, LostReason, Mode, Request, trace};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
 /// outside any task (`block_on`, whose future never changes thread).
@@ -161,6 +161,8 @@ pub(crate) struct Hold {
     pub held_since: Instant,
     /// Its place in the local queue, given up on release.
     place: Mutex<Option<Place>>,
+    /// The `hold` span (`trace.rs`), closed when the hold is gone.
+    pub span: tracing::Span,
 }
 
 impl Hold {
@@ -188,7 +190,14 @@ impl Hold {
 
     /// Files a fresh engine-level hold for the current task. The caller
     /// starts its watchdog.
-    pub fn start(group: Arc<Group>, req: Request, place: Option<Place>, grant: Grant) -> Arc<Hold> {
+    pub fn start(
+        group: Arc<Group>,
+        req: Request,
+        place: Option<Place>,
+        grant: Grant,
+        acquired: &tracing::Span,
+    ) -> Arc<Hold> {
+        let span = trace::hold(&req.key, req.mode, &group.engine_name, grant.fence, acquired);
         let counts = match req.mode {
             Mode::Write => Counts { writes: 1, reads: 0 },
             Mode::Read => Counts { writes: 0, reads: 1 },
@@ -205,6 +214,7 @@ impl Hold {
             released: tokio::sync::Mutex::new(false),
             held_since: Instant::now(),
             place: Mutex::new(place),
+            span,
         });
         // Two concurrent futures of one task (join!) may both reach the engine;
         // the first filed serves reentry, the other stays unfiled.
@@ -358,6 +368,7 @@ impl Hold {
         });
         if first {
             self.group.labels.event(self.req.mode, Event::Lost);
+            trace::lost(&self.span, reason);
         }
     }
 

@@ -47,12 +47,38 @@ impl LockKey {
         }
     }
 
+    /// The group: what the lock protects (`"order"`).
     pub fn group(&self) -> &str {
         &self.group
     }
 
+    /// The name within the group (`"42"`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// `<root>/<group>/<name>` for servers that keep locks in a tree of
+    /// paths (ZooKeeper, etcd), so that a peer finds the same lock on both:
+    /// `/`, `%` and the characters ZooKeeper refuses in a path become `%XX`,
+    /// and the components `.` and `..` become `%2E`, `%2E%2E`.
+    pub fn path(&self, root: &str) -> String {
+        // ZooKeeper's PathUtils refuses these code points. Beyond U+FFFF
+        // Java sees a surrogate pair, which it refuses too.
+        let refused = |c| {
+            matches!(c, '/' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}')
+                || c >= '\u{fff0}'
+        };
+        let mut path = String::with_capacity(root.len() + self.group.len() + self.name.len() + 2);
+        path.push_str(root);
+        for part in [self.group(), self.name()] {
+            path.push('/');
+            if part == "." || part == ".." {
+                path.push_str(&"%2E".repeat(part.len()));
+            } else {
+                percent_escape(part, refused, &mut path);
+            }
+        }
+        path
     }
 
     /// FNV-1a (128 bits) of group and name, the same in every build and
@@ -68,6 +94,23 @@ impl LockKey {
             .chain(self.group.as_bytes())
             .chain(self.name.as_bytes());
         bytes.fold(OFFSET, |hash, &byte| (hash ^ byte as u128).wrapping_mul(PRIME))
+    }
+}
+
+/// Appends `text` to `out` with `%` and every character `escape` picks
+/// written as `%XX`, one per UTF-8 byte: how engines fit any group or name
+/// into their key syntax, distinct names staying distinct.
+pub fn percent_escape(text: &str, escape: impl Fn(char) -> bool, out: &mut String) {
+    use fmt::Write;
+    for c in text.chars() {
+        if c == '%' || escape(c) {
+            let mut buf = [0; 4];
+            for byte in c.encode_utf8(&mut buf).bytes() {
+                let _ = write!(out, "%{byte:02X}");
+            }
+        } else {
+            out.push(c);
+        }
     }
 }
 
@@ -108,6 +151,19 @@ mod tests {
             let err = LockKey::new(group, name).unwrap_err();
             assert!(matches!(err, Error::InvalidKey { .. }), "{err}");
         }
+    }
+
+    #[test]
+    fn paths_escape_what_trees_refuse() {
+        let key = |g: &str, n: &str| LockKey::new(g, n).unwrap().path("/locks");
+        assert_eq!(key("order", "42"), "/locks/order/42");
+        assert_eq!(key("a/b", "c"), "/locks/a%2Fb/c");
+        assert_ne!(key("a/b", "c"), key("a", "b/c"));
+        assert_eq!(key("g", ".."), "/locks/g/%2E%2E");
+        assert_eq!(key("g", "%2F"), "/locks/g/%252F");
+        assert_eq!(key("g", "\n\t"), "/locks/g/%0A%09");
+        assert_eq!(key("g", "ünï 锁"), "/locks/g/ünï 锁");
+        assert_eq!(key("g", "🔒"), "/locks/g/%F0%9F%94%92");
     }
 
     #[test]

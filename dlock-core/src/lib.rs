@@ -10,6 +10,8 @@
 //!
 //! Users normally depend on the `dlock` facade crate, which re-exports this one.
 
+#![warn(missing_docs)]
+
 mod acquire;
 pub mod config;
 pub mod engine;
@@ -22,17 +24,19 @@ pub mod lock;
 pub mod metrics;
 mod mode;
 pub mod registry;
+pub mod session;
+mod trace;
 mod waiters;
 mod watchdog;
 
 pub use config::{Config, MIN_LEASE, Settings, Wait};
 pub use engine::{
-    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request, Wake,
-    Woken,
+    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request, Slot,
+    Wake, Woken,
 };
 pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};
-pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
+pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN, percent_escape};
 pub use lock::{Lock, Locks};
 pub use mode::Mode;
 pub use registry::{Kinds, Registry};

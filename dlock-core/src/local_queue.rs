@@ -17,7 +17,7 @@ use crate::{LockKey, Mode};
 
 const SHARDS: usize = 64;
 
-type Queues = HashMap<(usize, LockKey), VecDeque<Waiter>>;
+type Queues = HashMap<(usize, LockKey), Line>;
 
 static QUEUES: LazyLock<[Mutex<Queues>; SHARDS]> =
     LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
@@ -29,6 +29,51 @@ struct Waiter {
     turn: Arc<Notify>,
 }
 
+/// One lock's line. The first `through` waiters have had their turn: one
+/// writer, or a run of readers. Turns are counted, not searched for, so a
+/// release costs the same behind ten thousand waiters as behind one.
+#[derive(Default)]
+struct Line {
+    waiters: VecDeque<Waiter>,
+    through: usize,
+}
+
+impl Line {
+    /// Whether the next waiter's turn has come: a writer's when nobody is
+    /// through, a reader's when only readers are.
+    fn next_may_pass(&self) -> bool {
+        let Some(next) = self.waiters.get(self.through) else {
+            return false;
+        };
+        self.through == 0 || (next.mode == Mode::Read && self.waiters[0].mode == Mode::Read)
+    }
+
+    /// Lets through every waiter whose turn has come, waking each.
+    fn pass(&mut self) {
+        while self.next_may_pass() {
+            self.waiters[self.through].turn.notify_one();
+            self.through += 1;
+        }
+    }
+
+    /// Removes waiter `id` (usually the first: the holder letting go).
+    fn leave(&mut self, id: u64) {
+        let at = if self.waiters.front().is_some_and(|w| w.id == id) {
+            0
+        } else {
+            match self.waiters.iter().position(|w| w.id == id) {
+                Some(at) => at,
+                None => return,
+            }
+        };
+        self.waiters.remove(at);
+        if at < self.through {
+            self.through -= 1;
+        }
+        self.pass();
+    }
+}
+
 /// A request's place in its lock's local queue; leaves it when dropped.
 pub(crate) struct Place {
     engine: usize,
@@ -37,24 +82,29 @@ pub(crate) struct Place {
 }
 
 impl Place {
+    fn new(engine: usize, key: &LockKey) -> Place {
+        Place {
+            engine,
+            key: key.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
     /// Joins the queue of `key` on engine `engine` and waits for its turn.
     /// Cancel-safe: a dropped wait leaves the queue.
     pub async fn take(engine: usize, key: &LockKey, mode: Mode) -> Place {
         let turn = Arc::new(Notify::new());
-        let place = Place {
-            engine,
-            key: key.clone(),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        };
+        let place = Place::new(engine, key);
         let through = {
             let mut queues = place.shard();
-            let queue = queues.entry((engine, key.clone())).or_default();
-            queue.push_back(Waiter {
+            let line = queues.entry((engine, key.clone())).or_default();
+            line.waiters.push_back(Waiter {
                 id: place.id,
                 mode,
                 turn: turn.clone(),
             });
-            turn_has_come(queue, queue.len() - 1)
+            line.pass();
+            line.through == line.waiters.len()
         };
         if !through {
             // Woken by `notify_one`, which keeps a permit if the wake comes first.
@@ -63,30 +113,25 @@ impl Place {
         place
     }
 
-    /// Takes a place only if its turn comes at once.
+    /// Takes a place only if its turn comes at once: nobody waits ahead of
+    /// it, and a writer finds the line empty, a reader only readers.
     pub fn try_take(engine: usize, key: &LockKey, mode: Mode) -> Option<Place> {
-        let place = Place {
-            engine,
-            key: key.clone(),
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        };
+        let place = Place::new(engine, key);
         let mut queues = place.shard();
-        let queue = queues.entry((engine, key.clone())).or_default();
-        let free = match mode {
-            Mode::Write => queue.is_empty(),
-            Mode::Read => queue.iter().all(|w| w.mode == Mode::Read),
-        };
+        let line = queues.entry((engine, key.clone())).or_default();
+        let free = line.waiters.is_empty()
+            || (mode == Mode::Read
+                && line.through == line.waiters.len()
+                && line.waiters[0].mode == Mode::Read);
         if !free {
-            if queue.is_empty() {
-                queues.remove(&(engine, key.clone()));
-            }
             return None;
         }
-        queue.push_back(Waiter {
+        line.waiters.push_back(Waiter {
             id: place.id,
             mode,
             turn: Arc::new(Notify::new()),
         });
+        line.through += 1;
         drop(queues);
         Some(place)
     }
@@ -94,11 +139,11 @@ impl Place {
     /// The holder now reads: readers behind it may go.
     pub fn downgrade(&self) {
         let mut queues = self.shard();
-        if let Some(queue) = queues.get_mut(&(self.engine, self.key.clone())) {
-            if let Some(me) = queue.iter_mut().find(|w| w.id == self.id) {
+        if let Some(line) = queues.get_mut(&(self.engine, self.key.clone())) {
+            if let Some(me) = line.waiters.iter_mut().find(|w| w.id == self.id) {
                 me.mode = Mode::Read;
             }
-            wake_the_turned(queue);
+            line.pass();
         }
     }
 
@@ -115,34 +160,13 @@ impl Drop for Place {
     fn drop(&mut self) {
         let mut queues = self.shard();
         let slot = (self.engine, self.key.clone());
-        let Some(queue) = queues.get_mut(&slot) else {
+        let Some(line) = queues.get_mut(&slot) else {
             return;
         };
-        queue.retain(|w| w.id != self.id);
-        if queue.is_empty() {
+        line.leave(self.id);
+        if line.waiters.is_empty() {
             queues.remove(&slot);
-        } else {
-            wake_the_turned(queue);
         }
-    }
-}
-
-/// A writer's turn comes when it is first; a reader's when no writer is ahead.
-fn turn_has_come(queue: &VecDeque<Waiter>, at: usize) -> bool {
-    match queue[at].mode {
-        Mode::Write => at == 0,
-        Mode::Read => queue.iter().take(at).all(|w| w.mode == Mode::Read),
-    }
-}
-
-/// Wakes every waiter whose turn has come: the first writer, or the readers
-/// up to the first writer. A waiter already through gets a harmless permit.
-fn wake_the_turned(queue: &VecDeque<Waiter>) {
-    for (at, waiter) in queue.iter().enumerate() {
-        if !turn_has_come(queue, at) {
-            break;
-        }
-        waiter.turn.notify_one();
     }
 }
 
@@ -185,5 +209,40 @@ mod tests {
             .contains_key(&(engine, key.clone()))
         };
         assert!(forgotten(1) && forgotten(2), "an empty queue is forgotten");
+    }
+
+    #[tokio::test]
+    async fn leaving_from_anywhere_keeps_the_turns_counted() {
+        let key = LockKey::new("queue", "leave").unwrap();
+        let first_reader = Place::take(1, &key, Mode::Read).await;
+        let second_reader = Place::take(1, &key, Mode::Read).await;
+        let waiting = |mode| {
+            let key = key.clone();
+            tokio::spawn(async move { Place::take(1, &key, mode).await })
+        };
+        let writer = waiting(Mode::Write);
+        let cancelled = waiting(Mode::Write);
+        let reader_behind = waiting(Mode::Read);
+        tokio::task::yield_now().await;
+        cancelled.abort();
+        assert!(cancelled.await.is_err());
+        // The second reader leaves first: the writer still waits for the first.
+        drop(second_reader);
+        tokio::task::yield_now().await;
+        assert!(!writer.is_finished());
+        drop(first_reader);
+        let writer = writer.await.unwrap();
+        tokio::task::yield_now().await;
+        assert!(!reader_behind.is_finished(), "a reader passed a writer");
+        assert!(Place::try_take(1, &key, Mode::Read).is_none());
+        drop(writer);
+        let reader = reader_behind.await.unwrap();
+        assert!(
+            Place::try_take(1, &key, Mode::Read).is_some(),
+            "a reader joins readers at once"
+        );
+        assert!(Place::try_take(1, &key, Mode::Write).is_none());
+        drop(reader);
+        assert!(Place::try_take(1, &key, Mode::Write).is_some());
     }
 }

@@ -29,8 +29,11 @@ impl Registry {
 /// Cheap to clone.
 ///
 /// ```
-/// # async fn demo(locks: dlock_core::Locks) -> Result<(), dlock_core::Error> {
-/// let guard = locks.get("user-7").lock().await?;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// let users = dlock::locks("user");
+/// let guard = users.get("7").lock().await?;
+/// assert_eq!(guard.key().to_string(), "user/7");
 /// // ... guarded work; use guard.fence() when writing to storage ...
 /// guard.release().await
 /// # }
@@ -41,6 +44,7 @@ pub struct Locks {
 }
 
 impl Locks {
+    /// The group's name.
     pub fn group(&self) -> &str {
         &self.group.name
     }
@@ -70,7 +74,28 @@ impl Locks {
 /// do not, `*_for` wait at most the given time.
 ///
 /// Holds are reentrant per async task: a task that holds the lock may take it
-/// again (write, or read under write) without asking the engine.
+/// again (write, or read under write) without asking the engine. Another
+/// task, spawned ones included, waits its turn.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// let lock = dlock::lock("order", "42");
+/// let guard = lock.lock().await?; // waits at most the group's configured wait
+///
+/// // Another task finds it taken.
+/// let other = lock.clone();
+/// let taken = tokio::spawn(async move { other.try_lock().await });
+/// assert!(taken.await.expect("task")?.is_none());
+///
+/// // This task takes it again with no engine call, under the same fence.
+/// let nested = lock.try_lock().await?.expect("reentered");
+/// assert_eq!(nested.fence(), guard.fence());
+/// nested.release().await?;
+/// guard.release().await?; // the outermost guard lets go
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Lock {
     group: Arc<Group>,
@@ -80,10 +105,12 @@ pub struct Lock {
 }
 
 impl Lock {
+    /// The lock's group.
     pub fn group(&self) -> &str {
         &self.group.name
     }
 
+    /// The lock's name within its group.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `dlock_events_total` | counter | `group`, `mode`, `engine`, `event` (see [`Event`]) |
 //! | `dlock_wait_seconds` | histogram | `group`, `mode`, `engine`: first attempt → granted |
-//! | `dlock_hold_seconds` | histogram | outermost acquire → final release (reentrant timer) |
+//! | `dlock_hold_seconds` | histogram | grant of the outermost acquisition → final release (reentrant timer) |
 //! | `dlock_release_seconds` | histogram | the release call |
 //! | `dlock_held` | gauge | holds open in this process |
 //! | `dlock_waiting` | gauge | requests waiting in this process |
@@ -19,11 +19,17 @@ use metrics::{Label, SharedString};
 
 use crate::Mode;
 
+/// Counter of lock events, labelled by [`Event`].
 pub const EVENTS: &str = "dlock_events_total";
+/// Histogram: seconds from an outermost acquisition's first attempt to its grant.
 pub const WAIT_SECONDS: &str = "dlock_wait_seconds";
+/// Histogram: seconds from an outermost acquisition's grant to its release.
 pub const HOLD_SECONDS: &str = "dlock_hold_seconds";
+/// Histogram: seconds the engine's release call took.
 pub const RELEASE_SECONDS: &str = "dlock_release_seconds";
+/// Gauge: holds open in this process.
 pub const HELD: &str = "dlock_held";
+/// Gauge: requests waiting in this process.
 pub const WAITING: &str = "dlock_waiting";
 
 /// The `event` label of `dlock_events_total`.
@@ -31,19 +37,26 @@ pub const WAITING: &str = "dlock_waiting";
 pub enum Event {
     /// An outermost acquisition started (reentries are not attempts).
     Attempt,
+    /// An outermost acquisition was granted.
     Acquired,
     /// A nested acquisition in a task that already held the lock.
     Reentered,
+    /// An outermost acquisition's wait ran out.
     TimedOut,
     /// The engine failed the acquisition.
     Failed,
+    /// A hold was let go at the engine (counted whatever the engine answered).
     Released,
+    /// The watchdog renewed a lease.
     Renewed,
+    /// A renewal failed or got no answer in time; the watchdog tries again.
     RenewalFailed,
+    /// A hold became known lost (counted once per hold).
     Lost,
 }
 
 impl Event {
+    /// Every event, in label order.
     pub const ALL: [Event; 9] = [
         Event::Attempt,
         Event::Acquired,
@@ -56,6 +69,7 @@ impl Event {
         Event::Lost,
     ];
 
+    /// The `event` label's value: `"attempt"`, `"timed_out"`, ...
     pub fn as_str(self) -> &'static str {
         match self {
             Event::Attempt => "attempt",
@@ -74,14 +88,18 @@ impl Event {
 /// The span histograms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Span {
+    /// [`WAIT_SECONDS`].
     Wait,
+    /// [`HOLD_SECONDS`].
     Hold,
+    /// [`RELEASE_SECONDS`].
     Release,
 }
 
 impl Span {
     const ALL: [Span; 3] = [Span::Wait, Span::Hold, Span::Release];
 
+    /// The histogram's name.
     pub fn name(self) -> &'static str {
         match self {
             Span::Wait => WAIT_SECONDS,
@@ -94,13 +112,16 @@ impl Span {
 /// The gauges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gauge {
+    /// [`HELD`].
     Held,
+    /// [`WAITING`].
     Waiting,
 }
 
 impl Gauge {
     const ALL: [Gauge; 2] = [Gauge::Held, Gauge::Waiting];
 
+    /// The gauge's name.
     pub fn name(self) -> &'static str {
         match self {
             Gauge::Held => HELD,
@@ -127,6 +148,8 @@ struct Handles {
 }
 
 impl Labels {
+    /// The series of `group` on the engine configured as `engine`; nothing
+    /// is registered until the first recording.
     pub fn new(group: Arc<str>, engine: Arc<str>) -> Self {
         Labels {
             group: group.into(),
@@ -155,14 +178,17 @@ impl Labels {
         })
     }
 
+    /// Counts one `event` of a `mode` request.
     pub fn event(&self, mode: Mode, event: Event) {
         self.handles(mode).events[event as usize].increment(1);
     }
 
+    /// Records that `span` took `took`.
     pub fn span(&self, span: Span, mode: Mode, took: Duration) {
         self.handles(mode).spans[span as usize].record(took.as_secs_f64());
     }
 
+    /// Moves `gauge` by `delta` (+1 when a hold or wait starts, -1 when it ends).
     pub fn gauge(&self, gauge: Gauge, mode: Mode, delta: f64) {
         self.handles(mode).gauges[gauge as usize].increment(delta);
     }

@@ -6,11 +6,14 @@ use std::str::FromStr;
 /// How a lock is held: `Write` excludes everyone else, `Read` shares with readers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
+    /// Shared: any number of readers hold together, no writer meanwhile.
     Read,
+    /// Exclusive: one holder, no readers.
     Write,
 }
 
 impl Mode {
+    /// `"read"` or `"write"`, as config, metrics and the attribute write it.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Read => "read",

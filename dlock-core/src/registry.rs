@@ -21,18 +21,26 @@ type Build = dyn Fn(&str, &EngineConfig) -> Built + Send + Sync;
 /// engines register here the same way an engine from another crate does:
 ///
 /// ```
-/// # use dlock_core::{Engine, Error, Kinds};
-/// # async fn connect<E>(url: &str) -> Result<E, Error> { unimplemented!() }
-/// # fn demo<MyEngine: Engine>(kinds: &mut Kinds) {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use dlock::engines::memory::MemoryEngine;
+/// use dlock::{Config, Registry};
+///
 /// #[derive(serde::Deserialize)]
 /// struct MySettings {
 ///     url: String,
 /// }
 ///
+/// let mut kinds = dlock::engines::kinds(); // the built-in kinds, and:
 /// // `[engines.<name>]` with `kind = "mine"` lands here, `url` parsed.
 /// kinds.register("mine", |_name: String, settings: MySettings| async move {
-///     connect::<MyEngine>(&settings.url).await
+///     assert_eq!(settings.url, "mine://10.0.0.5");
+///     Ok::<_, dlock::Error>(MemoryEngine::new()) // connect to settings.url here
 /// });
+/// let config = Config::parse("[engines.main]\nkind = \"mine\"\nurl = \"mine://10.0.0.5\"", [])?;
+/// let registry = Registry::build(&config, &kinds).await?;
+/// assert!(registry.engine("main").is_some());
+/// # Ok(())
 /// # }
 /// ```
 #[derive(Clone, Default)]
@@ -43,6 +51,7 @@ pub struct Kinds {
 }
 
 impl Kinds {
+    /// No kinds at all; `dlock::engines::kinds()` gives the built-in ones.
     pub fn new() -> Self {
         Self::default()
     }
@@ -96,7 +105,7 @@ impl Kinds {
             let kind = config.kind.as_str();
             let problem = match self.left_out.get(kind) {
                 Some(feature) => format!(
-                    "engine kind `{kind}` is not in this build: enable dlock's cargo feature `{feature}`"
+                    "engine kind `{kind}` is not in this build: enable the cargo feature `{feature}` of dlock-rs (`cargo add dlock-rs --features {feature}`)"
                 ),
                 None => format!("unknown engine kind `{kind}`"),
             };
@@ -159,13 +168,21 @@ impl Group {
 /// (`Registry::locks`).
 ///
 /// ```
-/// # use std::sync::Arc;
-/// # async fn demo(engine: Arc<dyn dlock_core::Engine>) -> Result<(), dlock_core::Error> {
-/// let registry = dlock_core::Registry::with_engine("main", engine, Default::default())?;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use dlock::engines::memory::MemoryEngine;
+///
+/// let engine = Arc::new(MemoryEngine::new());
+/// let registry = dlock::Registry::with_engine("main", engine, Default::default())?;
 /// let guard = registry.locks("order").get("42").lock().await?;
 /// guard.release().await
 /// # }
 /// ```
+///
+/// The `dlock` functions (`dlock::lock`, the attribute) use one global
+/// registry: `dlock::init` builds it from config, `dlock::install` takes
+/// one built by hand.
 pub struct Registry {
     engines: BTreeMap<String, Arc<dyn Engine>>,
     default_engine: String,

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use crate::LostReason;
 use crate::hold::Hold;
 use crate::metrics::Event;
+use crate::{LostReason, trace};
 
 /// Starts renewing `hold` a third of the way through each validity. The hold
 /// aborts it on release.
@@ -46,9 +46,13 @@ async fn run(hold: Arc<Hold>) {
             }
             Ok(Ok(false)) => return hold.mark_lost(LostReason::Rejected),
             // Keep trying, more often, until the validity runs out.
-            Ok(Err(_)) | Err(_) => {
+            failed => {
                 pause = lease / 9;
                 hold.group.labels.event(hold.req.mode, Event::RenewalFailed);
+                match failed {
+                    Ok(Err(e)) => trace::renewal_failed(&hold.span, &e),
+                    _ => trace::renewal_failed(&hold.span, &"no answer while the lease lasted"),
+                }
             }
         }
     }

@@ -1,0 +1,70 @@
+//! What dlock tells `tracing`, under the target `dlock` (`RUST_LOG=dlock=debug`):
+//!
+//! | span or event | level | fields |
+//! |---|---|---|
+//! | span `acquire`: one engine acquisition, to grant or failure | debug | `group`, `key`, `mode`, `engine`, then `wait_ms`, `outcome` |
+//! | span `hold`: grant to the hold's end (a sibling of `acquire`, which it follows from) | debug | `group`, `key`, `mode`, `engine`, `fence` |
+//! | event "lock wait ended without the lock" (in `acquire`) | debug | `error` |
+//! | event "lock renewal failed; retrying" (in `hold`) | warn | `error` |
+//! | event "lock lost" (in `hold`) | warn | `reason` |
+//!
+//! Reentries make no span: they never reach the engine. With no subscriber,
+//! or one that leaves `dlock` at info, each call site costs one check of
+//! the level filter and nothing else: fields are never evaluated.
+
+use std::time::Duration;
+
+use tracing::{Span, field};
+
+use crate::{LockKey, Mode};
+
+/// The span of one engine acquisition.
+pub(crate) fn acquisition(key: &LockKey, mode: Mode, engine: &str) -> Span {
+    tracing::debug_span!(
+        target: "dlock",
+        "acquire",
+        group = key.group(),
+        key = key.name(),
+        mode = mode.as_str(),
+        engine,
+        wait_ms = field::Empty,
+        outcome = field::Empty,
+    )
+}
+
+/// Records how the acquisition ended, and after how long.
+pub(crate) fn waited(span: &Span, took: Duration, outcome: &str) {
+    // A disabled span still looks each field up by name: skip it.
+    if !span.is_disabled() {
+        span.record("wait_ms", took.as_secs_f64() * 1e3);
+        span.record("outcome", outcome);
+    }
+}
+
+/// The span of a hold: a child of the caller's span, following from the
+/// acquisition that granted it.
+pub(crate) fn hold(key: &LockKey, mode: Mode, engine: &str, fence: u64, acquired: &Span) -> Span {
+    let span = tracing::debug_span!(
+        target: "dlock",
+        "hold",
+        group = key.group(),
+        key = key.name(),
+        mode = mode.as_str(),
+        engine,
+        fence,
+    );
+    span.follows_from(acquired);
+    span
+}
+
+pub(crate) fn not_acquired(span: &Span, error: &crate::Error) {
+    tracing::debug!(target: "dlock", parent: span, %error, "lock wait ended without the lock");
+}
+
+pub(crate) fn renewal_failed(span: &Span, error: &dyn std::fmt::Display) {
+    tracing::warn!(target: "dlock", parent: span, %error, "lock renewal failed; retrying");
+}
+
+pub(crate) fn lost(span: &Span, reason: crate::LostReason) {
+    tracing::warn!(target: "dlock", parent: span, %reason, "lock lost");
+}
