@@ -9,6 +9,7 @@ use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Ident, LitStr, Token};
 
+use crate::suggest::nearest;
 use crate::template::Template;
 
 /// Every option, in the order the docs list them.
@@ -175,33 +176,12 @@ fn duration(lit: &LitStr) -> syn::Result<Duration> {
 }
 
 fn unknown_option(option: &str) -> String {
-    let nearest = OPTIONS
-        .iter()
-        .min_by_key(|o| edit_distance(option, o))
-        .expect("options");
-    let hint = if edit_distance(option, nearest) <= 2 {
-        format!("did you mean `{nearest}`? ")
-    } else {
-        String::new()
+    let hint = match nearest(option, OPTIONS.iter().copied()) {
+        Some(nearest) => format!("did you mean `{nearest}`? "),
+        None => String::new(),
     };
     format!(
         "unknown option `{option}`; {hint}options are: {}",
         OPTIONS.join(", ")
     )
-}
-
-/// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }

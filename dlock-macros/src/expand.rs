@@ -7,9 +7,10 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::visit_mut::VisitMut;
-use syn::{Attribute, Expr, FnArg, ItemFn, Meta, Pat, ReturnType, Stmt, Type};
+use syn::{Attribute, Expr, FnArg, ItemFn, Meta, ReturnType, Stmt, Type};
 
 use crate::attr::{Args, Mode};
+use crate::suggest::nearest;
 use crate::template::{Part, Template};
 
 pub(crate) fn expand(first: Args, mut item: ItemFn) -> syn::Result<TokenStream> {
@@ -190,18 +191,24 @@ impl VisitMut for InferImplTrait {
     }
 }
 
+/// The names a key may start from: `self`, and every name the parameters
+/// bind, inside patterns too (`Path(id): Path<u64>` gives `id`).
 fn params(item: &ItemFn) -> Vec<String> {
-    item.sig
-        .inputs
-        .iter()
-        .filter_map(|input| match input {
-            FnArg::Receiver(_) => Some("self".to_owned()),
-            FnArg::Typed(typed) => match &*typed.pat {
-                Pat::Ident(p) => Some(p.ident.to_string()),
-                _ => None,
-            },
-        })
-        .collect()
+    struct Bound(Vec<String>);
+    impl<'a> syn::visit::Visit<'a> for Bound {
+        fn visit_pat_ident(&mut self, p: &'a syn::PatIdent) {
+            self.0.push(p.ident.to_string());
+            syn::visit::visit_pat_ident(self, p);
+        }
+    }
+    let mut bound = Bound(Vec::new());
+    for input in &item.sig.inputs {
+        match input {
+            FnArg::Receiver(_) => bound.0.push("self".to_owned()),
+            FnArg::Typed(typed) => syn::visit::Visit::visit_pat(&mut bound, &typed.pat),
+        }
+    }
+    bound.0
 }
 
 fn check_roots(template: &Template, params: &[String], fn_name: &str) -> syn::Result<()> {
@@ -214,9 +221,13 @@ fn check_roots(template: &Template, params: &[String], fn_name: &str) -> syn::Re
             } else {
                 format!("parameters of `{fn_name}`: {}", params.join(", "))
             };
+            let hint = match nearest(root, params.iter().map(String::as_str)) {
+                Some(param) => format!("did you mean `{param}`? "),
+                None => String::new(),
+            };
             return Err(syn::Error::new(
                 template.lit.span(),
-                format!("key names `<{root}>`, which is not a parameter; {known}"),
+                format!("key names `<{root}>`, which is not a parameter; {hint}{known}"),
             ));
         }
     }
@@ -250,8 +261,11 @@ fn render(key: Option<&Template>, fn_name: &str) -> TokenStream {
                         let index = syn::Index { index, span };
                         quote!(.#index)
                     }
+                    // Named from the macro, placed at the key: rustc then
+                    // reports a missing field there without suggesting an
+                    // edit of the key's text, which would break it.
                     Err(_) => {
-                        let field = syn::Ident::new(segment, span);
+                        let field = syn::Ident::new(segment, Span::mixed_site().located_at(span));
                         quote!(.#field)
                     }
                 });

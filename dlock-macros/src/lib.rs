@@ -1,38 +1,11 @@
-//! The `#[distributed_lock]` attribute. Use it through the `dlock` crate:
-//! `use dlock::distributed_lock;`.
-//!
-//! ```ignore
-//! #[dlock::distributed_lock(group = "order", key = "<order_id>", mode = "write")]
-//! async fn pay(order_id: u64, amount: Cents) -> Result<Receipt, AppError> {
-//!     let fence = dlock::fence().expect("inside a locked fn");
-//!     ledger.debit(order_id, amount, fence).await
-//! }
-//! ```
-//!
-//! # Options
-//!
-//! | option | value | default |
-//! |---|---|---|
-//! | `group` | the lock's group, a non-empty literal | required |
-//! | `key` | template: text with `<param>` / `<param.field.path>` parts, each `Display`-formatted (`"<tenant>:<order.id>"`, `"<self.id>"`, `"<pair.0>"`) | the function's name |
-//! | `mode` | `"write"` or `"read"` | `"write"` |
-//! | `wait` | how long to wait, e.g. `"5s"`, `"250ms"`; `"0s"` tries once | the group's configured wait |
-//! | `lease` | lease renewed every lease/3 by the watchdog, at least `"30ms"` | the group's configured lease |
-//! | `engine` | a configured engine's name, overriding the group's route | the group's engine |
-//! | `on_lost` | `"cancel"`: drop the body when the lock is known lost and return `Error::Lost`; `"ignore"`: let it finish | `"cancel"` for write, `"ignore"` for read |
-//!
-//! The function must be `async` (an `#[async_trait]` method is fine) and
-//! return `Result<T, E>` with `E: From<dlock::Error>`: acquisition errors
-//! (timeout, engine unreachable, lost) are returned through it. Methods
-//! (`&self`, `&mut self`, `self`), generic functions and `impl Trait`
-//! arguments work. Several attributes on one function take their locks in
-//! the order written. Nested annotated calls in one task reenter a held lock
-//! with no engine call. Inside the body, `dlock::fence()` is the current
-//! fencing token and `dlock::current()` the held lock.
+//! The `#[distributed_lock]` attribute of dlock. Use it through the `dlock`
+//! library (package `dlock-rs`): `use dlock::distributed_lock;`. Its
+//! expansion calls `::dlock::__private`, so the dependency keeps the name
+//! `dlock`. [`distributed_lock`] lists the options, with an example.
 //!
 //! # What one call expands to
 //!
-//! ```ignore
+//! ```text
 //! async fn pay(order_id: u64, amount: Cents) -> Result<Receipt, AppError> {
 //!     static SITE: ::dlock::__private::Site = Site::new("order", None, Mode::Write, None, None, true);
 //!     let name = ::dlock::__private::render(format_args!("{}", &order_id)); // the one allocation
@@ -46,14 +19,80 @@
 //! lost signal), then releases. The guard also releases when the body returns
 //! early through `?`, panics, or the caller drops the future.
 
+#![warn(missing_docs)]
+
 mod attr;
 mod expand;
+mod suggest;
 mod template;
 
 use proc_macro::TokenStream;
 use proc_macro2::Span;
 
-/// Wraps an async function in a distributed lock; see the [crate docs](crate).
+/// Wraps an `async fn` in a distributed lock, named from its arguments.
+///
+/// ```
+/// use dlock::distributed_lock;
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(dlock::Error),
+/// }
+///
+/// impl From<dlock::Error> for AppError {
+///     fn from(e: dlock::Error) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// struct Order {
+///     id: u64,
+/// }
+///
+/// #[distributed_lock(group = "order", key = "<tenant>:<order.id>", wait = "5s")]
+/// async fn pay(tenant: &str, order: &Order) -> Result<(), AppError> {
+///     // Held here; renewed by the watchdog; released on return, `?`, panic or cancellation.
+///     let held = dlock::current().expect("inside an annotated fn");
+///     assert_eq!(held.key().to_string(), "order/acme:42");
+///     assert_eq!(dlock::fence(), Some(held.fence())); // hand it to storage with each write
+///     let due = total(tenant, order).await?; // read under write: reenters, no engine call
+///     assert_eq!(due, 100);
+///     Ok(())
+/// }
+///
+/// #[distributed_lock(group = "order", key = "<tenant>:<order.id>", mode = "read")]
+/// async fn total(tenant: &str, order: &Order) -> Result<u64, AppError> {
+///     Ok(100)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), AppError> {
+/// pay("acme", &Order { id: 42 }).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Options
+///
+/// | option | value | default |
+/// |---|---|---|
+/// | `group` | the lock's group, a non-empty literal | required |
+/// | `key` | template: text with `<param>` / `<param.field.path>` parts, each `Display`-formatted (`"<tenant>:<order.id>"`, `"<self.id>"`, `"<pair.0>"`) | the function's name |
+/// | `mode` | `"write"` or `"read"` | `"write"` |
+/// | `wait` | how long to wait, e.g. `"5s"`, `"250ms"`; `"0s"` tries once | the group's configured wait |
+/// | `lease` | lease renewed every lease/3 by the watchdog, at least `"30ms"` | the group's configured lease |
+/// | `engine` | a configured engine's name, overriding the group's route | the group's engine |
+/// | `on_lost` | `"cancel"`: drop the body when the lock is known lost and return `Error::Lost`; `"ignore"`: let it finish | `"cancel"` for write, `"ignore"` for read |
+///
+/// The function must be `async` (an `#[async_trait]` method is fine) and
+/// return `Result<T, E>` with `E: From<dlock::Error>`: acquisition errors
+/// (timeout, engine unreachable, lost) are returned through it. Methods
+/// (`&self`, `&mut self`, `self`), generic functions and `impl Trait`
+/// arguments work. Several attributes on one function take their locks in
+/// the order written. Nested annotated calls in one task reenter a held lock
+/// with no engine call. Inside the body, `dlock::fence()` is the current
+/// fencing token and `dlock::current()` the held lock. Misuse is a compile
+/// error at the offending token, saying what to write instead.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let function = match syn::parse::<syn::ItemFn>(item.clone()) {
