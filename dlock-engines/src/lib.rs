@@ -1,10 +1,44 @@
 //! dlock's lock engines, one module per engine, each behind its cargo feature,
 //! and `conformance`, the behaviour suite every engine passes unchanged.
+//!
+//! | module | kinds (`kind` in config) | cargo feature |
+//! |---|---|---|
+//! | `memory` | `memory` | `memory` (default) |
+//! | `redis` | `redis`, `redis-cluster`, `redis-sentinel` | `redis` (`redis-tls` for `rediss://`) |
+//! | `redlock` | `redlock` | `redlock` |
+//! | `zookeeper` | `zookeeper` | `zookeeper` |
+//! | `etcd` | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc` to build) |
+//! | `postgres` | `postgres` | `postgres` |
+//! | `mysql` | `mysql` | `mysql` |
+//! | `memcached` | `memcached` | `memcached` |
+//! | `conformance` | (the shared test suites and fixtures) | `conformance` |
+//!
+//! Applications use this crate through the `dlock` library (package
+//! `dlock-rs`), whose features of the same names turn these on, as
+//! `dlock::engines`. Engines are usually built from config by
+//! `dlock::init`; each engine type can also be connected by hand:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock::Error> {
+//! use std::sync::Arc;
+//! use dlock::engines::memory::MemoryEngine;
+//!
+//! dlock::install(dlock::Registry::with_engine("main", Arc::new(MemoryEngine::new()), Default::default())?)?;
+//! let guard = dlock::lock("order", "42").lock().await?;
+//! guard.release().await
+//! # }
+//! ```
+
+#![warn(missing_docs)]
 
 use dlock_core::Kinds;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod defaults;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "memcached")]
 pub mod memcached;
 #[cfg(feature = "memory")]
@@ -26,6 +60,8 @@ pub mod zookeeper;
 pub fn kinds() -> Kinds {
     #[allow(unused_mut)]
     let mut kinds = Kinds::new();
+    #[cfg(feature = "etcd")]
+    etcd::register(&mut kinds);
     #[cfg(feature = "memcached")]
     memcached::register(&mut kinds);
     #[cfg(feature = "memory")]
@@ -40,6 +76,8 @@ pub fn kinds() -> Kinds {
     redlock::register(&mut kinds);
     #[cfg(feature = "zookeeper")]
     zookeeper::register(&mut kinds);
+    #[cfg(not(feature = "etcd"))]
+    kinds.left_out(&["etcd"], "etcd");
     #[cfg(not(feature = "memcached"))]
     kinds.left_out(&["memcached"], "memcached");
     #[cfg(not(feature = "mysql"))]

@@ -46,6 +46,7 @@ macro_rules! fault_suite {
 /// A fresh fixture of `F`, a directory for its files, and config files
 /// pointing workers at it.
 pub struct Setup<F> {
+    /// The engine's servers, for the scenario to kill, pause or restart.
     pub fixture: F,
     dir: PathBuf,
     figures: PathBuf,
@@ -70,6 +71,8 @@ impl<F: Fixture> Setup<F> {
         self.config_queued(wait, "engine")
     }
 
+    /// Config with a 1 s lease, this wait and this `queue` (`"engine"` or
+    /// `"local"`), written once.
     pub fn config_queued(&self, wait: &str, queue: &str) -> PathBuf {
         let path = self.dir.join(format!("dlock-{wait}-{queue}.toml"));
         if path.exists() {
@@ -83,6 +86,8 @@ impl<F: Fixture> Setup<F> {
         path
     }
 
+    /// A fresh [`FencedRegister`] named `name` in the scenario's directory,
+    /// and its path for workers.
     pub fn register(&self, name: &str) -> (PathBuf, FencedRegister) {
         let path = self.dir.join(name);
         let register = FencedRegister::create(&path);
@@ -113,6 +118,8 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// Starts a worker with `config` and `register`, and more arguments
+    /// (`--tasks 4`, `--hold-ms 100`, ...).
     pub fn start(config: &Path, register: &Path, args: &[&str]) -> Self {
         Self::launch(Command::new(example("fault_worker")), config, register, args)
     }
@@ -153,6 +160,7 @@ impl Worker {
         Worker { child, lines }
     }
 
+    /// The worker's process id, as `kill` takes it.
     pub fn pid(&self) -> String {
         self.child.id().to_string()
     }
@@ -190,6 +198,7 @@ impl Worker {
         Summary::parse(&summary)
     }
 
+    /// Sends `signal` (`"-STOP"`, `"-CONT"`, `"-KILL"`) to the worker.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([signal, &self.pid()])
@@ -206,12 +215,18 @@ impl Drop for Worker {
     }
 }
 
+/// A worker's closing counts, one per critical section it tried.
 #[derive(Debug, Default)]
 pub struct Summary {
+    /// Wrote the register one higher.
     pub bought: u64,
+    /// Found the register at the limit and wrote nothing.
     pub sold_out: u64,
+    /// The register refused its token as stale.
     pub refused: u64,
+    /// Ended with `Error::Lost`.
     pub lost: u64,
+    /// Ended with any other error.
     pub failed: u64,
 }
 

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use dlock_core::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
 
+/// The fault wrapper: an [`Engine`] that passes every call to `inner`
+/// unless told to fail it; see the module docs.
 pub struct Faults {
     inner: Arc<dyn Engine>,
     calls: AtomicU64,
@@ -19,6 +21,7 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// Wraps `inner`, with no fault on.
     pub fn new(inner: Arc<dyn Engine>) -> Self {
         Faults {
             inner,

@@ -2,8 +2,10 @@
 //!
 //! An engine's test file names its [`Fixture`] and gets one test per case:
 //!
-//! ```ignore
-//! dlock::engines::conformance_suite!(fixture = dlock::engines::redis::fixture::Redis);
+//! ```
+//! // tests/conformance_memory.rs: one #[test] per case.
+//! dlock::engines::conformance_suite!(fixture = dlock::engines::memory::fixture::Memory);
+//! # fn main() {}
 //! ```
 //!
 //! (or a factory, `conformance_suite!(engine)`, an async fn returning
@@ -16,6 +18,8 @@
 //! and the reason printed (`conformance: SKIPPED ...`).
 
 pub mod cases;
+pub mod certificates;
+mod counter;
 pub mod fault_suite;
 mod faults;
 mod fixture;
@@ -29,6 +33,7 @@ use std::time::Duration;
 use dlock_core::config::{Polling, Queue};
 use dlock_core::{Capabilities, Engine, Error, Expiry, Fairness, Fencing, Lock, Registry, Settings, Wait};
 
+pub use counter::GuardedCounter;
 pub use faults::Faults;
 pub use fixture::{Breakable, Fixture, engine};
 
@@ -41,6 +46,24 @@ pub fn timed_writer(lock: Lock) -> tokio::task::JoinHandle<std::time::Instant> {
         guard.release().await.expect("release");
         at
     })
+}
+
+/// After a failover: `held` still excludes `peer` (the same lock, through
+/// another engine), and `peer` gets the lock once `held` is released.
+pub async fn assert_still_held(held: dlock_core::Guard, peer: &Lock) {
+    assert!(!held.is_lost(), "the hold did not survive the failover");
+    assert!(
+        peer.try_lock().await.expect("try").is_none(),
+        "the hold stopped excluding"
+    );
+    held.release().await.expect("release");
+    peer.try_lock()
+        .await
+        .expect("try")
+        .expect("free after release")
+        .release()
+        .await
+        .expect("release");
 }
 
 /// Timing used by every case: short enough to keep the suite quick, long
@@ -67,10 +90,12 @@ pub struct Harness {
     pub registry: Registry,
     /// A second client on the same engine, as another process would be.
     pub peer: Registry,
+    /// This case's own random group: cases can share one server.
     pub group: String,
 }
 
 impl Harness {
+    /// A harness on `engine`, with [`SETTINGS`].
     pub fn new(engine: Arc<dyn Engine>) -> Self {
         let faults = Arc::new(Faults::new(engine.clone()));
         Harness {
@@ -94,6 +119,7 @@ impl Harness {
         self.peer.locks(&self.group).get(name)
     }
 
+    /// What the engine under test declares.
     pub fn capabilities(&self) -> Capabilities {
         self.engine.capabilities()
     }

@@ -4,12 +4,17 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock_core::{Error, Guard, Lock, LostReason};
 
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// The proxy; see the module docs.
 pub struct CutProxy {
+    /// Where clients connect instead of the server.
     pub address: SocketAddr,
     cut: watch::Sender<bool>,
 }
@@ -40,6 +45,7 @@ impl CutProxy {
         self.cut.send_replace(true);
     }
 
+    /// Lets new connections through again (cut ones stay cut).
     pub fn heal(&self) {
         self.cut.send_replace(false);
     }
@@ -53,4 +59,37 @@ async fn forward(mut client: TcpStream, target: SocketAddr, mut cuts: watch::Rec
         _ = copy_bidirectional(&mut client, &mut server) => {}
         _ = cuts.wait_for(|cut| *cut) => {}
     }
+}
+
+/// Holding `guard` through `proxy`, with another client queued on `next`
+/// (the same lock), cuts the proxy. Returns how long after the cut the
+/// holder heard of its loss and the next one got in; panics unless the
+/// loss came from the engine, before the next got in, and the fence rose.
+/// Heals the proxy and lets both go.
+pub async fn cut_holder_then_next(proxy: &CutProxy, guard: Guard, next: Lock) -> (Duration, Duration) {
+    let lost = guard.lost();
+    let next = tokio::spawn(async move { next.lock().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cut_at = Instant::now();
+    proxy.cut();
+    let reason = tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .expect("lost never fired");
+    assert_eq!(reason, LostReason::Engine);
+    let lost_after = cut_at.elapsed();
+    let next = tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the waiter never got the lock")
+        .expect("task")
+        .expect("lock");
+    let admitted_after = cut_at.elapsed();
+    assert!(
+        lost_after < admitted_after,
+        "the holder heard of its loss {lost_after:?} after the cut, after the next got in ({admitted_after:?})"
+    );
+    assert!(next.fence() > guard.fence(), "the fence went back");
+    proxy.heal();
+    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
+    next.release().await.expect("release");
+    (lost_after, admitted_after)
 }

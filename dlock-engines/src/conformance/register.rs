@@ -8,21 +8,55 @@
 //! Every operation, and every critical section's entry and exit, is
 //! appended to a journal under the same file lock, from which [`Report`]
 //! counts overlapping critical sections and stale operations refused.
+//!
+//! Each process opens the two files once and keeps them; the state is
+//! rewritten in place at a fixed width, never truncated (on ext4 a file
+//! truncated and rewritten is flushed to disk when closed, a block write
+//! per operation that made the fault suite's flash sale disk-bound).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The register's state file and its journal; see the module docs.
 pub struct FencedRegister {
     state: PathBuf,
     journal: PathBuf,
+    /// Opened on first use. The mutex orders this process's tasks, the
+    /// file lock on `state` the processes.
+    files: Mutex<Option<Files>>,
+}
+
+struct Files {
+    state: File,
+    journal: File,
+}
+
+/// The register's files, locked against every other task and process.
+struct Locked<'a>(MutexGuard<'a, Option<Files>>);
+
+impl Locked<'_> {
+    fn files(&mut self) -> &mut Files {
+        self.0.as_mut().expect("opened when locked")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(files) = self.0.as_ref() {
+            let _ = files.state.unlock();
+        }
+    }
 }
 
 /// The register refused a token below the greatest it has seen.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Stale {
+    /// The token shown.
     pub fence: u64,
+    /// The greatest token the register had seen.
     pub newest: u64,
 }
 
@@ -30,22 +64,27 @@ impl FencedRegister {
     /// A register at `path` holding 0 (and `path.journal` beside it).
     pub fn create(path: &Path) -> Self {
         let register = Self::open(path);
-        std::fs::write(&register.state, "0 0\n").expect("create register");
+        std::fs::write(&register.state, record(0, 0)).expect("create register");
         std::fs::write(&register.journal, "").expect("create journal");
         register
     }
 
+    /// The register at `path`, as another process created it.
     pub fn open(path: &Path) -> Self {
         FencedRegister {
             state: path.to_owned(),
             journal: path.with_extension("journal"),
+            files: Mutex::new(None),
         }
     }
 
+    /// The value, if `fence` is not below the greatest token seen; a read
+    /// raises that greatest token too.
     pub fn read(&self, fence: u64) -> Result<u64, Stale> {
         self.apply(fence, "read", |value| value)
     }
 
+    /// Stores `value`, if `fence` is not below the greatest token seen.
     pub fn write(&self, fence: u64, value: u64) -> Result<(), Stale> {
         self.apply(fence, "write", |_| value).map(drop)
     }
@@ -53,45 +92,59 @@ impl FencedRegister {
     /// Notes that the holder of `fence` entered (`"enter"`) or left (`"exit"`)
     /// its critical section.
     pub fn mark(&self, fence: u64, what: &str) {
-        let _lock = self.lock();
-        self.journal(fence, what);
+        Self::journal(self.lock().files(), fence, what);
     }
 
     /// The value, without a token (for the suite, after the workers).
     pub fn value(&self) -> u64 {
-        Self::load(&mut self.lock()).1
+        Self::load(self.lock().files()).1
     }
 
     fn apply(&self, fence: u64, op: &str, f: impl FnOnce(u64) -> u64) -> Result<u64, Stale> {
-        let mut file = self.lock();
-        let (newest, value) = Self::load(&mut file);
+        let mut locked = self.lock();
+        let files = locked.files();
+        let (newest, value) = Self::load(files);
         if fence < newest {
-            self.journal(fence, &format!("{op}-refused"));
+            Self::journal(files, fence, &format!("{op}-refused"));
             return Err(Stale { fence, newest });
         }
         let next = f(value);
-        file.set_len(0).expect("truncate");
-        file.rewind().expect("rewind");
-        writeln!(file, "{fence} {next}").expect("write register");
-        self.journal(fence, op);
+        files
+            .state
+            .rewind()
+            .and_then(|()| files.state.write_all(record(fence, next).as_bytes()))
+            .expect("write register");
+        Self::journal(files, fence, op);
         Ok(value)
     }
 
-    fn lock(&self) -> File {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.state)
-            .expect("open register");
-        file.lock().expect("lock register");
-        file
+    fn lock(&self) -> Locked<'_> {
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if files.is_none() {
+            let open = |path: &Path, options: &mut OpenOptions| options.open(path).expect("open register");
+            *files = Some(Files {
+                state: open(&self.state, OpenOptions::new().read(true).write(true)),
+                journal: open(&self.journal, OpenOptions::new().append(true)),
+            });
+        }
+        let locked = Locked(files);
+        locked
+            .0
+            .as_ref()
+            .expect("opened")
+            .state
+            .lock()
+            .expect("lock register");
+        locked
     }
 
     /// Reads the register through the handle that holds its lock.
-    fn load(file: &mut File) -> (u64, u64) {
+    fn load(files: &mut Files) -> (u64, u64) {
         let mut text = String::new();
-        file.rewind()
-            .and_then(|()| file.read_to_string(&mut text))
+        files
+            .state
+            .rewind()
+            .and_then(|()| files.state.read_to_string(&mut text))
             .expect("read register");
         let mut parts = text
             .split_whitespace()
@@ -99,16 +152,14 @@ impl FencedRegister {
         (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
     }
 
-    fn journal(&self, fence: u64, what: &str) {
+    fn journal(files: &mut Files, fence: u64, what: &str) {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("clock")
             .as_nanos();
-        let mut journal = OpenOptions::new()
-            .append(true)
-            .open(&self.journal)
-            .expect("open journal");
-        writeln!(journal, "{nanos} {} {fence} {what}", std::process::id()).expect("journal");
+        // One write per line: appends from several processes stay whole.
+        let line = format!("{nanos} {} {fence} {what}\n", std::process::id());
+        files.journal.write_all(line.as_bytes()).expect("journal");
     }
 
     /// What the journal shows.
@@ -137,15 +188,23 @@ impl FencedRegister {
                 open.3 = what == "exit";
             }
         }
+        // By entry: a section can only overlap those entered before it ends.
+        sections.sort_by_key(|s| s.1);
         for (i, a) in sections.iter().enumerate() {
-            for b in &sections[i + 1..] {
-                if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
+            for b in sections[i + 1..].iter().take_while(|b| b.1 < a.2) {
+                if a.0 != b.0 && a.1 < b.2 {
                     report.overlaps += 1;
                 }
             }
         }
         report
     }
+}
+
+/// The state file's content: always the same length, so that a rewrite in
+/// place leaves nothing of the last one behind.
+fn record(fence: u64, value: u64) -> String {
+    format!("{fence:020} {value:020}\n")
 }
 
 /// What the fault suite measures at the register.

@@ -6,7 +6,9 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A server process on a loopback port, killed when dropped.
 pub struct TestServer {
+    /// The port it listens on.
     pub port: u16,
     program: String,
     args: Vec<String>,

@@ -6,7 +6,9 @@ use std::time::Duration;
 use crate::conformance::server::TestServer;
 use crate::conformance::{Breakable, Fixture};
 
+/// One memcached.
 pub struct Memcached {
+    /// The server process.
     pub server: TestServer,
 }
 

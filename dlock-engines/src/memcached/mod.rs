@@ -46,6 +46,7 @@ use std::time::Duration;
 
 use dlock_core::{
     Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LockKey, Poll, Request, async_trait,
+    percent_escape,
 };
 use serde::Deserialize;
 
@@ -60,16 +61,13 @@ pub struct MemcachedConfig {
     /// Connections kept open; requests on one connection wait for each other.
     #[serde(default = "default_connections")]
     pub connections: usize,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long opening one connection may take.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
 }
 
 fn default_connections() -> usize {
     4
-}
-
-fn default_connect_timeout() -> Duration {
-    Duration::from_secs(5)
 }
 
 /// Registers `kind = "memcached"`.
@@ -83,6 +81,26 @@ const FENCE_KEY: &str = "dlock:fence";
 const MAX_KEY: usize = 250;
 
 /// The memcached engine. See the [module docs](self).
+///
+/// Built from config (`kind` in `[engines.<name>]`), or by hand:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
+///
+/// let config = MemcachedConfig {
+///     address: "127.0.0.1:11211".to_owned(),
+///     connections: 4,
+///     connect_timeout: Duration::from_secs(5),
+/// };
+/// let engine = MemcachedEngine::connect("main", &config).await?;
+/// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct MemcachedEngine {
     pool: Pool,
     address: String,
@@ -227,13 +245,7 @@ fn item_key(key: &LockKey) -> String {
 }
 
 fn escape_into(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            ':' => out.push_str("%3A"),
-            c => out.push(c),
-        }
-    }
+    percent_escape(text, |c| c == ':', out);
 }
 
 /// The owner and the full name, so a hashed key's item still says whose it is.

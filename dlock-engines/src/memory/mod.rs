@@ -15,6 +15,22 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
 /// The in-process engine. See the [module docs](self).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use dlock::engines::memory::MemoryEngine;
+///
+/// let engine = Arc::new(MemoryEngine::new());
+/// let registry = dlock::Registry::with_engine("main", engine.clone(), Default::default())?;
+/// let guard = registry.locks("order").get("42").lock().await?;
+/// assert_eq!(engine.active_locks(), 1);
+/// guard.release().await?;
+/// assert_eq!(engine.active_locks(), 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Default)]
 pub struct MemoryEngine {
     state: Mutex<Locks>,
@@ -107,6 +123,7 @@ impl Queue {
 }
 
 impl MemoryEngine {
+    /// An engine with no locks; every lock lives as long as the engine.
     pub fn new() -> Self {
         Self::default()
     }
@@ -204,7 +221,12 @@ impl LockState {
         }
         for (i, waiter) in self.queue.by_ticket.values().enumerate() {
             match waiter.mode {
-                Mode::Write if i == 0 && self.readers.is_empty() => waiter.wake.notify_one(),
+                // The head writer, and no one behind it: a reader woken now
+                // could not proceed, and each of its polls would wake it again.
+                Mode::Write if i == 0 && self.readers.is_empty() => {
+                    waiter.wake.notify_one();
+                    break;
+                }
                 Mode::Write => break,
                 Mode::Read => waiter.wake.notify_one(),
             }
@@ -302,4 +324,58 @@ pub fn register(kinds: &mut dlock_core::Kinds) {
     #[serde(deny_unknown_fields)]
     struct NoSettings {}
     kinds.register("memory", |_, _: NoSettings| async { Ok(MemoryEngine::new()) });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::{Context, Waker};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn request(mode: Mode) -> Request {
+        let key = LockKey::new("memory-test", "wake").expect("key");
+        Request::new(key, mode, Duration::from_secs(30))
+    }
+
+    async fn waiting(engine: &MemoryEngine, req: &Request) -> Wake {
+        match engine.poll(req).await.expect("memory engine") {
+            Poll::Waiting(wake) => wake,
+            Poll::Held(_) => panic!("{:?} was granted", req.mode),
+        }
+    }
+
+    fn woken(wake: &mut Wake) -> bool {
+        wake.as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+    }
+
+    /// The lock is free and a writer heads the queue with a reader behind
+    /// it: only the writer is woken. Woken too, the reader polled, was told
+    /// to wait, and was woken again at once by its own poll: a loop that
+    /// never yields, which froze a server's workers under load.
+    #[tokio::test]
+    async fn a_reader_behind_the_head_writer_is_not_woken_with_it() {
+        let engine = MemoryEngine::new();
+        let (holder, writer, reader) = (request(Mode::Write), request(Mode::Write), request(Mode::Read));
+        assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+        let mut writer_wake = waiting(&engine, &writer).await;
+        let mut reader_wake = waiting(&engine, &reader).await;
+        assert!(engine.release(&holder).await.expect("release"));
+
+        assert!(woken(&mut writer_wake), "the head writer is woken");
+        assert!(!woken(&mut reader_wake), "the reader behind it is not");
+        drop(reader_wake); // as the core does: each poll brings a new wake-up
+        let mut polled_again = waiting(&engine, &reader).await;
+        assert!(!woken(&mut polled_again), "nor by its own poll");
+
+        assert!(matches!(engine.poll(&writer).await, Ok(Poll::Held(_))));
+        assert!(engine.release(&writer).await.expect("release"));
+        assert!(
+            woken(&mut polled_again),
+            "the reader is woken once the writer is done"
+        );
+        assert!(matches!(engine.poll(&reader).await, Ok(Poll::Held(_))));
+    }
 }

@@ -12,12 +12,16 @@ use crate::conformance::server::{
 };
 use crate::conformance::{Breakable, Fixture};
 
-/// The user and database the tests connect with (over TCP, with a password).
+/// The user the tests connect with (over TCP, with a password).
 pub const USER: &str = "dlock";
+/// [`USER`]'s password.
 pub const PASSWORD: &str = "dlock-test";
+/// The database the tests use.
 pub const DATABASE: &str = "dlock";
 
+/// The mysql engine's fixture, on one MariaDB server.
 pub struct Mysql {
+    /// The server.
     pub server: MariaDb,
 }
 
@@ -52,6 +56,7 @@ impl Breakable for Mysql {
 
 /// One MariaDB server of the tests.
 pub struct MariaDb {
+    /// The TCP port it listens on.
     pub port: u16,
     dir: PathBuf,
     child: Child,

@@ -10,12 +10,15 @@ use std::time::Duration;
 use crate::conformance::server::{self, free_port, server_dir, spawn_watched, wait_until};
 use crate::conformance::{Breakable, Fixture};
 
-/// The superuser the fixture's cluster is made with, and its password
-/// (connections over TCP must give it).
+/// The superuser the fixture's cluster is made with; connections over TCP
+/// must give [`PASSWORD`].
 pub const USER: &str = "dlock";
+/// [`USER`]'s password.
 pub const PASSWORD: &str = "dlock-test";
 
+/// The postgres engine's fixture, on one PostgreSQL server.
 pub struct Postgres {
+    /// The server.
     pub server: PgServer,
 }
 
@@ -54,6 +57,7 @@ impl Breakable for Postgres {
 
 /// One PostgreSQL server of the tests.
 pub struct PgServer {
+    /// The TCP port it listens on.
     pub port: u16,
     dir: PathBuf,
     child: Child,

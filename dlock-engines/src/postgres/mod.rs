@@ -91,7 +91,8 @@ pub struct PostgresConfig {
     /// Where the fence sequence `dlock_fence` lives.
     #[serde(default = "default_schema")]
     pub schema: String,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long opening one connection may take.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
 }
 
@@ -103,10 +104,6 @@ fn default_schema() -> String {
     "public".to_owned()
 }
 
-fn default_connect_timeout() -> Duration {
-    Duration::from_secs(5)
-}
-
 /// Registers `kind = "postgres"`.
 pub fn register(kinds: &mut Kinds) {
     kinds.register("postgres", |name, config: PostgresConfig| async move {
@@ -115,6 +112,27 @@ pub fn register(kinds: &mut Kinds) {
 }
 
 /// The postgres engine. See the [module docs](self).
+///
+/// Built from config (`kind` in `[engines.<name>]`), or by hand:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
+///
+/// let config = PostgresConfig {
+///     url: "postgres://app:secret@127.0.0.1:5432/app".to_owned(),
+///     max_connections: 10,
+///     schema: "public".to_owned(),
+///     connect_timeout: Duration::from_secs(5),
+/// };
+/// let engine = PostgresEngine::connect("main", &config).await?;
+/// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct PostgresEngine {
     pool: Arc<Pool>,
     address: String,

@@ -10,6 +10,7 @@ use crate::conformance::{Breakable, Fixture};
 
 /// One throwaway redis-server.
 pub struct Redis {
+    /// The server process.
     pub server: TestServer,
 }
 
@@ -47,8 +48,11 @@ impl Breakable for Redis {
 /// A primary with one replica, watched by 3 sentinels (quorum 2, a primary
 /// is down after 1 s of silence).
 pub struct RedisSentinel {
+    /// The primary at the start (a failover may demote it).
     pub primary: TestServer,
+    /// Its replica, which a failover promotes.
     pub replica: TestServer,
+    /// The 3 sentinels.
     pub sentinels: Vec<TestServer>,
     /// The password of the data nodes and the sentinels, if set.
     pub password: Option<String>,
@@ -220,6 +224,7 @@ fn auth_args(password: Option<&str>) -> Vec<String> {
 
 /// A Redis Cluster of 3 masters.
 pub struct RedisCluster {
+    /// The 3 masters.
     pub nodes: Vec<TestServer>,
 }
 
@@ -350,4 +355,13 @@ pub fn redis_cli(args: &[&str]) -> String {
         .output()
         .expect("redis-cli (package redis-tools)");
     String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// Field `name` of an `INFO` answer, parsed (`used_memory`, `used_cpu_sys`,
+/// `total_commands_processed`, ...).
+pub fn info_field<T: std::str::FromStr>(info: &str, name: &str) -> T {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO has no number {name}"))
 }

@@ -1,7 +1,7 @@
 //! Where one lock's state lives: every key shares one hash tag, so a lock's
 //! keys sit in one Redis Cluster slot and one Lua script can change them all.
 
-use dlock_core::LockKey;
+use dlock_core::{LockKey, percent_escape};
 
 /// `{dlock:<group>:<name>}` with `%`, `:`, `{` and `}` percent-escaped: a
 /// brace in a user's name cannot end the tag early, and ("g:a", "b") cannot
@@ -17,15 +17,7 @@ pub(crate) fn prefix(key: &LockKey) -> String {
 }
 
 fn escape_into(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            ':' => out.push_str("%3A"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            c => out.push(c),
-        }
-    }
+    percent_escape(text, |c| matches!(c, ':' | '{' | '}'), out);
 }
 
 #[cfg(test)]

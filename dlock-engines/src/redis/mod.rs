@@ -5,13 +5,14 @@
 //! reader's own deadline on the server's clock, so a dead reader expires
 //! while others renew — ylock's single-TTL set kept it alive), pending
 //! readers (the run admitted together), one liveness key per waiter (a dead
-//! queue head is kicked), the last fencing token, and the gate: the writer,
-//! which also exists whenever any of the others does. So an idle lock is
-//! taken with `SET NX`, and a holder nobody waits for lets go with
-//! `GET` + `DEL`, as the plainest lock would; a holder that dies with
-//! waiters queued leaves the gate behind, and nobody jumps the queue
-//! (`scripts/common.lua` has the gate's forms). Every state change is one
-//! Lua script, called by SHA and reloaded after `NOSCRIPT`.
+//! queue head is kicked), and the gate: the lock's one record, holding the
+//! writer with its deadline and the last fencing token, which exists
+//! whenever any of the others does. So an idle lock is taken, and a holder
+//! nobody waits for lets go, with one `GET` and one `SET` in a script, and
+//! a held lock nobody waits for is one key, as in the plainest lock; a
+//! holder that dies with waiters queued leaves the gate behind, and nobody
+//! jumps the queue (`scripts/common.lua` has the gate's forms). Every state
+//! change is one Lua script, called by SHA and reloaded after `NOSCRIPT`.
 //!
 //! **Wake-up and handoff.** A release that frees the lock hands it straight
 //! to a live writer at the head of the queue and publishes `<owner>:<fence>`;
@@ -23,10 +24,11 @@
 //! safety net.
 //!
 //! **Fencing without leaks.** A token is the server clock in microseconds,
-//! bumped past the last token while that is kept (`fence_retention`, default
-//! one minute). Once every lease and the retention
-//! have run out, the lock leaves no key behind. Assumption: the Redis
-//! server's clock never steps back by more than `fence_retention`.
+//! bumped past the last token while the gate keeps that: `fence_retention`
+//! (default one minute) after its grant, whether its holder lets go or dies
+//! holding. Once every lease and the retention have run out, the lock
+//! leaves no key behind. Assumption: the Redis server's clock never steps
+//! back by more than `fence_retention`.
 //!
 //! Config:
 //!
@@ -37,7 +39,7 @@
 //! # url = "rediss://host:6380"      # TLS, with feature `redis-tls`
 //! # tls_ca_file = "/etc/ssl/redis-ca.pem"
 //! connect_timeout = "5s"
-//! fence_retention = "1m"
+//! fence_retention = "1m"          # the same in every process sharing these locks
 //! waiter_ttl = "3s"                # a queued waiter silent this long is dropped
 //! ```
 
@@ -68,8 +70,13 @@ pub struct RedisConfig {
     /// with a private CA; without it the system's trust store is used.
     #[serde(default)]
     pub tls_ca_file: Option<std::path::PathBuf>,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long connecting may take; also each command's connection and
+    /// response timeout in the client.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// How long the last fencing token is kept after a grant: the next
+    /// token is past it even if the server's clock stepped back by less;
+    /// see the [module docs](self).
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
     /// How long a queued waiter stays in line without polling before the
@@ -79,6 +86,8 @@ pub struct RedisConfig {
     /// Replicas that must have a grant before it is handed out (`WAIT`).
     #[serde(default)]
     pub replicas_ack: u32,
+    /// How long a grant waits for `replicas_ack` replicas; too few in time,
+    /// and it is undone and tried again within the wait.
     #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
     pub replicas_ack_timeout: Duration,
 }
@@ -89,7 +98,7 @@ impl RedisConfig {
         RedisConfig {
             url: url.into(),
             tls_ca_file: None,
-            connect_timeout: default_connect_timeout(),
+            connect_timeout: crate::defaults::connect_timeout(),
             fence_retention: default_fence_retention(),
             waiter_ttl: default_waiter_ttl(),
             replicas_ack: 0,
@@ -103,17 +112,21 @@ impl RedisConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisClusterConfig {
+    /// `redis://host:port` of one or more cluster nodes.
     pub nodes: Vec<String>,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long connecting may take; also each command's connection and
+    /// response timeout in the client.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// How long the last fencing token is kept after a grant: the next
+    /// token is past it even if the server's clock stepped back by less;
+    /// see the [module docs](self).
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
+    /// How long a queued waiter stays in line without polling before the
+    /// others drop it as dead.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
-}
-
-fn default_connect_timeout() -> Duration {
-    Duration::from_secs(5)
 }
 
 fn default_fence_retention() -> Duration {
@@ -134,20 +147,30 @@ pub struct RedisSentinelConfig {
     pub sentinels: Vec<String>,
     /// The name the sentinels monitor the primary under.
     pub master_name: String,
-    /// ACL user and password of the data nodes.
+    /// ACL user of the data nodes.
     #[serde(default)]
     pub username: Option<String>,
+    /// Password of the data nodes (with `username`, or alone for `AUTH`).
     #[serde(default)]
     pub password: Option<String>,
     /// Replicas that must have a grant before it is handed out (`WAIT`).
     #[serde(default)]
     pub replicas_ack: u32,
+    /// How long a grant waits for `replicas_ack` replicas; too few in time,
+    /// and it is undone and tried again within the wait.
     #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
     pub replicas_ack_timeout: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long connecting may take; also each command's connection and
+    /// response timeout in the client.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// How long the last fencing token is kept after a grant: the next
+    /// token is past it even if the server's clock stepped back by less;
+    /// see the [module docs](self).
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
+    /// How long a queued waiter stays in line without polling before the
+    /// others drop it as dead.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
 }
@@ -186,7 +209,22 @@ struct Scripts {
     downgrade: Script,
 }
 
-/// The Redis engine, on one server or a cluster. See the [module docs](self).
+/// The Redis engine, on one server, a cluster or behind Sentinel. See the
+/// [module docs](self).
+///
+/// Built from config (`kind` in `[engines.<name>]`), or by hand:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use dlock::engines::redis::{RedisConfig, RedisEngine};
+///
+/// let engine = RedisEngine::connect("main", &RedisConfig::new("redis://127.0.0.1:6379")).await?;
+/// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct RedisEngine {
     kind: &'static str,
     connection: Connection,
@@ -380,7 +418,7 @@ impl RedisEngine {
             dlock_core::Mode::Write => "w",
             dlock_core::Mode::Read => "r",
         };
-        let (granted, value): (u8, u64) = self
+        let fence: u64 = self
             .scripts
             .acquire
             .key(&prefix)
@@ -395,9 +433,9 @@ impl RedisEngine {
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(EngineError::failed)?;
-        if granted == 1 {
+        if fence > 0 {
             if self.replicated().await? {
-                return Ok(Poll::Held(value));
+                return Ok(Poll::Held(fence));
             }
             // Too few replicas have it: a failover now could forget it.
             // Undo, and try again within the wait.

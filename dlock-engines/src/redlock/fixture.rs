@@ -7,7 +7,9 @@ use crate::conformance::server::TestServer;
 use crate::conformance::{Breakable, Fixture};
 use crate::redis::fixture::redis_args;
 
+/// Independent redis-servers, 5 unless made [`with_masters`](Self::with_masters).
 pub struct RedLock {
+    /// The masters, in the order of the config's `masters` list.
     pub masters: Vec<TestServer>,
 }
 

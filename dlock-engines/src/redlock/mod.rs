@@ -78,8 +78,11 @@ pub struct RedLockConfig {
     /// How long one master may take to answer before it counts as a no.
     #[serde(default = "default_master_timeout", with = "humantime_serde")]
     pub master_timeout: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long connecting to one master may take.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
+    /// How long a master keeps a lock's fence counter after the last grant;
+    /// see the [module docs](self).
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
 }
@@ -91,7 +94,7 @@ impl RedLockConfig {
             masters,
             fence: default_fence(),
             master_timeout: default_master_timeout(),
-            connect_timeout: default_connect_timeout(),
+            connect_timeout: crate::defaults::connect_timeout(),
             fence_retention: default_fence_retention(),
         }
     }
@@ -103,10 +106,6 @@ fn default_fence() -> bool {
 
 fn default_master_timeout() -> Duration {
     Duration::from_millis(50)
-}
-
-fn default_connect_timeout() -> Duration {
-    Duration::from_secs(5)
 }
 
 fn default_fence_retention() -> Duration {
@@ -135,6 +134,22 @@ struct Scripts {
 }
 
 /// The RedLock engine. See the [module docs](self).
+///
+/// Built from config (`kind` in `[engines.<name>]`), or by hand:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
+///
+/// let masters = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+/// let config = RedLockConfig::new(masters.map(String::from).to_vec());
+/// let engine = RedLockEngine::connect("main", &config).await?;
+/// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct RedLockEngine {
     masters: Vec<Master>,
     quorum: usize,

@@ -11,6 +11,7 @@ use crate::conformance::{Breakable, Fixture};
 
 /// One standalone ZooKeeper.
 pub struct ZooKeeper {
+    /// The server process.
     pub server: TestServer,
 }
 

@@ -48,10 +48,8 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::sync::Mutex;
-
 use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Poll, Request, Wake, Woken,
+    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Poll, Request, Slot, Wake, Woken,
     async_trait,
 };
 use serde::Deserialize;
@@ -70,11 +68,15 @@ pub struct ZooKeeperConfig {
     /// `host:port[,host:port...]`, optionally followed by a chroot path.
     pub connect: String,
     /// Parent of every lock path; Curator peers name `<root>/<group>/<name>`.
-    #[serde(default = "default_root")]
+    #[serde(default = "crate::defaults::root")]
     pub root: String,
+    /// The session timeout asked of the server: a crashed or cut-off
+    /// process's locks are free after it, and this engine gives its holds
+    /// up as lost after half of it without the server.
     #[serde(default = "default_session_timeout", with = "humantime_serde")]
     pub session_timeout: Duration,
-    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    /// How long connecting and opening a session may take.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
     /// How long the LockKeeper keeps a lock's state after its last request.
     #[serde(default = "default_keeper_idle", with = "humantime_serde")]
@@ -89,25 +91,17 @@ impl ZooKeeperConfig {
     pub fn new(connect: impl Into<String>) -> Self {
         ZooKeeperConfig {
             connect: connect.into(),
-            root: default_root(),
+            root: crate::defaults::root(),
             session_timeout: default_session_timeout(),
-            connect_timeout: default_connect_timeout(),
+            connect_timeout: crate::defaults::connect_timeout(),
             keeper_idle: default_keeper_idle(),
             digest: None,
         }
     }
 }
 
-fn default_root() -> String {
-    "/locks".to_owned()
-}
-
 fn default_session_timeout() -> Duration {
     Duration::from_secs(10)
-}
-
-fn default_connect_timeout() -> Duration {
-    Duration::from_secs(5)
 }
 
 fn default_keeper_idle() -> Duration {
@@ -121,20 +115,8 @@ pub fn register(kinds: &mut Kinds) {
     });
 }
 
-/// A request's node, in the request's state: none before it is created or
-/// once it is removed.
-#[derive(Default)]
-struct NodeSlot(Mutex<Option<Node>>);
-
-impl NodeSlot {
-    fn of(req: &Request) -> &NodeSlot {
-        req.state_or_init(NodeSlot::default)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Node>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+/// A request's node: none before it is created or once it is removed.
+type NodeSlot = Slot<Node>;
 
 /// One request's node.
 struct Node {
@@ -154,6 +136,21 @@ impl Drop for Node {
 }
 
 /// The ZooKeeper engine. See the [module docs](self).
+///
+/// Built from config (`kind` in `[engines.<name>]`), or by hand:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
+///
+/// let config = ZooKeeperConfig::new("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181");
+/// let engine = ZooKeeperEngine::connect("main", &config).await?;
+/// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct ZooKeeperEngine {
     sessions: Sessions,
     root: String,
@@ -206,8 +203,7 @@ impl ZooKeeperEngine {
     }
 
     fn path(&self, req: &Request) -> Arc<str> {
-        self.keeper
-            .path(&req.key, || nodes::lock_path(&self.root, &req.key))
+        self.keeper.path(&req.key, || req.key.path(&self.root))
     }
 
     /// Joins the line with a new node on the live session, then looks.

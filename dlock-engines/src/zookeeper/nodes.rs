@@ -6,44 +6,10 @@
 //! "protection" prefix, which lets a client find its node again after a lost
 //! create reply). Contenders are ordered by the sequence suffix alone.
 
-use dlock_core::{LockKey, Mode, OwnerId};
+use dlock_core::{Mode, OwnerId};
 
 const READ: &str = "__READ__";
 const WRITE: &str = "__WRIT__";
-
-/// `<root>/<group>/<name>`, each part escaped so that any text is one valid
-/// path component: `/`, `%` and characters ZooKeeper rejects become `%XX`,
-/// and the components `.` and `..` become `%2E`, `%2E%2E`.
-pub(crate) fn lock_path(root: &str, key: &LockKey) -> String {
-    let mut path = String::with_capacity(root.len() + key.group().len() + key.name().len() + 2);
-    path.push_str(root);
-    for part in [key.group(), key.name()] {
-        path.push('/');
-        if part == "." || part == ".." {
-            path.push_str(&"%2E".repeat(part.len()));
-        } else {
-            escape_into(part, &mut path);
-        }
-    }
-    path
-}
-
-fn escape_into(text: &str, out: &mut String) {
-    for c in text.chars() {
-        // ZooKeeper's PathUtils refuses these code points in a path.
-        // Beyond U+FFFF Java sees a surrogate pair, which it refuses too.
-        let refused = matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}')
-            || c >= '\u{fff0}';
-        if c == '/' || c == '%' || refused {
-            let mut buf = [0; 4];
-            for byte in c.encode_utf8(&mut buf).bytes() {
-                out.push_str(&format!("%{byte:02X}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
-}
 
 /// The name prefix of this owner's nodes: `_c_<owner as a UUID>-`.
 pub(crate) fn protected_prefix(owner: OwnerId) -> String {
@@ -234,20 +200,11 @@ mod tests {
     }
 
     #[test]
-    fn curator_names_and_escaped_paths() {
+    fn curator_names() {
         let owner = OwnerId::random();
         let prefix = node_prefix(owner, Mode::Write);
         assert!(prefix.starts_with("_c_") && prefix.ends_with("-__WRIT__"));
         // `_c_` + 36-character UUID + `-`.
         assert_eq!(protected_prefix(owner).len(), 3 + 36 + 1);
-        let key = |g: &str, n: &str| lock_path("/locks", &LockKey::new(g, n).unwrap());
-        assert_eq!(key("order", "42"), "/locks/order/42");
-        assert_eq!(key("a/b", "c"), "/locks/a%2Fb/c");
-        assert_ne!(key("a/b", "c"), key("a", "b/c"));
-        assert_eq!(key("g", ".."), "/locks/g/%2E%2E");
-        assert_eq!(key("g", "%2F"), "/locks/g/%252F");
-        assert_eq!(key("g", "\n\t"), "/locks/g/%0A%09");
-        assert_eq!(key("g", "ünï 锁"), "/locks/g/ünï 锁");
-        assert_eq!(key("g", "🔒"), "/locks/g/%F0%9F%94%92");
     }
 }

@@ -9,42 +9,42 @@
 //! when the client only notices through silence (after 0.4). Every hold
 //! taken on a session is lost when it ends; a shorter blip ends nothing.
 
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, watch};
-use zookeeper_client::{Client, Error as ZkError, SessionState, StateWatcher};
-
 use dlock_core::EngineError;
+use dlock_core::session::{self, Ender, Ends, SessionEnd};
+use zookeeper_client::{Client, Error as ZkError, SessionState, StateWatcher};
 
 use super::ZooKeeperConfig;
 
 pub(crate) struct Session {
     pub client: Client,
-    end: Arc<watch::Sender<bool>>,
-    ended: watch::Receiver<bool>,
+    end: SessionEnd,
+}
+
+impl Ends for Session {
+    fn end(&self) -> &SessionEnd {
+        &self.end
+    }
 }
 
 impl Session {
     pub fn is_ended(&self) -> bool {
-        *self.ended.borrow()
+        self.end.is_ended()
     }
 
     /// An operation's failure; one that says the session expired ends it at
     /// once (the state watcher may hear of it later).
     pub fn failed(&self, e: ZkError) -> EngineError {
         if matches!(e, ZkError::SessionExpired) {
-            self.end.send_replace(true);
+            self.end.end();
         }
         EngineError::failed(e)
     }
 
     /// Resolves when the session ends.
     pub fn ended(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut ended = self.ended.clone();
-        async move {
-            let _ = ended.wait_for(|ended| *ended).await;
-        }
+        self.end.ended()
     }
 }
 
@@ -79,8 +79,7 @@ pub(crate) fn transient(e: &ZkError) -> bool {
 /// The current session, and how to make the next one.
 pub(crate) struct Sessions {
     config: ZooKeeperConfig,
-    current: RwLock<Arc<Session>>,
-    reconnecting: Mutex<()>,
+    sessions: session::Sessions<Session>,
 }
 
 impl Sessions {
@@ -88,29 +87,13 @@ impl Sessions {
         let first = open(&config).await?;
         Ok(Sessions {
             config,
-            current: RwLock::new(Arc::new(first)),
-            reconnecting: Mutex::new(()),
+            sessions: session::Sessions::new(first),
         })
     }
 
     /// The live session, opening a new one if the current one has ended.
-    pub async fn live(&self) -> Result<Arc<Session>, EngineError> {
-        let current = self.current();
-        if !current.is_ended() {
-            return Ok(current);
-        }
-        let _one_at_a_time = self.reconnecting.lock().await;
-        let current = self.current();
-        if !current.is_ended() {
-            return Ok(current);
-        }
-        let fresh = Arc::new(open(&self.config).await?);
-        *self.current.write().expect("not poisoned") = fresh.clone();
-        Ok(fresh)
-    }
-
-    fn current(&self) -> Arc<Session> {
-        self.current.read().expect("not poisoned").clone()
+    pub async fn live(&self) -> Result<std::sync::Arc<Session>, EngineError> {
+        self.sessions.live(|| open(&self.config)).await
     }
 }
 
@@ -131,19 +114,18 @@ async fn open(config: &ZooKeeperConfig) -> Result<Session, EngineError> {
                 config.connect
             ))
         })?;
-    let (end, ended) = watch::channel(false);
-    let end = Arc::new(end);
+    let end = SessionEnd::default();
     tokio::spawn(watch_state(
         client.state_watcher(),
         client.session_timeout() / 2,
-        end.clone(),
+        end.ender(),
     ));
-    Ok(Session { client, end, ended })
+    Ok(Session { client, end })
 }
 
 /// Marks the session ended on a terminal state or a disconnection that
 /// lasts `grace`; stops early once nobody uses the session.
-async fn watch_state(mut states: StateWatcher, grace: Duration, end: Arc<watch::Sender<bool>>) {
+async fn watch_state(mut states: StateWatcher, grace: Duration, end: Ender) {
     let mut state = states.peek_state();
     loop {
         let next = async {
@@ -158,8 +140,8 @@ async fn watch_state(mut states: StateWatcher, grace: Duration, end: Arc<watch::
                 Some(next) => state = next,
                 None => break,
             },
-            _ = end.closed() => return,
+            _ = end.unused() => return,
         }
     }
-    let _ = end.send(true);
+    end.end();
 }

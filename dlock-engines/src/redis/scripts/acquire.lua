@@ -6,23 +6,28 @@
 -- ARGV[6]  waiter liveness ttl, ms
 -- ARGV[7]  "1": join the queue if not granted; "0": try once
 -- ARGV[8]  the caller's engine id
--- returns  {1, fence} when granted, {0, 0} when not
+-- returns  the fence when granted (always > 0), 0 when not: a number is
+--          cheaper to return than a table
 local mode, lease, waiter_ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-
--- An idle lock: no gate, so nobody holds, waits or reads.
-if mode == 'w' and redis.call('SET', gate, me, 'NX', 'PX', lease) then
-  return {1, next_fence(redis.call('TIME'))}
-end
-
 local time = redis.call('TIME')
 local now_ms = millis(time)
-local holder, deadline = writer(redis.call('GET', gate), now_ms)
+local holder, deadline, last, crowded = read_gate(now_ms)
+
+-- An idle lock: nobody holds, waits or reads.
+if mode == 'w' and not holder and not crowded then
+  local fence = next_fence(time, last)
+  put(me, now_ms + lease, fence, now_ms, 0)
+  return fence
+end
+
+local queue, readers, pending, settle, wake, live_head = crowd()
 
 -- A release handed this waiter the lock (see release.lua) and its
 -- notification went astray: it holds already; a fresh fence serves.
 if mode == 'w' and holder == me then
-  settle(me, now_ms + lease, now_ms)
-  return {1, next_fence(time)}
+  local fence = next_fence(time, last)
+  settle(me, now_ms + lease, fence, now_ms)
+  return fence
 end
 
 -- Readers expire one by one: each score is that reader's own deadline.
@@ -59,10 +64,10 @@ if not granted then
     if redis.call('PTTL', queue) < waiter_ttl * 2 then
       redis.call('PEXPIRE', queue, waiter_ttl * 2)
     end
-    settle(holder, deadline, now_ms)
+    settle(holder, deadline, last, now_ms)
   end
   -- A try that fails only dropped the dead: the gate still covers the rest.
-  return {0, 0}
+  return 0
 end
 
 if head == entry then
@@ -70,9 +75,10 @@ if head == entry then
 end
 redis.call('SREM', pending, me)
 redis.call('DEL', alive)
+local fence = next_fence(time, last)
 if mode == 'w' then
-  settle(me, now_ms + lease, now_ms)
-  return {1, next_fence(time)}
+  settle(me, now_ms + lease, fence, now_ms)
+  return fence
 end
 
 redis.call('ZADD', readers, now_ms + lease, me)
@@ -101,5 +107,5 @@ end
 for engine in pairs(engines) do
   wake(engine, '*')
 end
-settle(nil, nil, now_ms)
-return {1, next_fence(time)}
+settle(nil, nil, fence, now_ms)
+return fence

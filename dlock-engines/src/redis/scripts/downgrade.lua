@@ -3,9 +3,11 @@
 -- returns  1 if downgraded, 0 if this owner no longer held the write lock
 local lease = tonumber(ARGV[4])
 local now_ms = millis(redis.call('TIME'))
-if writer(redis.call('GET', gate), now_ms) ~= me then
+local holder, _, last = read_gate(now_ms)
+if holder ~= me then
   return 0
 end
+local _, readers, _, settle, wake, live_head = crowd()
 redis.call('ZADD', readers, now_ms + lease, me)
 if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
@@ -15,5 +17,5 @@ local head, engine = live_head(nil)
 if head then
   wake(engine, string.sub(head, 3))
 end
-settle(nil, nil, now_ms)
+settle(nil, nil, last, now_ms)
 return 1

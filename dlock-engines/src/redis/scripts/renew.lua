@@ -2,18 +2,18 @@
 -- ARGV[4]  lease, ms
 -- returns  1 if extended, 0 if this owner no longer holds the lock
 local lease = tonumber(ARGV[4])
-local value = redis.call('GET', gate)
-if value == me then
-  redis.call('PEXPIRE', gate, lease)
+local now_ms = millis(redis.call('TIME'))
+local holder, deadline, last, crowded = read_gate(now_ms)
+if holder == me and not crowded then
+  put(me, now_ms + lease, last, now_ms, 0)
   return 1
-end
-if not value or not string.find(value, '|', 1, true) then
+elseif not crowded then
+  -- Nobody else around: no readers either.
   return 0
 end
-local now_ms = millis(redis.call('TIME'))
-local holder, deadline = writer(value, now_ms)
+local _, readers, _, settle = crowd()
 if holder == me then
-  settle(me, now_ms + lease, now_ms)
+  settle(me, now_ms + lease, last, now_ms)
   return 1
 end
 local until_ms = tonumber(redis.call('ZSCORE', readers, me))
@@ -22,7 +22,7 @@ if until_ms and until_ms > now_ms then
   if redis.call('PTTL', readers) < lease then
     redis.call('PEXPIRE', readers, lease)
   end
-  settle(holder, deadline, now_ms)
+  settle(holder, deadline, last, now_ms)
   return 1
 end
 return 0
