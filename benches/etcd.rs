@@ -1,0 +1,191 @@
+//! dlock's etcd engine against the floor and etcd's own lock, in one run,
+//! on one etcd member this bench starts on loopback ports.
+//!
+//! - floor: a put under an existing lease plus a delete, 2 round trips, no
+//!   lock logic;
+//! - Lock RPC: etcd's server-side lock (`lock` / `unlock` through
+//!   `etcd-client`), which runs etcd's `concurrency.Mutex` in the server;
+//! - dlock: the etcd engine, write mode.
+//!
+//! Contended handoff: 16 clients, each its own connection and lease, on one
+//! lock, taking turns in FIFO order (the owner changes on every
+//! acquisition); the time from one holder calling release to the next
+//! holder's acquire returning. Readers: 30 readers queued behind a writer,
+//! the time from its release until all 30 hold, and how many watch events
+//! etcd sent meanwhile.
+//!
+//! ```text
+//! cargo bench --bench etcd --features etcd
+//! ```
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::engines::conformance::Fixture;
+use dlock::engines::etcd::etcd_client::{Client, LockOptions, PutOptions};
+use dlock::engines::etcd::fixture::{Etcd, metric};
+use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
+use dlock::{Registry, Settings};
+
+use common::{Handoffs, micros, uncontended};
+
+const CYCLES: usize = 4000;
+const BLOCK: usize = 100;
+const CLIENTS: usize = 16;
+const ROUNDS: usize = 60;
+const READERS: usize = 30;
+
+async fn client(endpoint: &str) -> (Client, i64) {
+    let mut client = Client::connect([endpoint], None).await.expect("connect");
+    let lease = client.lease_grant(600, None).await.expect("lease").id();
+    (client, lease)
+}
+
+async fn dlock(endpoint: &str) -> Registry {
+    let config = EtcdConfig::new(&[endpoint.to_owned()]);
+    let engine = EtcdEngine::connect("etcd", &config).await.expect("connect");
+    Registry::with_engine("etcd", Arc::new(engine), Settings::default()).expect("registry")
+}
+
+async fn lock_rpc_handoffs(endpoint: &str) -> Arc<Handoffs> {
+    let handoffs = Arc::new(Handoffs::default());
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let ((mut client, lease), handoffs) = (client(endpoint).await, handoffs.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let options = LockOptions::new().with_lease(lease);
+                let held = client
+                    .lock("/bench/handoff-rpc", Some(options))
+                    .await
+                    .expect("lock");
+                handoffs.entered();
+                handoffs.leaving();
+                client.unlock(held.key()).await.expect("unlock");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client");
+    }
+    handoffs
+}
+
+async fn dlock_handoffs(endpoint: &str) -> Arc<Handoffs> {
+    let handoffs = Arc::new(Handoffs::default());
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (lock, handoffs) = (
+            dlock(endpoint).await.locks("bench").get("handoff"),
+            handoffs.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.lock().await.expect("lock");
+                handoffs.entered();
+                handoffs.leaving();
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client");
+    }
+    handoffs
+}
+
+/// 30 readers queued behind a writer: time from its release until all
+/// hold, and the watch events etcd sent meanwhile.
+async fn readers(endpoint: &str) -> (Duration, f64) {
+    let registry = dlock(endpoint).await;
+    let lock = registry.locks("bench").get("readers");
+    let writer = lock.lock().await.expect("lock");
+    let (admitted, all_in) = tokio::sync::mpsc::channel(READERS);
+    let mut holders = Vec::new();
+    for _ in 0..READERS {
+        let (registry, admitted) = (dlock(endpoint).await, admitted.clone());
+        holders.push(tokio::spawn(async move {
+            let read = registry.locks("bench").get("readers").read().await.expect("read");
+            admitted.send(Instant::now()).await.expect("report");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            read.release().await.expect("release");
+        }));
+    }
+    // Every reader queued and watching.
+    while metric(endpoint, "etcd_debugging_mvcc_watcher_total") < READERS as f64 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let events = metric(endpoint, "etcd_debugging_mvcc_events_total");
+    let released = Instant::now();
+    writer.release().await.expect("release");
+    let mut all_in = all_in;
+    let mut last = released;
+    for _ in 0..READERS {
+        last = last.max(all_in.recv().await.expect("admitted"));
+    }
+    let sent = metric(endpoint, "etcd_debugging_mvcc_events_total") - events;
+    for holder in holders {
+        holder.await.expect("reader");
+    }
+    (last - released, sent)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let fixture = Etcd::start();
+    let endpoint = fixture.server.address();
+    let (floor, floor_lease) = client(&endpoint).await;
+    let (rpc, rpc_lease) = client(&endpoint).await;
+    let registry = dlock(&endpoint).await;
+    let lock = registry.locks("bench").get("uncontended");
+    lock.lock().await.expect("warm").release().await.expect("warm");
+
+    uncontended(
+        [
+            "floor (put under a lease + delete)",
+            "etcd Lock RPC (lock + unlock)",
+            "dlock etcd, write, fenced, FIFO",
+        ],
+        (CYCLES, BLOCK),
+        async || {
+            let mut floor = floor.clone();
+            let options = PutOptions::new().with_lease(floor_lease);
+            floor.put("/bench/floor", "", Some(options)).await.expect("put");
+            floor.delete("/bench/floor", None).await.expect("delete");
+        },
+        async || lock.lock().await.expect("lock").release().await.expect("release"),
+        async |block| {
+            let mut rpc = rpc.clone();
+            let started = Instant::now();
+            for _ in 0..block {
+                let options = LockOptions::new().with_lease(rpc_lease);
+                let held = rpc.lock("/bench/rpc", Some(options)).await.expect("lock");
+                rpc.unlock(held.key()).await.expect("unlock");
+            }
+            started.elapsed().as_nanos() as f64 / block as f64
+        },
+        [1.10, 1.0],
+    )
+    .await;
+
+    println!("handoff, {CLIENTS} clients on one lock, {ROUNDS} rounds each, release → next acquisition:");
+    let rpc_handoffs = lock_rpc_handoffs(&endpoint).await;
+    println!("  etcd Lock RPC                      {}", rpc_handoffs.summary());
+    let dlock_handoffs = dlock_handoffs(&endpoint).await;
+    println!(
+        "  dlock etcd                         {}",
+        dlock_handoffs.summary()
+    );
+    println!(
+        "  dlock / Lock RPC p50 {:.3} (target ≤ 0.8)",
+        dlock_handoffs.p50() / rpc_handoffs.p50()
+    );
+
+    let (all_in, events) = readers(&endpoint).await;
+    println!(
+        "{READERS} readers queued behind a writer: all hold {} after its release, {events} watch events sent (target: one each)",
+        micros(all_in.as_nanos() as f64)
+    );
+}

@@ -1,0 +1,759 @@
+//! The etcd engine, in the layout of etcd's own lock (`concurrency.Mutex`,
+//! used by `etcdctl lock` and the server's Lock RPC), so that they and
+//! dlock exclude each other, with readers added (see `queue.rs`).
+//!
+//! A lock `group`/`name` is the prefix `<root>/<group>/<name>/` (each part
+//! escaped as on ZooKeeper, [`dlock_core::LockKey::path`]). Each acquisition puts one
+//! key under it on the engine's lease, and reads the contenders ahead in the
+//! same transaction. The key's create revision is the request's place in
+//! line. A writer holds when no key is ahead; a reader when no writer is
+//! ahead. Otherwise it watches the one key ahead that matters (a writer the
+//! one just ahead, a reader the last writer ahead, so a release wakes the
+//! next writer or the run of readers behind it, never the whole line) and
+//! its own key (`waiting.rs`). Whenever a waiter looks again, one
+//! transaction checks that its own key still exists with the same create
+//! revision and reads those ahead: a waiter whose lease expired or was
+//! revoked while it waited is never granted (etcd issues 11456 and 16221),
+//! it queues again on a new lease. A holder that knows who is right behind
+//! it hands the lock over in its release (`handoff.rs`). A downgrade
+//! rewrites the key's value to the reader mark; the key keeps its place,
+//! and the readers watching it wake.
+//!
+//! **Fencing token**: the key's create revision. Conflicting holders hold in
+//! create-revision order, and etcd's revision only grows, across members,
+//! leader changes and restarts, so the token strictly increases per lock.
+//!
+//! **Liveness** comes from the session's lease, not a per-hold lease: every
+//! key lives as long as the engine's lease, kept alive every third of its
+//! TTL. When the lease is gone, or no keep-alive succeeded for half the TTL
+//! (before the server can expire it, see `session.rs`), every hold on it
+//! fires lost and waiters queue again on a new lease. A killed process's
+//! locks are free within the TTL.
+//!
+//! Config:
+//!
+//! ```toml
+//! [engines.etcd]
+//! kind = "etcd"
+//! endpoints = ["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"]
+//! root = "/locks"
+//! session_ttl = "10s"        # the lease; whole seconds
+//! connect_timeout = "5s"
+//! # user = "dlock"           # etcd authentication
+//! # password = "secret"
+//! ```
+
+#[cfg(feature = "conformance")]
+pub mod fixture;
+mod handoff;
+mod queue;
+/// The client crate, for tests and benchmarks that talk to etcd directly.
+pub use etcd_client;
+mod session;
+mod slots;
+mod tls;
+mod waiting;
+mod watches;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::session::Sessions;
+use dlock_core::{
+    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Mode, Poll, Request, Slot,
+    async_trait,
+};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse, TxnResponse,
+};
+use serde::Deserialize;
+
+use handoff::Successor;
+use queue::{Contender, PAGE, Turn};
+
+/// How long a waiter trusts its watches before it looks again anyway.
+const WATCH_TRUSTED: Duration = Duration::from_secs(2);
+
+/// Contenders behind a holder read with each look, for a handoff.
+const BEHIND: i64 = 16;
+use session::Session;
+use slots::{KeyNumber, Slots};
+use waiting::{Signal, Watched, Watching};
+use watches::Watches;
+
+/// Settings of the etcd engine, `kind = "etcd"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdConfig {
+    /// `host:port` or `http://host:port` of one or more cluster members.
+    pub endpoints: Vec<String>,
+    /// Parent of every lock prefix: `etcdctl lock <root>/<group>/<name>`
+    /// takes the same lock as dlock.
+    #[serde(default = "crate::defaults::root")]
+    pub root: String,
+    /// TTL of the engine's lease, whole seconds: how soon the locks of a
+    /// process that died are free.
+    #[serde(default = "default_session_ttl", with = "humantime_serde")]
+    pub session_ttl: Duration,
+    /// How long connecting and opening the first session may take at startup.
+    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// etcd user, for clusters with authentication on; set with `password`.
+    #[serde(default)]
+    pub user: Option<String>,
+    /// That user's password; set with `user`.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// PEM file of the CA that signed the members' certificates, for
+    /// `https://` endpoints (cargo feature `etcd-tls`); without it the
+    /// system's trust store is used.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM certificate and key of this client, for members that check
+    /// client certificates (`--client-cert-auth`).
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file`; set with it.
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+}
+
+impl EtcdConfig {
+    /// Defaults for everything but the endpoints.
+    pub fn new(endpoints: &[String]) -> Self {
+        EtcdConfig {
+            endpoints: endpoints.to_vec(),
+            root: crate::defaults::root(),
+            session_ttl: default_session_ttl(),
+            connect_timeout: crate::defaults::connect_timeout(),
+            user: None,
+            password: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+        }
+    }
+}
+
+fn default_session_ttl() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// Registers `kind = "etcd"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("etcd", |name, config: EtcdConfig| async move {
+        EtcdEngine::connect(&name, &config).await
+    });
+}
+
+/// A request's key: none before it is put or once it is deleted.
+type State = Slot<Contending>;
+
+/// One request's key and place in line.
+struct Contending {
+    key: String,
+    /// The number in the key's name, this request's until the key is gone.
+    slot: KeyNumber,
+    /// The key's create revision: its place, and the fencing token.
+    created: i64,
+    session: Arc<Session>,
+    /// While waiting: the watches on the key ahead and on this one.
+    watch: Option<Watching>,
+    /// Held with nothing ahead, so it may hand over on release.
+    first: bool,
+    /// Who was right behind it when it was granted, oldest first.
+    successors: Vec<Successor>,
+}
+
+/// A page of contenders read from the server.
+struct Page {
+    /// The contenders ahead, latest first.
+    ahead: Vec<KeyValue>,
+    more: bool,
+    /// The contenders right behind, oldest first (a look reads them, for a
+    /// handoff once held).
+    behind: Vec<KeyValue>,
+    /// The revision the page was read at.
+    revision: i64,
+}
+
+/// The etcd engine. See the [module docs](self).
+///
+/// Built from config (`kind` in `[engines.<name>]`), or by hand:
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
+///
+/// let config = EtcdConfig::new(&["10.0.0.1:2379".to_owned(), "10.0.0.2:2379".to_owned()]);
+/// let engine = EtcdEngine::connect("main", &config).await?;
+/// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct EtcdEngine {
+    client: Client,
+    sessions: Sessions<Session>,
+    ttl: Duration,
+    root: String,
+    watches: Arc<Watches>,
+    slots: Slots,
+    address: String,
+}
+
+impl EtcdEngine {
+    /// Connects engine `name` (for error messages) and grants its lease.
+    pub async fn connect(name: &str, config: &EtcdConfig) -> Result<Self, Error> {
+        let field = |f: &str| format!("engines.{name}.{f}");
+        if config.endpoints.is_empty() || config.endpoints.iter().any(|e| e.trim().is_empty()) {
+            return Err(Error::config(
+                field("endpoints"),
+                "name at least one host:port, none empty",
+            ));
+        }
+        let ttl = config.session_ttl;
+        if ttl < Duration::from_secs(1) || ttl.subsec_nanos() != 0 {
+            return Err(Error::config(
+                field("session_ttl"),
+                format!("{ttl:?} is not a whole number of seconds, at least 1 (etcd leases count seconds)"),
+            ));
+        }
+        if config.user.is_some() != config.password.is_some() {
+            let missing = if config.user.is_none() { "user" } else { "password" };
+            return Err(Error::config(
+                field(missing),
+                "set both user and password, or neither",
+            ));
+        }
+        let tls = tls::options(config, &field)?;
+        let address = config.endpoints.join(",");
+        let unavailable = |source: EngineError| Error::Unavailable {
+            engine: name.to_owned(),
+            kind: "etcd",
+            address: address.clone(),
+            source: source.into(),
+        };
+        let connected = async {
+            let mut options = ConnectOptions::new()
+                .with_connect_timeout(config.connect_timeout)
+                .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+                .with_keep_alive_while_idle(true)
+                // A member without a leader answers at once rather than
+                // holding the call until an election ends: then it is retried.
+                .with_require_leader(true);
+            if let (Some(user), Some(password)) = (&config.user, &config.password) {
+                options = options.with_user(user, password);
+            }
+            options = tls::apply(options, tls);
+            let client = Client::connect(&config.endpoints, Some(options))
+                .await
+                .map_err(EngineError::failed)?;
+            let first = Session::open(&client, ttl).await?;
+            Ok::<_, EngineError>((client, first))
+        };
+        let (client, first) = match tokio::time::timeout(config.connect_timeout, connected).await {
+            Ok(connected) => connected.map_err(unavailable)?,
+            Err(_) => {
+                let why = format!(
+                    "no answer within {:?}{}",
+                    config.connect_timeout,
+                    probe(&config.endpoints).await
+                );
+                return Err(unavailable(EngineError::failed(why)));
+            }
+        };
+        Ok(EtcdEngine {
+            watches: Arc::new(Watches::new(client.clone())),
+            client,
+            sessions: Sessions::new(first),
+            ttl,
+            root: config.root.trim_end_matches('/').to_owned(),
+            slots: Slots::default(),
+            address,
+        })
+    }
+
+    /// The lease every key of this engine lives on now.
+    pub fn lease(&self) -> i64 {
+        self.sessions.current().lease
+    }
+
+    async fn live(&self) -> Result<Arc<Session>, EngineError> {
+        self.sessions.live(|| Session::open(&self.client, self.ttl)).await
+    }
+
+    fn prefix(&self, req: &Request) -> String {
+        req.key.path(&self.root) + "/"
+    }
+
+    /// Puts this request's key and reads those ahead in one transaction,
+    /// then settles its turn. Queues on a new lease if the current one has
+    /// just gone.
+    async fn enqueue(&self, req: &Request) -> Result<Poll, EngineError> {
+        // An earlier attempt that failed after its put left a key in line:
+        // keep its place rather than leave it behind as an orphan.
+        let live_key = self.contending(req, |c| !c.session.is_ended());
+        if live_key.unwrap_or(false) {
+            return self.look_again(req).await;
+        }
+        let prefix = self.prefix(req);
+        let mut session = self.live().await?;
+        let mut fresh = false;
+        let slot = self.slots.take(&prefix);
+        loop {
+            let key = queue::contender_key(&prefix, session.lease, slot.number);
+            match self.put(&session, &prefix, &key, req).await {
+                Ok((created, page)) => {
+                    *State::of(req).lock() = Some(Contending {
+                        key,
+                        slot,
+                        created,
+                        session: session.clone(),
+                        watch: None,
+                        first: false,
+                        successors: Vec::new(),
+                    });
+                    let page = match page {
+                        Some(page) => page,
+                        None => self.look(req, created - 1).await?.ok_or_else(vanished)?,
+                    };
+                    return self.settle(req, page).await?.ok_or_else(vanished);
+                }
+                Err(_) if session.is_ended() && !fresh => {
+                    fresh = true;
+                    session = self.live().await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The put-and-read transaction. Repeating it is safe: once the key
+    /// exists, it reads the key instead, and a key this request put (its
+    /// owner id is in the value) is its own, the page then coming from a
+    /// look. A key left by an earlier request whose delete was cut off is
+    /// deleted first.
+    async fn put(
+        &self,
+        session: &Session,
+        prefix: &str,
+        key: &str,
+        req: &Request,
+    ) -> Result<(i64, Option<Page>), EngineError> {
+        let limit = match req.mode {
+            Mode::Write => 2,
+            Mode::Read => PAGE + 1,
+        };
+        let value = queue::value(req.mode, req.owner);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([
+                TxnOp::put(
+                    key,
+                    value.clone(),
+                    Some(PutOptions::new().with_lease(session.lease)),
+                ),
+                TxnOp::get(prefix, Some(latest_first().with_limit(limit))),
+            ])
+            .or_else([TxnOp::get(key, None)]);
+        for _ in 0..3 {
+            let answer = session.txn(txn.clone()).await?;
+            let put = answer.succeeded();
+            let revision = answer.header().map_or(0, |h| h.revision());
+            let Some(mut got) = gets(answer).pop() else {
+                return Err(EngineError::failed("etcd answered no read"));
+            };
+            let mut kvs = got.take_kvs();
+            // Just put, the key is the newest under the prefix.
+            if kvs.first().is_none_or(|mine| mine.key() != key.as_bytes()) {
+                continue; // Gone between the compare and the read: again.
+            }
+            let mine = kvs.remove(0);
+            if put || mine.value() == value {
+                let page = put.then(|| Page {
+                    ahead: kvs,
+                    more: got.more(),
+                    behind: Vec::new(),
+                    revision,
+                });
+                return Ok((mine.create_revision(), page));
+            }
+            let stale = Txn::new()
+                .when([Compare::create_revision(
+                    key,
+                    CompareOp::Equal,
+                    mine.create_revision(),
+                )])
+                .and_then([TxnOp::delete(key, None)]);
+            session.txn(stale).await?;
+        }
+        Err(EngineError::failed(format!(
+            "cannot put {key}: it keeps coming back"
+        )))
+    }
+
+    /// Checks that this request's key still exists as created, and reads up
+    /// to a page of the contenders created at or before `below`, latest
+    /// first, and those right behind it. `None`: the key is gone.
+    async fn look(&self, req: &Request, below: i64) -> Result<Option<Page>, EngineError> {
+        let (session, key, created) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
+        let prefix = self.prefix(req);
+        let behind = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_min_create_revision(created + 1)
+            .with_limit(BEHIND);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
+            .and_then([
+                TxnOp::get(
+                    prefix.as_str(),
+                    Some(latest_first().with_max_create_revision(below).with_limit(PAGE)),
+                ),
+                TxnOp::get(prefix.as_str(), Some(behind)),
+            ]);
+        let answer = session.txn(txn).await?;
+        if !answer.succeeded() {
+            return Ok(None);
+        }
+        let revision = answer.header().map_or(0, |h| h.revision());
+        let [mut ahead, mut behind] = <[_; 2]>::try_from(gets(answer))
+            .map_err(|_| EngineError::failed("etcd answered other than two reads"))?;
+        Ok(Some(Page {
+            ahead: ahead.take_kvs(),
+            more: ahead.more(),
+            behind: behind.take_kvs(),
+            revision,
+        }))
+    }
+
+    /// Looks again for a request in line; queues it again if its key is
+    /// gone (its lease ran out or was revoked) or its lease may have.
+    async fn look_again(&self, req: &Request) -> Result<Poll, EngineError> {
+        let created = self.contending(req, |c| c.created)?;
+        let settled = match self.look(req, created - 1).await? {
+            Some(page) => self.settle(req, page).await?,
+            None => None,
+        };
+        match settled {
+            Some(poll) => Ok(poll),
+            None => {
+                self.remove(req).await?;
+                Box::pin(self.enqueue(req)).await
+            }
+        }
+    }
+
+    /// Whose turn it is, reading on while a reader finds no writer in a
+    /// full page; while not ours, watches the key that matters and its own.
+    /// `None`: this request's key is gone.
+    async fn settle(&self, req: &Request, mut page: Page) -> Result<Option<Poll>, EngineError> {
+        let mut first = true;
+        loop {
+            let ahead: Vec<Contender> = page.ahead.iter().map(Contender::from).collect();
+            first &= ahead.is_empty();
+            match queue::turn(req.mode, &ahead, page.more) {
+                Turn::Held => {
+                    let (ended, created) = self.contending(req, |c| {
+                        c.watch = None;
+                        c.first = first;
+                        c.successors = handoff::successors(&page.behind);
+                        (c.session.is_ended(), c.created)
+                    })?;
+                    // Never grant on a lease that may have run out.
+                    return Ok((!ended).then_some(Poll::Held(created as u64)));
+                }
+                Turn::Watch { key, created } => {
+                    let ahead = Watched { key, created };
+                    let wake = self.contending(req, |c| {
+                        let own = Watched {
+                            key: c.key.clone().into_bytes(),
+                            created: c.created,
+                        };
+                        let session = c.session.clone();
+                        let reader = req.mode == Mode::Read;
+                        let watching =
+                            Watching::start(self.watches.clone(), session, own, ahead, reader, page.revision);
+                        let wake = watching.wake(c.created as u64, req.lease);
+                        c.watch = Some(watching);
+                        wake
+                    })?;
+                    return Ok(Some(Poll::Waiting(wake)));
+                }
+                Turn::ReadOn(below) => match self.look(req, below).await? {
+                    Some(next) => page = next,
+                    None => return Ok(None),
+                },
+            }
+        }
+    }
+
+    /// Runs `f` on this request's key.
+    fn contending<R>(&self, req: &Request, f: impl FnOnce(&mut Contending) -> R) -> Result<R, EngineError> {
+        State::of(req)
+            .lock()
+            .as_mut()
+            .map(f)
+            .ok_or_else(|| EngineError::failed("no such request"))
+    }
+
+    /// Deletes this request's key, handing the lock over to the waiters
+    /// right behind if it can (`handoff.rs`); `Ok(false)` if the key was
+    /// already gone.
+    async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
+        let Some(contending) = State::of(req).lock().take() else {
+            return Ok(false);
+        };
+        let Contending {
+            key,
+            slot,
+            created,
+            session,
+            watch,
+            first,
+            successors,
+        } = contending;
+        if session.is_ended() {
+            return Ok(false);
+        }
+        // Handed the lock while the core was not listening: it holds.
+        let (first, successors) = match watch.as_ref().map(|w| w.signal.borrow().clone()) {
+            Some(Signal::Granted(value)) => (req.mode == Mode::Write, handoff::passed_on(&value)),
+            _ => (first, successors),
+        };
+        drop(watch);
+        let release = release(&key, created, if first { &successors } else { &[] });
+        let attempt = move |session: &Session| {
+            let mut client = session.client();
+            let release = release.clone();
+            async move {
+                match release {
+                    Release::Delete(key) => client.delete(key, None).await.map(|d| d.deleted() > 0),
+                    Release::Handoff(txn) => client.txn(txn).await.map(deleted),
+                }
+            }
+        };
+        match tokio::time::timeout(session::FIRST_ATTEMPT, attempt(&session)).await {
+            Ok(Ok(deleted)) => Ok(deleted),
+            // Keep trying while the lease lives (a key left behind would
+            // block the lock until the lease ends), in a task of its own,
+            // so that it goes on if the caller stops waiting. The key names
+            // this request alone until the delete is done (the task keeps
+            // the slot): deleting it never takes another's place, and a
+            // repeated handoff finds its compares false and only deletes.
+            _ => {
+                let watching = session.clone();
+                let retried = tokio::spawn(async move {
+                    let _slot = slot;
+                    session.retry(|| attempt(&session)).await
+                });
+                // A retry cannot tell whether the first try deleted the key.
+                match retried.await {
+                    Ok(Ok(_)) => Ok(true),
+                    Ok(Err(_)) if watching.is_ended() => Ok(false),
+                    Ok(Err(e)) => Err(e),
+                    Err(e) => Err(EngineError::failed(e)),
+                }
+            }
+        }
+    }
+}
+
+/// How a key goes.
+#[derive(Clone)]
+enum Release {
+    Delete(String),
+    /// Deletes it, handing over in the same transaction.
+    Handoff(Txn),
+}
+
+/// The release: delete `key`; with successors to hand over to, in one
+/// transaction, if `key` and theirs are still as created, rewrite theirs
+/// first, then delete it.
+fn release(key: &str, created: i64, successors: &[Successor]) -> Release {
+    let (targets, rest) = handoff::targets(successors);
+    if targets.is_empty() {
+        return Release::Delete(key.to_owned());
+    }
+    let delete = TxnOp::delete(key, None);
+    let mut checks = vec![Compare::create_revision(key, CompareOp::Equal, created)];
+    let mut ops = Vec::new();
+    for target in targets {
+        checks.push(Compare::create_revision(
+            target.key.clone(),
+            CompareOp::Equal,
+            target.created,
+        ));
+        ops.push(TxnOp::put(
+            target.key.clone(),
+            handoff::value(&target.line, rest),
+            Some(PutOptions::new().with_ignore_lease()),
+        ));
+    }
+    ops.push(delete.clone());
+    Release::Handoff(Txn::new().when(checks).and_then(ops).or_else([delete]))
+}
+
+/// Whether a release's transaction deleted the key.
+fn deleted(answer: TxnResponse) -> bool {
+    answer.op_responses().into_iter().any(|op| match op {
+        TxnOpResponse::Delete(deleted) => deleted.deleted() > 0,
+        _ => false,
+    })
+}
+
+/// Latest first, keys and values: the contenders ahead of a request.
+fn latest_first() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+}
+
+fn gets(answer: TxnResponse) -> Vec<etcd_client::GetResponse> {
+    answer
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            TxnOpResponse::Get(got) => Some(got),
+            _ => None,
+        })
+        .collect()
+}
+
+fn vanished() -> EngineError {
+    EngineError::failed("this request's key vanished as it was put")
+}
+
+/// Whether `key` still exists as created at `created`.
+async fn still_there(session: &Session, key: &[u8], created: i64) -> bool {
+    let got = session
+        .retry(|| {
+            let mut client = session.client();
+            let key = key.to_vec();
+            async move { client.get(key, Some(GetOptions::new().with_keys_only())).await }
+        })
+        .await;
+    got.is_ok_and(|got| {
+        got.kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == created)
+    })
+}
+
+/// Why each endpoint could not be reached, for the error message.
+async fn probe(endpoints: &[String]) -> String {
+    let mut why = String::new();
+    for endpoint in endpoints {
+        let address = endpoint
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .trim_end_matches('/');
+        let attempt = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(address));
+        match attempt.await {
+            Ok(Ok(_)) => why += &format!("; {address} accepts connections but did not answer"),
+            Ok(Err(e)) => why += &format!("; {address}: {e}"),
+            Err(_) => why += &format!("; {address}: no connection within 1s"),
+        }
+    }
+    why
+}
+
+#[async_trait]
+impl Engine for EtcdEngine {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            expiry: Expiry::Session,
+            ..Capabilities::FULL
+        }
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let answer = self.enqueue(req).await;
+        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
+            self.remove(req).await?;
+        }
+        answer
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        let state = self.contending(req, |c| {
+            let said = c.watch.as_ref().map(|w| {
+                let trusted = w.since.elapsed() < WATCH_TRUSTED;
+                (
+                    w.signal.borrow().clone(),
+                    w.wake(c.created as u64, req.lease),
+                    trusted,
+                )
+            });
+            (c.session.is_ended(), c.created, said)
+        });
+        match state {
+            // The lease ended with our place in line: queue again.
+            Ok((true, _, _)) | Err(_) => {
+                self.remove(req).await?;
+                self.enqueue(req).await
+            }
+            // Nothing moved: keep waiting, no round trip, while the watches
+            // are young enough to trust (a stream to a member that died
+            // stays silent until its connection is found dead).
+            Ok((false, _, Some((Signal::Waiting, wake, true)))) => Ok(Poll::Waiting(wake)),
+            // Handed over while the core was not listening.
+            Ok((false, created, Some((Signal::Granted(_), _, _)))) => Ok(Poll::Held(created as u64)),
+            Ok((false, _, _)) => self.look_again(req).await,
+        }
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.remove(req).await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        let Ok((session, key, created)) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))
+        else {
+            return Ok(false);
+        };
+        if session.is_ended() {
+            return Ok(false);
+        }
+        Ok(still_there(&session, key.as_bytes(), created).await)
+    }
+
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        let Ok((session, key, created)) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))
+        else {
+            return Ok(false);
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                queue::READER,
+                Some(PutOptions::new().with_ignore_lease()),
+            )]);
+        Ok(session.txn(txn).await?.succeeded())
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.remove(req).await
+    }
+
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
+        let session = self.contending(req, |c| c.session.clone()).ok()?;
+        Some(Box::pin(session.ended()))
+    }
+}

@@ -1,0 +1,609 @@
+//! etcd-specific behaviour against real etcd on loopback: the real `etcdctl
+//! lock` and dlock exclude each other both ways under an exact counter; a
+//! key dlock did not write counts as a writer, and etcd's lock waits for
+//! dlock's readers; the two known failures of etcd's recipes (a waiter
+//! granted after its lease expired, etcd 11456; after it was revoked, etcd
+//! 16221) do not happen; one watch stream per engine and two watchers per
+//! waiter (the key ahead and its own); nothing left in etcd after the suite; clear errors.
+
+#![cfg(feature = "etcd")]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use dlock::config::Queue;
+use dlock::engines::conformance::proxy::{CutProxy, cut_holder_then_next};
+use dlock::engines::conformance::server::free_port;
+use dlock::engines::conformance::{Fixture, assert_unreachable_is_a_clear_error, run_each};
+use dlock::engines::etcd::fixture::{Etcd, SESSION_TTL, etcdctl, metric};
+use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
+use dlock::{Engine, Registry, Settings};
+
+fn shared() -> &'static Etcd {
+    static SERVER: OnceLock<Etcd> = OnceLock::new();
+    SERVER.get_or_init(Etcd::start)
+}
+
+fn config(endpoint: String) -> EtcdConfig {
+    EtcdConfig {
+        session_ttl: SESSION_TTL,
+        ..EtcdConfig::new(&[endpoint])
+    }
+}
+
+async fn engine_at(endpoint: String) -> Arc<EtcdEngine> {
+    Arc::new(
+        EtcdEngine::connect("etcd", &config(endpoint))
+            .await
+            .expect("connect"),
+    )
+}
+
+fn registry(engine: Arc<EtcdEngine>) -> Registry {
+    let settings = Settings {
+        wait: dlock::Wait::For(Duration::from_secs(30)),
+        ..Settings::default()
+    };
+    Registry::with_engine("etcd", engine, settings).expect("registry")
+}
+
+/// `etcdctl` output, trimmed.
+fn ctl(endpoint: &str, args: &[&str]) -> String {
+    let out = etcdctl(endpoint).args(args).output().expect("run etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Keys under `prefix`, oldest first.
+fn keys(endpoint: &str, prefix: &str) -> Vec<String> {
+    ctl(
+        endpoint,
+        &["get", prefix, "--prefix", "--keys-only", "--sort-by=CREATE"],
+    )
+    .lines()
+    .filter(|l| !l.is_empty())
+    .map(String::from)
+    .collect()
+}
+
+/// (create revision, lease) of the oldest key under `prefix`.
+fn oldest(endpoint: &str, prefix: &str) -> Option<(u64, i64)> {
+    let fields = ctl(
+        endpoint,
+        &[
+            "get",
+            prefix,
+            "--prefix",
+            "--sort-by=CREATE",
+            "--limit=1",
+            "-w",
+            "fields",
+        ],
+    );
+    let field = |name: &str| {
+        fields
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{name}\" :")))
+            .map(|l| l.rsplit(' ').next().unwrap_or_default().to_owned())
+    };
+    Some((
+        field("CreateRevision")?.parse().ok()?,
+        field("Lease")?.parse().ok()?,
+    ))
+}
+
+async fn wait_for_keys(endpoint: &str, prefix: &str, count: usize) {
+    let started = Instant::now();
+    while keys(endpoint, prefix).len() != count {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{count} keys under {prefix}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A counter in a file and a directory that exists while someone is inside:
+/// the same critical section for etcdctl (through `sh`) and for dlock.
+struct Section {
+    dir: PathBuf,
+}
+
+impl Section {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("dlock-etcd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("section dir");
+        std::fs::write(dir.join("counter"), "0").expect("counter");
+        Section { dir }
+    }
+
+    fn script(&self) -> String {
+        let d = self.dir.display();
+        format!(
+            "mkdir {d}/inside 2>/dev/null || echo x >> {d}/violations; n=$(cat {d}/counter); \
+             sleep 0.01; echo $((n+1)) > {d}/counter; rmdir {d}/inside"
+        )
+    }
+
+    async fn run(&self) {
+        let inside = self.dir.join("inside");
+        if std::fs::create_dir(&inside).is_err() {
+            append(&self.dir.join("violations"));
+        }
+        let n: u32 = read(&self.dir.join("counter")).parse().expect("counter");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        std::fs::write(self.dir.join("counter"), (n + 1).to_string()).expect("write");
+        let _ = std::fs::remove_dir(&inside);
+    }
+
+    fn counter(&self) -> u32 {
+        read(&self.dir.join("counter")).parse().expect("counter")
+    }
+
+    fn violations(&self) -> usize {
+        read(&self.dir.join("violations")).lines().count()
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+fn append(path: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open");
+    writeln!(file, "x").expect("append");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcdctl_lock_and_dlock_writers_exclude_each_other_both_ways() {
+    const ROUNDS: u32 = 12;
+    let endpoint = shared().server.address();
+    let section = Arc::new(Section::new("interop"));
+    let dlock = registry(engine_at(endpoint.clone()).await);
+    let lock = dlock.locks("interop").get("counter");
+
+    let etcdctl_loops: Vec<_> = (0..2)
+        .map(|_| {
+            let (endpoint, script) = (endpoint.clone(), section.script());
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    let status = etcdctl(&endpoint)
+                        .args(["lock", "/locks/interop/counter", "--", "sh", "-c", &script])
+                        .stdout(Stdio::null())
+                        .status()
+                        .expect("etcdctl lock");
+                    assert!(status.success());
+                }
+            })
+        })
+        .collect();
+    let dlock_loops: Vec<_> = (0..2)
+        .map(|_| {
+            let (lock, section) = (lock.clone(), section.clone());
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = lock.lock().await.expect("lock");
+                    section.run().await;
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in dlock_loops {
+        task.await.expect("dlock loop");
+    }
+    for thread in etcdctl_loops {
+        thread.join().expect("etcdctl loop");
+    }
+    assert_eq!(section.violations(), 0, "etcdctl and dlock were inside at once");
+    assert_eq!(section.counter(), 4 * ROUNDS, "lost updates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_foreign_key_is_a_writer_and_etcd_lock_waits_for_dlock_readers() {
+    let endpoint = shared().server.address();
+    let dlock = registry(engine_at(endpoint.clone()).await);
+    let lock = dlock.locks("interop").get("foreign");
+    let prefix = "/locks/interop/foreign/";
+
+    // etcdctl holds: dlock can neither read nor write.
+    let mut holder = etcdctl(&endpoint)
+        .args(["lock", "/locks/interop/foreign", "sleep", "1.5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    wait_for_keys(&endpoint, prefix, 1).await;
+    let foreign = keys(&endpoint, prefix).remove(0);
+    assert!(
+        lock.try_read().await.expect("try").is_none(),
+        "read under etcd's lock"
+    );
+    assert!(
+        lock.try_lock().await.expect("try").is_none(),
+        "wrote under etcd's lock"
+    );
+    let read = lock.read().await.expect("read");
+    // etcdctl deletes its key before it exits: the key, not the process, is
+    // the hold.
+    assert!(
+        !keys(&endpoint, prefix).contains(&foreign),
+        "dlock's reader got in while etcdctl still held"
+    );
+
+    // dlock reads: etcd's lock waits until the reader lets go.
+    let mut waiter = etcdctl(&endpoint)
+        .args(["lock", "/locks/interop/foreign", "true"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        waiter.try_wait().expect("wait").is_none(),
+        "etcd's lock passed dlock's reader"
+    );
+    read.release().await.expect("release");
+    let started = Instant::now();
+    while waiter.try_wait().expect("wait").is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "etcd's lock never got in"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = holder.wait();
+}
+
+/// etcd 16221: the read/write recipe granted a waiter whose lease had been
+/// revoked. dlock's waiter notices its key is gone and queues again on a
+/// new lease: when it holds, its key is the oldest, on a live lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_whose_lease_was_revoked_is_never_granted_on_it() {
+    let endpoint = shared().server.address();
+    let prefix = "/locks/revoked/rw/";
+    let first = registry(engine_at(endpoint.clone()).await);
+    let holder = registry(engine_at(endpoint.clone()).await);
+    let waiter_engine = engine_at(endpoint.clone()).await;
+    let waiter = registry(waiter_engine.clone());
+    // The holder gets in through a look, so it knows the waiter behind it
+    // and will try to hand over to it.
+    let before = first.locks("revoked").get("rw").lock().await.expect("lock");
+    let holding = tokio::spawn({
+        let lock = holder.locks("revoked").get("rw");
+        async move { lock.lock().await }
+    });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    let reading = tokio::spawn({
+        let lock = waiter.locks("revoked").get("rw");
+        async move { lock.read().await }
+    });
+    wait_for_keys(&endpoint, prefix, 3).await;
+    before.release().await.expect("release");
+    let held = holding.await.expect("task").expect("lock");
+    let revoked = waiter_engine.lease();
+    ctl(&endpoint, &["lease", "revoke", &format!("{revoked:x}")]);
+    // Its key goes with the lease (the waiter then queues again, on a new one).
+    let revoked_key = format!("{prefix}{revoked:x}-");
+    let started = Instant::now();
+    while keys(&endpoint, prefix)
+        .iter()
+        .any(|k| k.starts_with(&revoked_key))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the revoked lease's key stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.expect("release");
+
+    let read = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .expect("the waiter never got in")
+        .expect("task")
+        .expect("read");
+    let (created, lease) = oldest(&endpoint, prefix).expect("the reader's key");
+    assert_eq!(read.fence(), created, "granted on a key that is not the oldest");
+    assert_ne!(lease, revoked, "granted on the revoked lease");
+    assert_eq!(lease, waiter_engine.lease());
+    read.release().await.expect("release");
+}
+
+/// CreateRevision and ModRevision of `key`.
+fn revisions(endpoint: &str, key: &str) -> (i64, i64) {
+    let fields = ctl(endpoint, &["get", key, "-w", "fields"]);
+    let field = |name: &str| {
+        fields
+            .lines()
+            .find(|l| l.starts_with(&format!("\"{name}\" :")))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} for {key}"))
+    };
+    (field("CreateRevision"), field("ModRevision"))
+}
+
+/// A holder that got in through a look knows who is right behind it and
+/// hands the lock over in its release: the next writer's key is rewritten
+/// in the same transaction, and that writer passes it on in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_hands_the_lock_to_the_writer_behind_which_passes_it_on() {
+    let endpoint = shared().server.address();
+    let prefix = "/locks/handoff/chain/";
+    let first = registry(engine_at(endpoint.clone()).await);
+    let held = first.locks("handoff").get("chain").lock().await.expect("lock");
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let engine = engine_at(endpoint.clone()).await;
+        let key = format!("{prefix}{:x}-0", engine.lease());
+        let (lock, served, at) = (
+            registry(engine).locks("handoff").get("chain"),
+            served.clone(),
+            endpoint.clone(),
+        );
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await.expect("lock");
+            let (created, modified) = revisions(&at, &key);
+            served.lock().unwrap().push((i, modified != created));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.release().await.expect("release");
+        }));
+        wait_for_keys(&endpoint, prefix, i + 2).await;
+    }
+    held.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+    // The first waiter got in through a look (the first holder got in
+    // through its put and knew nobody behind); each later one was handed
+    // the lock, its key rewritten by the release before it.
+    assert_eq!(*served.lock().unwrap(), [(0, false), (1, true), (2, true)]);
+}
+
+/// A holder cut off from etcd hears of its loss at half the lease TTL,
+/// before the server expires the lease and lets the next one in; a blip
+/// shorter than that loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_off_holder_is_lost_before_the_next_gets_in_and_a_blip_loses_nothing() {
+    let endpoint = shared().server.address();
+    let proxy = CutProxy::start(endpoint.parse().expect("address")).await;
+    let holder = registry(engine_at(proxy.address.to_string()).await);
+    let waiter = registry(engine_at(endpoint.clone()).await);
+    let guard = holder.locks("cut").get("k").lock().await.expect("lock");
+
+    proxy.cut();
+    tokio::time::sleep(SESSION_TTL / 4).await;
+    proxy.heal();
+    tokio::time::sleep(SESSION_TTL).await;
+    assert!(!guard.is_lost(), "a blip of a quarter TTL lost the hold");
+
+    let (lost_after, admitted_after) =
+        cut_holder_then_next(&proxy, guard, waiter.locks("cut").get("k")).await;
+    println!(
+        "lease TTL 2 s: lost fired {lost_after:?} after the cut, the next holder in {admitted_after:?} after it"
+    );
+    assert!(
+        lost_after <= SESSION_TTL / 2 + Duration::from_millis(300),
+        "lost only after {lost_after:?}"
+    );
+}
+
+/// etcd 11456 (Jepsen): a lock returned to a waiter whose lease had expired
+/// while it waited. The waiter is cut off past its TTL; meanwhile another
+/// client takes the lock; once the waiter is back, it waits for that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_whose_lease_expired_while_cut_off_waits_for_the_next_holder() {
+    let endpoint = shared().server.address();
+    let proxy = CutProxy::start(endpoint.parse().expect("address")).await;
+    let first = registry(engine_at(endpoint.clone()).await);
+    let cut_off = registry(engine_at(proxy.address.to_string()).await);
+    let next = registry(engine_at(endpoint.clone()).await);
+    let prefix = "/locks/expired/x/";
+
+    let held = first.locks("expired").get("x").lock().await.expect("lock");
+    let started = Instant::now();
+    let late = tokio::spawn({
+        let lock = cut_off.locks("expired").get("x");
+        async move {
+            let guard = lock.lock().await.expect("the cut-off waiter's lock");
+            (started.elapsed(), guard)
+        }
+    });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    proxy.cut();
+    // The server expires the waiter's lease and its key.
+    wait_for_keys(&endpoint, prefix, 1).await;
+    let queued = tokio::spawn({
+        let lock = next.locks("expired").get("x");
+        async move { lock.lock().await.expect("the next holder's lock") }
+    });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    held.release().await.expect("release");
+    let guard = queued.await.expect("task");
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !late.is_finished(),
+        "the cut-off waiter got in under the next holder"
+    );
+    let next_released = started.elapsed();
+    let next_fence = guard.fence();
+    guard.release().await.expect("release");
+    let (granted_at, late_guard) = tokio::time::timeout(Duration::from_secs(15), late)
+        .await
+        .expect("the cut-off waiter never got in")
+        .expect("task");
+    assert!(
+        granted_at >= next_released,
+        "granted at {granted_at:?}, before {next_released:?}"
+    );
+    assert!(late_guard.fence() > next_fence, "the fence went back");
+    late_guard.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_share_one_watch_stream_each_watching_the_key_ahead_and_its_own() {
+    const WAITERS: usize = 40;
+    let own = Etcd::start();
+    let endpoint = own.server.address();
+    // Every waiter in etcd's line, not only this process's first.
+    let settings = Settings {
+        queue: Queue::Engine,
+        ..Settings::default()
+    };
+    let dlock = Registry::with_engine("etcd", engine_at(endpoint.clone()).await, settings).expect("registry");
+    let lock = dlock.locks("watch").get("one");
+    let held = lock.lock().await.expect("lock");
+    let order = Arc::new(AtomicU32::new(0));
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS as u32 {
+        let (lock, order) = (lock.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock().await.expect("lock");
+            let turn = order.fetch_add(1, Ordering::SeqCst);
+            guard.release().await.expect("release");
+            (i, turn)
+        }));
+        wait_for_keys(&endpoint, "/locks/watch/one/", i as usize + 2).await;
+    }
+    let started = Instant::now();
+    // Two watchers a waiter: the key ahead, and its own (for a handoff).
+    while metric(&endpoint, "etcd_debugging_mvcc_watcher_total") < 2.0 * WAITERS as f64 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "not every waiter watches"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&endpoint, "etcd_debugging_mvcc_watcher_total"),
+        2.0 * WAITERS as f64
+    );
+    assert_eq!(metric(&endpoint, "etcd_debugging_mvcc_watch_stream_total"), 1.0);
+    held.release().await.expect("release");
+    for waiter in waiters {
+        let (i, turn) = waiter.await.expect("waiter");
+        assert_eq!(i, turn, "served out of order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nothing_is_left_in_etcd_after_the_suite() {
+    let own = Etcd::start();
+    let endpoint = own.server.address();
+    run_each(|| {
+        let endpoint = endpoint.clone();
+        async move { engine_at(endpoint).await as Arc<dyn Engine> }
+    })
+    .await;
+    assert_eq!(keys(&endpoint, "/"), Vec::<String>::new(), "keys left behind");
+    let started = Instant::now();
+    loop {
+        let leases = ctl(&endpoint, &["lease", "list"]);
+        if leases.starts_with("found 0 leases") {
+            break;
+        }
+        assert!(
+            started.elapsed() < SESSION_TTL * 3,
+            "leases left behind: {leases}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_settings_and_an_unreachable_cluster_are_clear_errors() {
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let unreachable = EtcdConfig {
+        connect_timeout: Duration::from_millis(800),
+        ..EtcdConfig::new(std::slice::from_ref(&nobody))
+    };
+    assert_unreachable_is_a_clear_error(
+        EtcdEngine::connect("etcd-main", &unreachable),
+        "etcd-main",
+        &nobody,
+        Duration::from_secs(3),
+    )
+    .await;
+
+    let endpoint = shared().server.address();
+    let fractional = EtcdConfig {
+        session_ttl: Duration::from_millis(1500),
+        ..config(endpoint.clone())
+    };
+    let message = EtcdEngine::connect("e", &fractional)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(message.contains("engines.e.session_ttl"), "{message}");
+    let half_auth = EtcdConfig {
+        user: Some("dlock".into()),
+        ..config(endpoint)
+    };
+    let message = EtcdEngine::connect("e", &half_auth)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(message.contains("engines.e.password"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn user_and_password_authenticate_and_a_wrong_password_is_refused() {
+    let own = Etcd::start();
+    let endpoint = own.server.address();
+    ctl(&endpoint, &["user", "add", "root:rootpw"]);
+    ctl(&endpoint, &["user", "add", "dlock:lockpw"]);
+    ctl(&endpoint, &["role", "add", "locker"]);
+    ctl(
+        &endpoint,
+        &[
+            "role",
+            "grant-permission",
+            "locker",
+            "readwrite",
+            "/locks/",
+            "--prefix=true",
+        ],
+    );
+    ctl(&endpoint, &["user", "grant-role", "dlock", "locker"]);
+    ctl(&endpoint, &["auth", "enable"]);
+    let with = |password: &str| EtcdConfig {
+        user: Some("dlock".into()),
+        password: Some(password.into()),
+        ..config(endpoint.clone())
+    };
+    let engine = Arc::new(
+        EtcdEngine::connect("auth", &with("lockpw"))
+            .await
+            .expect("connect"),
+    );
+    let dlock = registry(engine);
+    let guard = dlock.locks("auth").get("x").lock().await.expect("lock");
+    guard.release().await.expect("release");
+    let message = EtcdEngine::connect("auth", &with("wrong"))
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        message.contains("auth") && message.contains(&endpoint),
+        "{message}"
+    );
+}
