@@ -114,24 +114,34 @@ impl<T, E: From<Error>> Outcome for Result<T, E> {
     }
 }
 
-/// Runs `body` until it ends or the lock is lost. Once the body has waited,
-/// the loss is judged before each poll, so a task resumed after a pause past
-/// its lease stops before it acts (the first poll follows the grant at once);
-/// the lost future itself is only polled, and wakes this task, while the
-/// body waits.
-async fn until_lost<F: Future>(held: &HeldLock, body: F) -> Result<F::Output, dlock_core::LostReason> {
+/// Runs `body` in the hold's `tracing` span (entered around each poll, so
+/// the body's future is not moved into a wrapper) until it ends, or, with
+/// `cancel`, until the lock is lost. Once the body has waited, the loss is
+/// judged before each poll, so a task resumed after a pause past its lease
+/// stops before it acts (the first poll follows the grant at once); the lost
+/// future itself is only polled, and wakes this task, while the body waits.
+async fn in_hold<F: Future>(
+    held: &HeldLock,
+    body: F,
+    cancel: bool,
+) -> Result<F::Output, dlock_core::LostReason> {
     let mut body = pin!(body);
-    let mut lost = pin!(held.lost());
+    let mut lost = pin!(cancel.then(|| held.lost()));
     let mut waited = false;
     poll_fn(|cx| {
         if waited && let Some(reason) = held.lost_reason() {
             return Poll::Ready(Err(reason));
         }
-        if let Poll::Ready(out) = body.as_mut().poll(cx) {
+        if let Poll::Ready(out) = held.span().in_scope(|| body.as_mut().poll(cx)) {
             return Poll::Ready(Ok(out));
         }
-        waited = true;
-        lost.as_mut().poll(cx).map(Err)
+        match lost.as_mut().as_pin_mut() {
+            Some(lost) => {
+                waited = true;
+                lost.poll(cx).map(Err)
+            }
+            None => Poll::Pending,
+        }
     })
     .await
 }
@@ -156,16 +166,12 @@ pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Fut
     };
     let held = guard.held().clone();
     let body = CURRENT.scope(held.clone(), body);
-    let out = if site.cancel_on_lost {
-        match until_lost(&held, body).await {
-            Ok(out) => out,
-            Err(reason) => O::lock_error(Error::Lost {
-                key: held.key().clone(),
-                reason,
-            }),
-        }
-    } else {
-        body.await
+    let out = match in_hold(&held, body, site.cancel_on_lost).await {
+        Ok(out) => out,
+        Err(reason) => O::lock_error(Error::Lost {
+            key: held.key().clone(),
+            reason,
+        }),
     };
     // A failed release leaves the lease to free the lock; the body's outcome stands.
     let _ = guard.release().await;

@@ -1,27 +1,266 @@
-//! dlock: declarative distributed locks for async Rust.
+//! Declarative distributed locks for async Rust.
 //!
-//! Locks are fair (FIFO), read/write, reentrant per async task, fenced (every
-//! acquisition gets a strictly increasing token) and report loss. Engines are
-//! chosen by configuration at startup; with no configuration, the embedded
-//! memory engine serves.
+//! Locks are **fair** (FIFO), **read/write**, **reentrant per async task**
+//! (never per thread: tokio moves tasks between threads), **fenced** (every
+//! acquisition gets a strictly increasing token to hand to storage) and
+//! **report loss**. A watchdog renews the lease while you hold the lock.
+//! Engines are chosen by configuration at startup; with no configuration the
+//! embedded memory engine serves.
+//!
+//! The package is published as `dlock-rs` (`cargo add dlock-rs`); its library
+//! is `dlock`, so code writes `use dlock::...`. Keep the dependency under
+//! that name: the attribute's expansion refers to the crate as `::dlock`.
+//!
+//! # The attribute
+//!
+//! [`distributed_lock`] wraps an `async fn` in a lock whose name comes from
+//! its arguments:
+//!
+//! ```
+//! use dlock::distributed_lock;
+//!
+//! # #[derive(Debug)]
+//! # struct AppError(dlock::Error);
+//! # impl From<dlock::Error> for AppError {
+//! #     fn from(e: dlock::Error) -> Self { AppError(e) }
+//! # }
+//! # struct Ledger;
+//! # impl Ledger {
+//! #     async fn debit(&self, _: u64, _: u64, fence: u64) -> Result<u64, AppError> { Ok(fence) }
+//! # }
+//! # static LEDGER: Ledger = Ledger;
+//! struct Order {
+//!     id: u64,
+//! }
+//!
+//! #[distributed_lock(group = "order", key = "<tenant>:<order.id>", mode = "write", wait = "5s")]
+//! async fn pay(tenant: &str, order: &Order, cents: u64) -> Result<u64, AppError> {
+//!     // Held here; renewed by the watchdog; released on return, `?`, panic or cancellation.
+//!     LEDGER.debit(order.id, cents, dlock::fence().unwrap()).await
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), AppError> {
+//! pay("acme", &Order { id: 42 }, 1_000).await?; // holds lock "order/acme:42" meanwhile
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The function returns `Result<T, E>` with `E: From<dlock::Error>`: lock
+//! errors (timeout, engine failure, loss) come back through it. Options:
+//! `group` (required), `key`, `mode`, `wait`, `lease`, `engine` and
+//! `on_lost`; [`distributed_lock`] lists them with their defaults. Misuse
+//! is a compile error at the offending token. Annotated functions calling
+//! each other in one task reenter with no engine call; inside the body,
+//! [`fence`] and [`current`] give the held lock.
+//!
+//! # The Lock API
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), dlock::Error> {
-//! let lock = dlock::lock("order", "42");
-//! let guard = lock.lock().await?;
-//! assert!(guard.fence() > 0);
-//! guard.release().await?;
+//! use std::time::Duration;
+//!
+//! let lock = dlock::lock("order", "42"); // group + name
+//! let guard = lock.lock().await?; // write; waits at most the configured wait
+//! let fence = guard.fence(); // storage rejects writes with an older fence
+//! tokio::select! {
+//!     reason = guard.lost() => panic!("renewal refused, lease elapsed or session gone: {reason}"),
+//!     _ = tokio::time::sleep(Duration::from_millis(5)) => { /* the work */ }
+//! }
+//! guard.release().await?; // Err(Lost) if the lock was lost meanwhile
+//!
+//! let reader = dlock::locks("catalog").get("sku-1").read().await?; // shared
+//! if let Some(guard) = lock.try_lock().await? { // None if taken: never waits
+//!     guard.release().await?;
+//! }
+//! let guard = lock.lock_for(Duration::from_millis(250)).await?; // Err(Timeout) after 250 ms
+//! # let _ = (fence, reader, guard);
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! - **Reentrant per task**: a task holding a lock takes it again (or takes
+//!   read under write) with no engine call; the hold ends with the outermost
+//!   guard. Asking for write while holding read is an immediate
+//!   [`Error::Upgrade`], never a deadlock. Releasing the write guard while a
+//!   nested read guard lives downgrades the hold. [`held_locks`] lists every
+//!   lock the task holds.
+//! - **Spawned tasks** do not inherit locks: a spawned task asking for a lock
+//!   its parent holds queues behind the parent, and a parent awaiting it
+//!   waits forever. Hand the hold over with [`spawn`] or [`HeldLock::share`]
+//!   ([`Share`]). A task that waits `deadlock_warning` (10 s) for a lock
+//!   another task of its process holds logs a `tracing` warning.
+//! - **Guards** ([`Guard`]) release on drop, in the background, also when the
+//!   task is cancelled; [`Guard::release`] releases in place and reports
+//!   errors.
+//! - **Fairness**: FIFO per lock on engines with a queue; a writer never
+//!   waits behind readers that arrived after it; a run of queued readers is
+//!   admitted together. By default (`queue = "local"`) a process lines its
+//!   own waiters up first and sends only its head to the engine: FIFO within
+//!   the process and among the processes' heads, at a server cost that grows
+//!   with the processes, not the waiters. `queue = "engine"` gives strict
+//!   FIFO across all waiters, each in the engine's queue.
+//! - **Every engine call is bounded**: acquire and poll by the wait and
+//!   `call_timeout`, renewals by the lease, release and cancel by
+//!   `call_timeout`. Engine errors while waiting are retried on the polling
+//!   schedule until the wait runs out (with no wait limit, for at most one
+//!   lease), then returned as [`Error::Engine`].
+//! - **Lease and watchdog**: the default lease is 30 s, renewed every
+//!   lease/3. If no renewal succeeds for a whole lease, the engine refuses
+//!   one, or the engine reports its session gone, [`Guard::lost`] fires.
+//!
+//! # Configuration
+//!
+//! ```toml
+//! [defaults]
+//! engine = "main"
+//! lease = "30s"
+//! wait = "10s"                                                  # or "forever" (the default)
+//! poll = { strategy = "exponential", initial = "10ms", max = "200ms" }   # or constant + interval
+//! queue = "local"                                               # or "engine": every waiter in the server's queue
+//! call_timeout = "5s"                                           # the longest one engine call may take
+//! deadlock_warning = "10s"                                      # warn when waiting this long for a lock another task here holds
+//!
+//! [engines.main]
+//! kind = "memory"
+//!
+//! [groups.payment]
+//! engine = "main"
+//! lease = "5s"
+//! wait = "forever"
+//! ```
+//!
+//! [`init_from_file`] (or [`init`] with a [`Config`]) builds the engines
+//! once at startup, before the first lock. `DLOCK_SECTION__KEY=value`
+//! overrides any field, e.g. `DLOCK_DEFAULTS__LEASE=5s`. A bad config fails
+//! there, naming the field ([`Error::Config`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock::Error> {
+//! let config = dlock::Config::parse(
+//!     r#"
+//!     [engines.main]
+//!     kind = "memory"
+//!
+//!     [groups.payment]
+//!     lease = "5s"
+//!     "#,
+//!     std::env::vars(),
+//! )?;
+//! dlock::init(config).await?;
+//! let payment = dlock::locks("payment");
+//! assert_eq!(payment.engine(), "main");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Engines
+//!
+//! Each engine is behind a cargo feature of this crate (`memory` is on by
+//! default; `all-engines` turns on every one) and named by `kind` in config:
+//!
+//! | kind | cargo feature | server |
+//! |---|---|---|
+//! | `memory` | `memory` (default) | none: locks live in this process |
+//! | `redis`, `redis-cluster`, `redis-sentinel` | `redis` (`redis-tls` for `rediss://`) | Redis, a Redis Cluster, Redis behind Sentinel |
+//! | `redlock` | `redlock` | independent Redis masters, RedLock |
+//! | `zookeeper` | `zookeeper` | ZooKeeper, compatible with Apache Curator's lock |
+//! | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc` to build) | etcd, compatible with `etcdctl lock` |
+//! | `postgres` | `postgres` | PostgreSQL advisory locks |
+//! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ |
+//! | `memcached` | `memcached` | memcached |
+//!
+//! Each module of [`engines`] documents its engine's settings and how it
+//! keeps its promises. A config naming a kind this build leaves out fails
+//! naming the cargo feature to turn on.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock::Error> {
+//! // dlock.toml, with cargo feature `redis`:
+//! //
+//! //   [engines.main]
+//! //   kind = "redis"
+//! //   url = "redis://127.0.0.1:6379"
+//! dlock::init_from_file("dlock.toml").await?;
+//! let guard = dlock::lock("order", "42").lock().await?;
+//! # guard.release().await
+//! # }
+//! ```
+//!
+//! An engine of your own implements [`Engine`], declares its
+//! [`Capabilities`] and registers its kind with [`init_with`]; one built by
+//! hand goes in with [`install`].
+//!
+//! # Guarantees
+//!
+//! What an engine can promise is declared once, in its [`Capabilities`]: read
+//! mode or exclusive only, a FIFO queue on the server or none, strict or
+//! best-effort fencing, and what ends an unrenewed hold (its lease, or the
+//! client's session). The core refuses what an engine lacks with
+//! [`Error::Unsupported`] (read mode on memcached, a lease shorter than the
+//! engine's unit). Every engine passes the same conformance suite, skipping
+//! only the cases its capabilities rule out.
+//!
+//! | kind | capabilities |
+//! |---|---|
+//! | `memory`, `redis` (and cluster, sentinel), `postgres`, `mysql` | read write, fifo, fence strict, ends with lease |
+//! | `zookeeper`, `etcd` | read write, fifo, fence strict, ends with session |
+//! | `memcached` | write only, no queue, fence best effort, ends with lease, lease unit 1 s |
+//! | `redlock` | write only, no queue, fence best effort (none with `fence = false`), ends with lease |
+//!
+//! A fencing token protects storage only if storage checks it: pass
+//! [`Guard::fence`] (or [`fence`]) with every write and have storage refuse
+//! a token below the greatest it has seen. The README's guarantee table
+//! names the test that shows each guarantee on each engine, under faults
+//! (holders killed or paused past their lease, servers restarted).
+//!
+//! # Metrics
+//!
+//! Recorded through the [`metrics`](https://docs.rs/metrics) facade; the
+//! application installs the exporter (Prometheus, StatsD, ...). Labels
+//! `group`, `mode`, `engine`. Handles are registered on first use: install
+//! the recorder before the first lock.
+//!
+//! | series | kind | meaning |
+//! |---|---|---|
+//! | `dlock_events_total{event}` | counter | `attempt`, `acquired`, `reentered`, `timed_out`, `failed`, `released`, `renewed`, `renewal_failed`, `lost` |
+//! | `dlock_wait_seconds` | histogram | first attempt → granted |
+//! | `dlock_hold_seconds` | histogram | outermost grant → final release (one span per hold, not per nesting level) |
+//! | `dlock_release_seconds` | histogram | the release call |
+//! | `dlock_held`, `dlock_waiting` | gauges | holds and waiting requests in this process |
+//!
+//! [`metrics::describe`] adds units and help texts; the names are constants
+//! in [`metrics`].
+//!
+//! # Tracing
+//!
+//! dlock reports to [`tracing`](https://docs.rs/tracing) under the target
+//! `dlock` (`RUST_LOG=dlock=debug`):
+//!
+//! | span or event | level | fields |
+//! |---|---|---|
+//! | span `acquire`: one engine acquisition, until granted or given up | debug | `group`, `key`, `mode`, `engine`; then `wait_ms`, `outcome` |
+//! | span `hold`: from the grant to the hold's end | debug | `group`, `key`, `mode`, `engine`, `fence` |
+//! | event "lock wait ended without the lock", in `acquire` | debug | `error` |
+//! | event "lock renewal failed; retrying", in `hold` | warn | `error` |
+//! | event "lock lost", in `hold` | warn | `reason` |
+//!
+//! An annotated function's body runs inside its `hold` span, so whatever it
+//! logs carries the lock's key and fence; with the Lock API, instrument the
+//! work with [`HeldLock::span`]. Reentries make no span: they never reach
+//! the engine.
+
+#![warn(missing_docs)]
 
 use std::path::Path;
 
 use once_cell::sync::OnceCell;
 
-/// What an engine author needs: implement [`Engine`], declare its
-/// [`Capabilities`], and register its kind in [`Kinds`].
+// What an engine author needs: implement `Engine`, declare its
+// `Capabilities`, and register its kind in `Kinds`.
 pub use dlock_core::{
     BoxError, Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, Kinds, LostSignal, MIN_LEASE,
     OwnerId, Poll, Request, Waiters, Wake, Woken, async_trait, engine,
@@ -40,18 +279,64 @@ static REGISTRY: OnceCell<Registry> = OnceCell::new();
 
 /// Builds the configured engines into the global registry. Call once at
 /// startup, before the first lock; a bad config fails here, naming the field.
+///
+/// Fails too if the global registry is already set: by an earlier `init`, or
+/// by a lock taken before it (which settles on the embedded memory engine).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// let config = dlock::Config::parse("[engines.main]\nkind = \"memory\"", std::env::vars())?;
+/// dlock::init(config).await?;
+/// assert!(dlock::init(dlock::Config::default()).await.is_err()); // once only
+/// # Ok(())
+/// # }
+/// ```
 pub async fn init(config: Config) -> Result<(), Error> {
     init_with(config, &engines::kinds()).await
 }
 
-/// [`init`] with engine kinds of your own besides the built-in ones:
-/// `let mut kinds = dlock::engines::kinds(); kinds.register("mine", ...);`.
+/// [`init`] with engine kinds of your own besides the built-in ones.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use dlock::engines::memory::MemoryEngine;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Mine {} // the kind's settings, from its `[engines.<name>]` table
+///
+/// let mut kinds = dlock::engines::kinds();
+/// kinds.register("mine", |_name, _: Mine| async { Ok::<_, dlock::Error>(MemoryEngine::new()) });
+/// let config = dlock::Config::parse("[engines.main]\nkind = \"mine\"", std::env::vars())?;
+/// dlock::init_with(config, &kinds).await?;
+/// # Ok(())
+/// # }
+/// ```
 pub async fn init_with(config: Config, kinds: &Kinds) -> Result<(), Error> {
     install(Registry::build(&config, kinds).await?)
 }
 
 /// Makes `registry` the global one: for engines built by hand (a custom
 /// engine, a wrapper). Same rules as [`init`]: once, before the first lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use dlock::engines::memory::MemoryEngine;
+/// use dlock::{Registry, Settings, Wait};
+///
+/// let settings = Settings {
+///     wait: Wait::For(Duration::from_secs(5)),
+///     ..Settings::default()
+/// };
+/// dlock::install(Registry::with_engine("main", Arc::new(MemoryEngine::new()), settings)?)?;
+/// assert_eq!(dlock::locks("order").engine(), "main");
+/// # Ok(())
+/// # }
+/// ```
 pub fn install(registry: Registry) -> Result<(), Error> {
     REGISTRY.set(registry).map_err(|_| {
         Error::config(
@@ -61,12 +346,31 @@ pub fn install(registry: Registry) -> Result<(), Error> {
     })
 }
 
-/// [`init`] from a TOML file, with `DLOCK_*` environment overrides.
+/// [`init`] from a TOML file, with `DLOCK_*` environment overrides
+/// ([`Config::from_file`]).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let path = std::env::temp_dir().join(format!("dlock-doc-{}.toml", std::process::id()));
+/// std::fs::write(&path, "[defaults]\nlease = \"10s\"\n\n[engines.main]\nkind = \"memory\"\n")?;
+/// dlock::init_from_file(&path).await?;
+/// assert_eq!(dlock::locks("order").settings().lease.as_secs(), 10);
+/// # std::fs::remove_file(&path)?;
+/// # Ok(())
+/// # }
+/// ```
 pub async fn init_from_file(path: impl AsRef<Path>) -> Result<(), Error> {
     init(Config::from_file(path)?).await
 }
 
-/// The global registry: the one [`init`] built, else the embedded memory engine.
+/// The global registry: the one [`init`] built, else the embedded memory
+/// engine with the default settings (30 s lease, no wait limit). The first
+/// call settles it: [`init`] after it fails.
+///
+/// # Panics
+///
+/// If [`init`] was not called and the `memory` feature is off.
 pub fn registry() -> &'static Registry {
     REGISTRY.get_or_init(default_registry)
 }
@@ -83,25 +387,43 @@ fn default_registry() -> Registry {
     panic!("dlock::init was not called and the `memory` engine is not compiled in")
 }
 
-/// The lock family of `group` from the global registry.
+/// The lock family of `group` from the global registry; see [`Locks`].
 pub fn locks(group: &str) -> Locks {
     registry().locks(group)
 }
 
-/// The lock `name` of `group` from the global registry.
+/// The lock `name` of `group` from the global registry; see [`Lock`].
 pub fn lock(group: &str, name: &str) -> Lock {
     locks(group).get(name)
 }
 
 /// The innermost lock held by a `#[distributed_lock]` function running in
-/// this task; `None` outside one. Every lock the task holds, however taken:
-/// [`held_locks`]. Spawned tasks inherit neither, unless spawned with
-/// [`spawn`].
+/// this task; `None` outside one, even while a [`Guard`] of the Lock API is
+/// held. Every lock the task holds, however taken: [`held_locks`]. Spawned
+/// tasks inherit neither, unless spawned with [`spawn`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// #[dlock::distributed_lock(group = "order", key = "<id>")]
+/// async fn pay(id: u64) -> Result<(), dlock::Error> {
+///     let held = dlock::current().expect("inside an annotated fn");
+///     assert_eq!(held.key().to_string(), format!("order/{id}"));
+///     assert_eq!(dlock::fence(), Some(held.fence()));
+///     Ok(())
+/// }
+///
+/// pay(42).await?;
+/// assert!(dlock::current().is_none());
+/// # Ok(())
+/// # }
+/// ```
 pub fn current() -> Option<HeldLock> {
     __private::CURRENT.try_with(HeldLock::clone).ok()
 }
 
 /// The fencing token of [`current`]: pass it to storage with every write.
+/// `None` outside a `#[distributed_lock]` function.
 pub fn fence() -> Option<u64> {
     current().map(|held| held.fence())
 }
@@ -112,6 +434,25 @@ pub fn fence() -> Option<u64> {
 /// task awaits it, forever). The holds last until this task's guards and
 /// the spawned task are both done. Inside, [`fence`] and [`current`] give
 /// this task's innermost annotated lock.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// #[dlock::distributed_lock(group = "order", key = "<id>")]
+/// async fn pay(id: u64) -> Result<(), dlock::Error> {
+///     // Reenters this task's hold; tokio::spawn would wait behind it, forever.
+///     let part = dlock::spawn(charge(id));
+///     part.await.expect("charge task")
+/// }
+///
+/// #[dlock::distributed_lock(group = "order", key = "<id>")]
+/// async fn charge(id: u64) -> Result<(), dlock::Error> {
+///     Ok(())
+/// }
+///
+/// pay(42).await
+/// # }
+/// ```
 pub fn spawn<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
 where
     F: std::future::Future + Send + 'static,

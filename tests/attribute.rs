@@ -133,6 +133,21 @@ async fn keys_render_params_and_field_paths_and_fences_rise() {
     assert_eq!(dlock::fence(), None, "no lock outside an annotated fn");
 }
 
+/// An extractor-shaped wrapper, as axum's `Path` is.
+struct Wrapped<T>(T);
+
+#[distributed_lock(group = "attr-pattern", key = "<id>:<name>")]
+async fn destructured(Wrapped(id): Wrapped<u64>, (name, _): (&str, u8)) -> Result<String, AppError> {
+    Ok(dlock::current().expect("held").key().to_string())
+}
+
+#[tokio::test]
+async fn keys_name_what_parameter_patterns_bind() {
+    engine();
+    let key = destructured(Wrapped(7), ("ann", 1)).await.expect("call");
+    assert_eq!(key, "attr-pattern/7:ann");
+}
+
 #[distributed_lock(group = "attr-default-key")]
 async fn nightly_report() -> AppResult<String> {
     Ok(current_name())
