@@ -9,6 +9,10 @@
 //! such runs, more than the target. So the ratio is measured apart too: the
 //! two cases take turns in blocks, in alternating order, and the median
 //! block ratio is printed.
+//!
+//! dlock's `tracing` spans are measured last (see `tracing_cost`); with no
+//! subscriber they cost a level check per call site, which the cases above
+//! include.
 
 use std::hint::black_box;
 use std::sync::OnceLock;
@@ -16,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use dlock::{Locks, distributed_lock};
+use tokio::runtime::Runtime;
 
 #[distributed_lock(group = "bench-attr", key = "order-<order_id>")]
 async fn annotated(order_id: u64) -> Result<u64, dlock::Error> {
@@ -51,51 +56,81 @@ fn attribute(c: &mut Criterion) {
     group.finish();
 }
 
-/// The two cases in turns of `CALLS` calls, `BLOCKS` times; prints the
-/// median and spread of (annotated ÷ by hand) over the blocks.
+/// Calls per timed block.
+const CALLS: u32 = 5_000;
+
+/// The time of `CALLS` calls of `call` on `rt`.
+fn block<F: Future<Output = Result<u64, dlock::Error>>>(rt: &Runtime, call: impl Fn(u64) -> F) -> Duration {
+    rt.block_on(async {
+        let started = Instant::now();
+        for _ in 0..CALLS {
+            call(black_box(42)).await.expect("call");
+        }
+        started.elapsed()
+    })
+}
+
+/// Times `a` and `b` in turns, `blocks` times, in alternating order, and
+/// prints the median and spread of a ÷ b over the blocks.
+fn in_turns(what: &str, blocks: usize, mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) {
+    let mut ratios: Vec<f64> = (0..blocks)
+        .map(|i| {
+            let (ta, tb) = if i % 2 == 0 {
+                let ta = a();
+                (ta, b())
+            } else {
+                let tb = b();
+                (a(), tb)
+            };
+            ta.as_secs_f64() / tb.as_secs_f64()
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q) as usize];
+    println!(
+        "{what}, interleaved ({blocks} blocks of {CALLS}): median {:.3}, p10 {:.3}, p90 {:.3}",
+        at(0.5),
+        at(0.1),
+        at(0.9)
+    );
+}
+
+/// The annotated function against the same work by hand, in turns.
 fn interleaved() {
-    const BLOCKS: usize = 60;
-    const CALLS: u32 = 5_000;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let mut ratios: Vec<f64> = rt.block_on(async {
-        let annotated_block = || async {
-            let started = Instant::now();
-            for _ in 0..CALLS {
-                annotated(black_box(42)).await.expect("annotated");
-            }
-            started.elapsed()
-        };
-        let by_hand_block = || async {
-            let started = Instant::now();
-            for _ in 0..CALLS {
-                by_hand(black_box(42)).await.expect("by hand");
-            }
-            started.elapsed()
-        };
-        let mut ratios = Vec::new();
-        for block in 0..BLOCKS {
-            let (a, h) = if block % 2 == 0 {
-                let a = annotated_block().await;
-                (a, by_hand_block().await)
-            } else {
-                let h = by_hand_block().await;
-                (annotated_block().await, h)
-            };
-            ratios.push(a.as_secs_f64() / h.as_secs_f64());
-        }
-        ratios
-    });
-    ratios.sort_by(f64::total_cmp);
-    let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q) as usize];
-    println!(
-        "attribute ÷ by hand, interleaved ({BLOCKS} blocks of {CALLS}): median {:.3}, p10 {:.3}, p90 {:.3}",
-        at(0.5),
-        at(0.1),
-        at(0.9)
+    in_turns(
+        "attribute ÷ by hand",
+        60,
+        || block(&rt, annotated),
+        || block(&rt, by_hand),
+    );
+}
+
+/// What dlock's `tracing` spans cost once a subscriber listens: the
+/// annotated call under a subscriber at debug that builds every span
+/// against one at info (dlock's debug spans filtered out, as in most
+/// services), in turns on one thread. Run last: installing any subscriber
+/// changes how `tracing` dispatches from then on in this process.
+fn tracing_cost() {
+    use tracing::level_filters::LevelFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let under = |level: LevelFilter| {
+        let _on = tracing::subscriber::set_default(tracing_subscriber::registry().with(level));
+        block(&rt, annotated)
+    };
+    in_turns(
+        "spans recorded ÷ filtered out",
+        30,
+        || under(LevelFilter::DEBUG),
+        || under(LevelFilter::INFO),
     );
 }
 
@@ -109,4 +144,5 @@ fn main() {
     interleaved();
     benches();
     Criterion::default().configure_from_args().final_summary();
+    tracing_cost();
 }

@@ -92,12 +92,13 @@ async fn main() {
     uncontended(
         [
             "floor (GET_LOCK + RELEASE_LOCK)",
+            "distributed-lock 0.2",
             "dlock mysql, write, fenced, FIFO",
         ],
         (CYCLES, BLOCK),
         async || floor_cycle(&mut floor, "floor").await,
         async || lock.lock().await.expect("lock").release().await.expect("release"),
-        &mut peer,
+        async |block| peer.cycles(block),
         [1.5, 1.0],
     )
     .await;

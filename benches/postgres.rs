@@ -22,8 +22,8 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use dlock::engines::conformance::Fixture;
 use dlock::engines::postgres::fixture::{PASSWORD, Postgres, USER};
@@ -31,7 +31,7 @@ use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use common::{Peer, micros, percentile, uncontended};
+use common::{Handoffs, Peer, uncontended};
 
 const CYCLES: usize = 6000;
 const BLOCK: usize = 100;
@@ -66,35 +66,6 @@ impl Floor {
             .query_one(&self.unlock, &[&key])
             .await
             .expect("unlock");
-    }
-}
-
-/// Times from a release to the next acquisition, in ns.
-#[derive(Default)]
-struct Handoffs {
-    released: Mutex<Option<Instant>>,
-    times: Mutex<Vec<f64>>,
-}
-
-impl Handoffs {
-    fn entered(&self) {
-        if let Some(at) = self.released.lock().unwrap().take() {
-            self.times.lock().unwrap().push(at.elapsed().as_nanos() as f64);
-        }
-    }
-
-    fn leaving(&self) {
-        *self.released.lock().unwrap() = Some(Instant::now());
-    }
-
-    fn summary(&self) -> String {
-        let times = self.times.lock().unwrap().clone();
-        format!(
-            "p50 {:>9}  p90 {:>9}  ({} handoffs)",
-            micros(percentile(times.clone(), 0.5)),
-            micros(percentile(times.clone(), 0.9)),
-            times.len()
-        )
     }
 }
 
@@ -170,12 +141,13 @@ async fn main() {
     uncontended(
         [
             "floor (pg_advisory_lock + unlock)",
+            "distributed-lock 0.2",
             "dlock postgres, write, fenced",
         ],
         (CYCLES, BLOCK),
         async || floor.cycle(1).await,
         async || lock.lock().await.expect("lock").release().await.expect("release"),
-        &mut peer,
+        async |block| peer.cycles(block),
         [1.10, 0.80],
     )
     .await;
@@ -190,10 +162,7 @@ async fn main() {
         .into_iter()
         .map(|n| n as f64)
         .collect();
-    let peer_handoffs = Handoffs {
-        times: Mutex::new(peer_times),
-        ..Handoffs::default()
-    };
+    let peer_handoffs = Handoffs::of(peer_times);
     println!("  distributed-lock 0.2               {}", peer_handoffs.summary());
     println!(
         "  dlock postgres (32 connections)    {}",

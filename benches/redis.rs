@@ -13,6 +13,16 @@
 //! Contended runs alternate dlock and the floor in rounds, each with its
 //! own PING sample, and report the median round.
 //!
+//! Server time per cycle is the usec `INFO commandstats` gives the commands
+//! each contender sends (`SENT`), not the sum over all commands: a command
+//! a script calls is counted on its own line and again inside the script's
+//! `EVALSHA`. The table's "run" count includes those, as a check that
+//! nothing else was sent. For context it also gives the server process's
+//! CPU per cycle (`INFO cpu`, user + sys), which adds the network I/O of
+//! each command and so counts every round trip.
+//! Memory: `HELD` locks held at once on a fresh server, for dlock and for
+//! the floor under the same key names, `used_memory` per lock.
+//!
 //! ```text
 //! cargo bench --bench redis --features redis
 //! ```
@@ -22,9 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::server::TestServer;
-use dlock::engines::redis::fixture::{redis_args, redis_cli};
+use dlock::engines::redis::fixture::{info_field, redis_args, redis_cli};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
-use dlock::{Registry, Settings};
+use dlock::{Engine, LockKey, Mode, OwnerId, Poll, Registry, Request, Settings};
 use redis::aio::MultiplexedConnection;
 
 const CYCLES: usize = 4000;
@@ -33,6 +43,11 @@ const BLOCK: usize = 100;
 const CLIENTS: usize = 16;
 const ROUNDS: usize = 5;
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
+/// Locks held at once in the memory section.
+const HELD: usize = 100_000;
+/// The memory section's `fence_retention`, short so that its check that
+/// the server empties after release does not wait the default minute.
+const RETENTION: Duration = Duration::from_secs(1);
 
 fn p50(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -77,27 +92,89 @@ async fn acknowledged_registry(server: &TestServer, replicas: u32) -> Registry {
     Registry::with_engine("redis", Arc::new(engine), Settings::default()).expect("registry")
 }
 
-/// Commands the server ran since the last reset, less the bench's own
-/// `CONFIG RESETSTAT` and `INFO`.
-async fn commands(raw: &mut MultiplexedConnection) -> u64 {
+/// The commands each contender sends; everything else the server runs in
+/// its blocks is called by their scripts. `eval` and `script` stand in
+/// case a client falls back on them after `NOSCRIPT`.
+const SENT: [&[&str]; 4] = [
+    &["set", "evalsha", "eval", "script"],
+    &["evalsha", "eval", "script"],
+    &["set", "evalsha", "eval", "script"],
+    &["evalsha", "eval", "script"],
+];
+
+/// The server process's CPU time so far, user + sys, in µs.
+fn cpu(info: &str) -> f64 {
+    (info_field::<f64>(info, "used_cpu_user") + info_field::<f64>(info, "used_cpu_sys")) * 1e6
+}
+
+/// What the server did since the last reset: the calls and usec of the
+/// commands in `sent`, all calls but the bench's own `CONFIG RESETSTAT`
+/// and `INFO`, and the process CPU since `cpu_before`.
+async fn commands(raw: &mut MultiplexedConnection, sent: &[&str], cpu_before: f64) -> Stats {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
+        .arg("cpu")
         .query_async(raw)
         .await
         .expect("info");
-    info.lines()
-        .filter(|line| !line.starts_with("cmdstat_config") && !line.starts_with("cmdstat_info"))
-        .filter_map(|line| line.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .sum::<u64>()
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(name)
+            .nth(1)
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut stats = Stats {
+        cpu_usec: cpu(&info) - cpu_before,
+        ..Stats::default()
+    };
+    for line in info.lines() {
+        let Some((name, _)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else {
+            continue;
+        };
+        if name == "config" || name == "info" {
+            continue;
+        }
+        stats.run += field(line, "calls=");
+        if sent.contains(&name) {
+            stats.calls += field(line, "calls=");
+            stats.usec += field(line, "usec=");
+        }
+    }
+    stats
 }
 
-async fn reset(raw: &mut MultiplexedConnection) {
+#[derive(Default, Clone, Copy)]
+struct Stats {
+    /// Commands sent, and the server's usec for them.
+    calls: u64,
+    usec: u64,
+    /// Commands run, scripts' calls included.
+    run: u64,
+    cpu_usec: f64,
+}
+
+impl std::ops::AddAssign for Stats {
+    fn add_assign(&mut self, other: Stats) {
+        self.calls += other.calls;
+        self.usec += other.usec;
+        self.run += other.run;
+        self.cpu_usec += other.cpu_usec;
+    }
+}
+
+/// Resets the command stats; returns the process CPU so far (see `cpu`).
+async fn reset(raw: &mut MultiplexedConnection) -> f64 {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(raw)
         .await
         .expect("resetstat");
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(raw)
+        .await
+        .expect("info");
+    cpu(&info)
 }
 
 struct Floor {
@@ -179,19 +256,20 @@ async fn ping(raw: &mut MultiplexedConnection, n: usize) -> Duration {
 }
 
 /// Times `BLOCK` cycles of `cycle`, appending each cycle's time, and
-/// returns how many commands the server ran for them.
+/// returns what the server did for them, counting `sent` as sent.
 async fn block<F: AsyncFnMut(usize)>(
     raw: &mut MultiplexedConnection,
     times: &mut Vec<Duration>,
+    sent: &[&str],
     mut cycle: F,
-) -> u64 {
-    reset(raw).await;
+) -> Stats {
+    let cpu = reset(raw).await;
     for i in 0..BLOCK {
         let started = Instant::now();
         cycle(i).await;
         times.push(started.elapsed());
     }
-    commands(raw).await
+    commands(raw, sent, cpu).await
 }
 
 struct Contended {
@@ -276,6 +354,145 @@ async fn floor_contended(floors: &mut Vec<Floor>, name: &str) -> f64 {
     acquisitions.load(Ordering::Relaxed) as f64 / CONTENDED_FOR.as_secs_f64()
 }
 
+async fn used_memory(raw: &mut MultiplexedConnection) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(raw)
+        .await
+        .expect("info");
+    info_field(&info, "used_memory")
+}
+
+async fn dbsize(raw: &mut MultiplexedConnection) -> u64 {
+    redis::cmd("DBSIZE").query_async(raw).await.expect("dbsize")
+}
+
+/// Runs `step(i)` for every i in `0..HELD`, 32 at a time.
+async fn each_lock<F, Fut>(step: F)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let tasks: Vec<_> = (0..32)
+        .map(|worker| {
+            let step = step.clone();
+            tokio::spawn(async move {
+                for i in (worker..HELD).step_by(32) {
+                    step(i).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("worker");
+    }
+}
+
+/// `used_memory` per held lock, dlock's and the floor's under the same key
+/// names (the floor's key is dlock's record, its token a 32-hex id as
+/// dlock's owner ids are), on a server of its own; then dlock lets go and
+/// the server must be empty once the retention has passed.
+async fn memory() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let mut raw = connection(&server).await;
+    let lease = Duration::from_secs(300);
+    let key = |i: usize| LockKey::new("bench", format!("held-{i}")).expect("key");
+    let requests: Arc<Vec<Request>> = Arc::new(
+        (0..HELD)
+            .map(|i| Request::new(key(i), Mode::Write, lease))
+            .collect(),
+    );
+    let config = RedisConfig {
+        fence_retention: RETENTION,
+        ..RedisConfig::new(format!("redis://{}", server.address()))
+    };
+    let engine = Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"));
+    // Loads the scripts, so that the cache is not counted.
+    let warm = Request::new(key(HELD), Mode::Write, lease);
+    assert!(matches!(engine.acquire(&warm).await, Ok(Poll::Held(_))));
+    assert!(engine.release(&warm).await.expect("release"));
+    while dbsize(&mut raw).await > 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let before = used_memory(&mut raw).await;
+    let floor_keys: Arc<Vec<String>> =
+        Arc::new((0..HELD).map(|i| format!("{{dlock:bench:held-{i}}}:w")).collect());
+    let floor_connection = connection(&server).await;
+    each_lock({
+        let (keys, connection) = (floor_keys.clone(), floor_connection.clone());
+        move |i| {
+            let (keys, mut connection) = (keys.clone(), connection.clone());
+            async move {
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(&keys[i])
+                    .arg(OwnerId::random().to_string())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(millis(lease))
+                    .query_async(&mut connection)
+                    .await
+                    .expect("set");
+                assert!(set.is_some());
+            }
+        }
+    })
+    .await;
+    assert_eq!(dbsize(&mut raw).await, HELD as u64);
+    let floor = (used_memory(&mut raw).await - before) as f64 / HELD as f64;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut raw)
+        .await
+        .expect("flushall");
+
+    let before = used_memory(&mut raw).await;
+    each_lock({
+        let (engine, requests) = (engine.clone(), requests.clone());
+        move |i| {
+            let (engine, requests) = (engine.clone(), requests.clone());
+            async move {
+                assert!(matches!(engine.acquire(&requests[i]).await, Ok(Poll::Held(_))));
+            }
+        }
+    })
+    .await;
+    let keys = dbsize(&mut raw).await;
+    let dlock = (used_memory(&mut raw).await - before) as f64 / HELD as f64;
+    println!(
+        "memory, {HELD} write locks held at once: dlock {dlock:.0} B/lock ({:.2} keys/lock), \
+         floor {floor:.0} B/lock, dlock {:.2}x the floor",
+        keys as f64 / HELD as f64,
+        dlock / floor
+    );
+
+    each_lock({
+        let (engine, requests) = (engine.clone(), requests.clone());
+        move |i| {
+            let (engine, requests) = (engine.clone(), requests.clone());
+            async move {
+                assert!(engine.release(&requests[i]).await.expect("release"));
+            }
+        }
+    })
+    .await;
+    let released = Instant::now();
+    let left = dbsize(&mut raw).await;
+    tokio::time::sleep(RETENTION).await;
+    let mut after = dbsize(&mut raw).await;
+    // Redis expires keys in the background, a sample at a time.
+    while after > 0 && released.elapsed() < RETENTION * 10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = dbsize(&mut raw).await;
+    }
+    println!(
+        "released: {left} idle records left at once, each keeping the last fencing token \
+         fence_retention after its grant ({RETENTION:?} here, short for the bench; default \
+         1 min); DBSIZE {after} {:?} after release",
+        released.elapsed()
+    );
+    assert_eq!(after, 0, "keys left after the retention");
+}
+
 #[tokio::main]
 async fn main() {
     let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
@@ -292,7 +509,7 @@ async fn main() {
     let lock = dlock.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");
     let mut times: [Vec<Duration>; 4] = Default::default();
-    let mut counted = [0u64; 4];
+    let mut counted = [Stats::default(); 4];
     for round in 0..CYCLES / BLOCK {
         for turn in 0..4 {
             // Each contender goes first in turn.
@@ -300,7 +517,7 @@ async fn main() {
             let times = &mut times[who];
             counted[who] += match who {
                 0 => {
-                    block(&mut raw, times, async |i| {
+                    block(&mut raw, times, SENT[who], async |i| {
                         let token = format!("{round}-{i}");
                         assert!(fl.try_lock("floor", &token).await);
                         fl.unlock("floor", &token).await;
@@ -308,7 +525,7 @@ async fn main() {
                     .await
                 }
                 1 => {
-                    block(&mut raw, times, async |i| {
+                    block(&mut raw, times, SENT[who], async |i| {
                         let token = format!("{round}-{i}");
                         assert!(fenced.try_lock("fenced", &token).await.is_some());
                         fenced.floor.unlock("fenced", &token).await;
@@ -316,7 +533,7 @@ async fn main() {
                     .await
                 }
                 2 => {
-                    block(&mut raw, times, async |_| {
+                    block(&mut raw, times, SENT[who], async |_| {
                         let held = rslock
                             .lock("rslock", Duration::from_secs(30))
                             .await
@@ -326,7 +543,7 @@ async fn main() {
                     .await
                 }
                 _ => {
-                    block(&mut raw, times, async |_| {
+                    block(&mut raw, times, SENT[who], async |_| {
                         lock.lock().await.expect("lock").release().await.expect("release");
                     })
                     .await
@@ -337,7 +554,7 @@ async fn main() {
 
     // Reentrant: nested acquisitions under a held lock.
     let outer = lock.lock().await.expect("outer");
-    reset(&mut raw).await;
+    let cpu = reset(&mut raw).await;
     let started = Instant::now();
     for _ in 0..CYCLES {
         lock.lock()
@@ -348,7 +565,7 @@ async fn main() {
             .expect("nested release");
     }
     let nested = started.elapsed() / CYCLES as u32;
-    let nested_commands = commands(&mut raw).await;
+    let nested_commands = commands(&mut raw, SENT[3], cpu).await;
     outer.release().await.expect("release");
 
     // Contended: dlock fair and the floor unfair take turns, each round with its own PING.
@@ -416,20 +633,29 @@ async fn main() {
     let floor_mean = mean(&times[0]);
     println!("redis bench ({CYCLES} uncontended cycles each, one redis-server on loopback)");
     println!(
-        "| uncontended cycle | mean | p50 | vs floor (mean) | vs floor (median block) | commands/cycle |"
+        "| uncontended cycle | mean | p50 | vs floor (mean) | vs floor (median block) | commands/cycle sent (run) | server usec/cycle, sent | vs floor | process CPU µs/cycle | vs floor |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let per_cycle = |n: f64| n / CYCLES as f64;
     for (who, name) in names.iter().enumerate() {
         let m = mean(&times[who]);
         println!(
-            "| {name} | {m:?} | {:?} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {m:?} | {:?} | {:.2} | {:.2} | {:.2} ({:.2}) | {:.2} | {:.2} | {:.1} | {:.2} |",
             p50(times[who].clone()),
             m.as_secs_f64() / floor_mean.as_secs_f64(),
             block_ratio(&times[who], &times[0]),
-            counted[who] as f64 / CYCLES as f64,
+            per_cycle(counted[who].calls as f64),
+            per_cycle(counted[who].run as f64),
+            per_cycle(counted[who].usec as f64),
+            counted[who].usec as f64 / counted[0].usec as f64,
+            per_cycle(counted[who].cpu_usec),
+            counted[who].cpu_usec / counted[0].cpu_usec,
         );
     }
-    println!("nested reentrant acquire+release: {nested:?}, {nested_commands} Redis commands for {CYCLES}");
+    println!(
+        "nested reentrant acquire+release: {nested:?}, {} Redis commands for {CYCLES}",
+        nested_commands.calls
+    );
     let handoff_ratio = median(
         rounds
             .iter()
@@ -462,7 +688,7 @@ async fn main() {
         for turn in 0..2 {
             let who = (turn + round) % 2;
             let lock = if who == 0 { &lock } else { &acked_lock };
-            block(&mut raw, &mut with_replica[who], async |_| {
+            block(&mut raw, &mut with_replica[who], SENT[3], async |_| {
                 lock.lock().await.expect("lock").release().await.expect("release");
             })
             .await;
@@ -474,4 +700,10 @@ async fn main() {
         p50(with_replica[0].clone()),
         block_ratio(&with_replica[1], &with_replica[0])
     );
+
+    memory().await;
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().try_into().expect("ms")
 }

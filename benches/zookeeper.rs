@@ -2,21 +2,31 @@
 //! run, on one ZooKeeper server this bench starts on a loopback port.
 //!
 //! - floor: a raw `create EPHEMERAL_SEQUENTIAL` + `delete`, no lock logic;
+//! - listed floor: the floor with the children listed in the create's round
+//!   trip: the least a lock in Curator's layout can do (a node only learns
+//!   that none is ahead of it by reading after its create);
 //! - Curator: `InterProcessReadWriteLock` write lock, from Debian's
 //!   libcurator-recipes-java (tests/curator/CuratorPeer.java, in its own JVM);
 //! - dlock: the zookeeper engine, write mode.
 //!
+//! Uncontended cycles run interleaved in blocks, each contender going first
+//! in turn, so that all see the same load; ratios are the median over blocks
+//! of (dlock's block mean / the other's).
+//!
 //! Contended handoff: 16 clients, each its own session, on one path; the
 //! time from one holder calling release to the next holder's acquire
-//! returning. The three take turns, `ROUNDS` times, after a warm-up.
+//! returning. dlock and Curator take turns, `ROUNDS` times.
 //!
 //! ```text
 //! cargo bench --bench zookeeper --features zookeeper
 //! ```
 
-use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
 
 use dlock::engines::conformance::server::TestServer;
 use dlock::engines::zookeeper::fixture::{curator_classpath, zookeeper};
@@ -24,9 +34,15 @@ use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Registry, Settings};
 use zookeeper_client::{Acls, Client, CreateMode};
 
-const CYCLES: usize = 2000;
+use common::{micros, percentile};
+
+const CYCLES: usize = 4000;
+const BLOCK: usize = 100;
 const CLIENTS: usize = 16;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 3;
+const HANDOFFS: usize = 2000;
+
+const CURATOR_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
 
 async fn dlock_client(server: &TestServer) -> Registry {
     let config = ZooKeeperConfig::new(server.address());
@@ -34,46 +50,149 @@ async fn dlock_client(server: &TestServer) -> Registry {
     Registry::with_engine("zk", Arc::new(engine), Settings::default()).expect("registry")
 }
 
-/// Mean uncontended cycle of the floor.
-async fn floor(server: &TestServer) -> Duration {
-    let client = Client::connect(&server.address()).await.expect("connect");
-    let container = CreateMode::Persistent.with_acls(Acls::anyone_all());
-    let _ = client.create("/floor", &[], &container).await;
-    let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-    let cycle = || async {
-        let (_, seq) = client.create("/floor/n-", &[], &node).await.expect("create");
-        client
-            .delete(&format!("/floor/n-{seq}"), None)
-            .await
-            .expect("delete");
-    };
-    for _ in 0..CYCLES / 10 {
-        cycle().await;
-    }
-    let started = Instant::now();
-    for _ in 0..CYCLES {
-        cycle().await;
-    }
-    started.elapsed() / CYCLES as u32
+/// Raw cycles on one session: `create` + `delete` under `parent`, with the
+/// children listed in the create's round trip if `listed`.
+struct Floor {
+    client: Client,
+    parent: &'static str,
+    listed: bool,
 }
 
-/// Mean uncontended cycle and p50 handoff of dlock.
-async fn dlock(server: &TestServer, round: usize) -> (Duration, Duration) {
-    let solo = dlock_client(server)
-        .await
-        .locks("bench")
-        .get(format!("solo-{round}"));
-    for _ in 0..CYCLES / 10 {
-        solo.lock().await.expect("lock").release().await.expect("release");
+impl Floor {
+    async fn new(server: &TestServer, parent: &'static str, listed: bool) -> Self {
+        let client = Client::connect(&server.address()).await.expect("connect");
+        let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let _ = client.create(parent, &[], &persistent).await;
+        Floor {
+            client,
+            parent,
+            listed,
+        }
     }
-    let started = Instant::now();
-    for _ in 0..CYCLES {
-        solo.lock().await.expect("lock").release().await.expect("release");
-    }
-    let uncontended = started.elapsed() / CYCLES as u32;
 
-    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    async fn cycle(&self) {
+        let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let prefix = format!("{}/n-", self.parent);
+        let create = self.client.create(&prefix, &[], &node);
+        let (_, seq) = if self.listed {
+            let (created, listed) = tokio::join!(create, self.client.list_children(self.parent));
+            listed.expect("list");
+            created
+        } else {
+            create.await
+        }
+        .expect("create");
+        self.client
+            .delete(&format!("{prefix}{seq}"), None)
+            .await
+            .expect("delete");
+    }
+}
+
+/// A Curator peer in its own JVM, driven line by line.
+struct Curator {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Curator {
+    fn start(server: &TestServer, path: &str) -> Self {
+        let mut child = Command::new("java")
+            .args(["-cp", &curator_classpath(CURATOR_PEER), "CuratorPeer"])
+            .args([server.address(), path.to_owned()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run the Curator peer");
+        let input = child.stdin.take().expect("stdin");
+        let mut output = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut ready = String::new();
+        output.read_line(&mut ready).expect("from the peer");
+        assert_eq!(ready.trim(), "ready", "the Curator peer did not start");
+        Curator { child, input, output }
+    }
+
+    /// Runs `n` uncontended cycles; their mean in ns.
+    fn cycles(&mut self, n: usize) -> f64 {
+        writeln!(self.input, "cycles {n}").expect("to the peer");
+        let mut line = String::new();
+        self.output.read_line(&mut line).expect("from the peer");
+        let total: f64 = line
+            .strip_prefix("cycles ")
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the Curator peer answered {line:?}"));
+        total / n as f64
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Uncontended cycles of the floors, Curator and dlock, interleaved in
+/// blocks; prints each one's median block and dlock's ratios.
+async fn uncontended(server: &TestServer) {
+    let floor = Floor::new(server, "/floor", false).await;
+    let listed = Floor::new(server, "/listed-floor", true).await;
+    let mut curator = Curator::start(server, "/locks/curator/solo");
+    let solo = dlock_client(server).await.locks("bench").get("solo");
+    let names = ["floor (create + delete)", "listed floor", "Curator", "dlock"];
+    let mut ns: [Vec<f64>; 4] = Default::default();
+    // The first blocks warm the server's and Curator's JITs up, unrecorded.
+    let warm_up = 4;
+    for round in 0..warm_up + CYCLES / BLOCK {
+        for turn in 0..names.len() {
+            let who = (turn + round) % names.len();
+            let started = Instant::now();
+            let mean = match who {
+                2 => curator.cycles(BLOCK),
+                _ => {
+                    for _ in 0..BLOCK {
+                        match who {
+                            0 => floor.cycle().await,
+                            1 => listed.cycle().await,
+                            _ => solo.lock().await.expect("lock").release().await.expect("release"),
+                        }
+                    }
+                    started.elapsed().as_nanos() as f64 / BLOCK as f64
+                }
+            };
+            if round >= warm_up {
+                ns[who].push(mean);
+            }
+        }
+    }
+    println!(
+        "uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK} (mean per cycle, median block):"
+    );
+    for (name, times) in names.iter().zip(&ns) {
+        println!("  {name:<25}{:>10}", micros(percentile(times.clone(), 0.5)));
+    }
+    let ratio = |a: &[f64], b: &[f64]| {
+        let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+        format!(
+            "{:.3} (p10 {:.3}, p90 {:.3})",
+            percentile(ratios.clone(), 0.5),
+            percentile(ratios.clone(), 0.1),
+            percentile(ratios, 0.9)
+        )
+    };
+    println!(
+        "  dlock / floor          {}; target ≤ 1.10",
+        ratio(&ns[3], &ns[0])
+    );
+    println!("  dlock / listed floor   {}", ratio(&ns[3], &ns[1]));
+    println!("  listed floor / floor   {}", ratio(&ns[1], &ns[0]));
+    println!("  dlock / Curator        {}", ratio(&ns[3], &ns[2]));
+}
+
+/// p50 handoff of dlock, in ns.
+async fn dlock_handoff(server: &TestServer, round: usize) -> f64 {
+    let handoffs = Arc::new(common::Handoffs::default());
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(dlock_client(server).await);
@@ -81,14 +200,12 @@ async fn dlock(server: &TestServer, round: usize) -> (Duration, Duration) {
     let mut tasks = tokio::task::JoinSet::new();
     for client in clients {
         let lock = client.locks("bench").get(format!("contended-{round}"));
-        let (released_at, handoffs) = (released_at.clone(), handoffs.clone());
+        let handoffs = handoffs.clone();
         tasks.spawn(async move {
-            for _ in 0..CYCLES / CLIENTS {
+            for _ in 0..HANDOFFS / CLIENTS {
                 let guard = lock.lock().await.expect("lock");
-                if let Some(at) = *released_at.lock().unwrap() {
-                    handoffs.lock().unwrap().push(at.elapsed());
-                }
-                *released_at.lock().unwrap() = Some(Instant::now());
+                handoffs.entered();
+                handoffs.leaving();
                 guard.release().await.expect("release");
             }
         });
@@ -96,82 +213,48 @@ async fn dlock(server: &TestServer, round: usize) -> (Duration, Duration) {
     while let Some(done) = tasks.join_next().await {
         done.expect("client");
     }
-    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
-    handoffs.sort();
-    (uncontended, handoffs[handoffs.len() / 2])
+    handoffs.p50()
 }
 
-/// Mean uncontended cycle and p50 handoff of Curator, measured the same way
-/// inside its JVM.
-fn curator(server: &TestServer, round: usize) -> (Duration, Duration) {
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
+/// p50 handoff of Curator, measured the same way inside its JVM, in ns.
+fn curator_handoff(server: &TestServer, round: usize) -> f64 {
     let out = Command::new("java")
-        .args(["-cp", &curator_classpath(source), "CuratorPeer"])
+        .args(["-cp", &curator_classpath(CURATOR_PEER), "CuratorPeer"])
         .args([
             server.address(),
             format!("/locks/curator/round-{round}"),
             "bench".into(),
         ])
-        .args([CYCLES.to_string(), CLIENTS.to_string()])
+        // Its bench mode times as many uncontended cycles first; unused here.
+        .args([HANDOFFS.to_string(), CLIENTS.to_string()])
         .output()
         .expect("run the Curator peer");
     let text = String::from_utf8_lossy(&out.stdout);
-    let figure = |name: &str| {
-        let nanos = text
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} from Curator: {text}"));
-        Duration::from_nanos(nanos)
-    };
-    (figure("uncontended_ns"), figure("handoff_ns"))
-}
-
-fn micros(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    text.lines()
+        .find_map(|l| l.strip_prefix("handoff_ns"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no handoff_ns from Curator: {text}"))
 }
 
 #[tokio::main]
 async fn main() {
     let server = zookeeper();
-    println!(
-        "ZooKeeper 3.8 on {}, {CYCLES} cycles, {CLIENTS} contenders",
-        server.address()
-    );
-    // The server's JIT warms up first, so round 0 is not slower for the floor.
-    for _ in 0..3 {
-        floor(&server).await;
-    }
-    let (mut cycle_ratios, mut handoff_ratios) = (Vec::new(), Vec::new());
+    println!("ZooKeeper 3.8 on {}", server.address());
+    uncontended(&server).await;
+    let mut ratios = Vec::new();
     for round in 0..ROUNDS {
-        let floor = floor(&server).await;
-        let (dlock_cycle, dlock_handoff) = dlock(&server, round).await;
-        let (curator_cycle, curator_handoff) = curator(&server, round);
-        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        let dlock = dlock_handoff(&server, round).await;
+        let curator = curator_handoff(&server, round);
         println!(
-            "round {round}: uncontended cycle: floor {}, Curator {}, dlock {} = {:.2}× Curator, {:.2}× floor",
-            micros(floor),
-            micros(curator_cycle),
-            micros(dlock_cycle),
-            ratio(dlock_cycle, curator_cycle),
-            ratio(dlock_cycle, floor),
+            "round {round}: contended handoff p50, {CLIENTS} contenders: Curator {}, dlock {} = {:.2}× Curator",
+            micros(curator),
+            micros(dlock),
+            dlock / curator
         );
-        println!(
-            "round {round}: contended handoff p50: Curator {}, dlock {} = {:.2}× Curator",
-            micros(curator_handoff),
-            micros(dlock_handoff),
-            ratio(dlock_handoff, curator_handoff),
-        );
-        cycle_ratios.push(ratio(dlock_cycle, curator_cycle));
-        handoff_ratios.push(ratio(dlock_handoff, curator_handoff));
+        ratios.push(dlock / curator);
     }
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!(
-        "median of {ROUNDS} rounds, dlock / Curator: uncontended cycle {:.2}×, contended handoff p50 {:.2}×",
-        median(cycle_ratios),
-        median(handoff_ratios)
+        "median of {ROUNDS} rounds, dlock / Curator contended handoff p50: {:.2}×",
+        percentile(ratios, 0.5)
     );
 }

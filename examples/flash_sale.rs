@@ -1,5 +1,5 @@
 //! Flash sale (seed 003): 10 items, 10,000 concurrent buyers, each buying
-//! under the lock. With no arguments it runs on the embedded memory engine;
+//! under the lock `flash-sale/item-1`, taken by `#[distributed_lock]`. With no arguments it runs on the embedded memory engine;
 //! `--config dlock.toml` uses the engine configured for group `flash-sale`.
 //!
 //! Prints `sold=10 oversold=0 buyers=10000` and a metrics summary; exits
@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dlock::distributed_lock;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 const STOCK: u64 = 10;
@@ -24,15 +25,17 @@ struct Shop {
     sold: AtomicU64,
 }
 
-async fn buy(shop: Arc<Shop>) -> Result<(), dlock::Error> {
-    let guard = dlock::lock("flash-sale", "item-1").lock().await?;
+/// One buyer: takes the item's lock (waiting as configured), buys if any
+/// is left, and lets go on return.
+#[distributed_lock(group = "flash-sale", key = "item-<item>")]
+async fn buy(shop: Arc<Shop>, item: u32) -> Result<(), dlock::Error> {
     let left = shop.stock.load(Ordering::SeqCst);
     tokio::task::yield_now().await;
     if left > 0 {
         shop.stock.store(left - 1, Ordering::SeqCst);
         shop.sold.fetch_add(1, Ordering::SeqCst);
     }
-    guard.release().await
+    Ok(())
 }
 
 #[tokio::main]
@@ -63,7 +66,7 @@ async fn main() -> ExitCode {
         stock: AtomicU64::new(STOCK),
         sold: AtomicU64::new(0),
     });
-    let tasks: Vec<_> = (0..buyers).map(|_| tokio::spawn(buy(shop.clone()))).collect();
+    let tasks: Vec<_> = (0..buyers).map(|_| tokio::spawn(buy(shop.clone(), 1))).collect();
     let mut failed = 0;
     for task in tasks {
         if let Err(e) = task.await.expect("buyer panicked") {

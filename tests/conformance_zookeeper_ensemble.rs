@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock::engines::conformance::run_each;
 use dlock::engines::conformance::server::{TestServer, free_port};
+use dlock::engines::conformance::{assert_still_held, run_each};
 use dlock::engines::zookeeper::fixture::{four_letter, wait_serving, zookeeper_args};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Engine, Registry, Settings};
@@ -56,20 +56,7 @@ async fn conformance_on_an_ensemble_losing_its_leader() {
     .await;
     killer.await.expect("killer");
 
-    assert!(!held.is_lost(), "the hold did not survive the failover");
     let peer_engine = Arc::new(ZooKeeperEngine::connect("zk", &config).await.expect("connect"));
     let peer = Registry::with_engine("zk", peer_engine, Settings::default()).expect("registry");
-    let lock = peer.locks("ensemble").get("survivor");
-    assert!(
-        lock.try_lock().await.expect("try").is_none(),
-        "the hold stopped excluding"
-    );
-    held.release().await.expect("release");
-    lock.try_lock()
-        .await
-        .expect("try")
-        .expect("free after release")
-        .release()
-        .await
-        .expect("release");
+    assert_still_held(held, &peer.locks("ensemble").get("survivor")).await;
 }

@@ -42,6 +42,11 @@ mod mysql {
     dlock::engines::fault_suite!(dlock::engines::mysql::fixture::Mysql);
 }
 
+#[cfg(feature = "etcd")]
+mod etcd {
+    dlock::engines::fault_suite!(dlock::engines::etcd::fixture::Etcd);
+}
+
 #[cfg(feature = "postgres")]
 mod postgres {
     dlock::engines::fault_suite!(dlock::engines::postgres::fixture::Postgres);

@@ -3,11 +3,10 @@
 //! conformance fault wrapper.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock::config::Queue;
-use dlock::engines::conformance::Faults;
+use dlock::engines::conformance::{Faults, GuardedCounter};
 use dlock::engines::memory::MemoryEngine;
 use dlock::{Error, Registry, Settings, Wait};
 
@@ -28,29 +27,14 @@ fn faults() -> Arc<Faults> {
 async fn many_local_waiters_stay_exclusive_and_barely_touch_the_engine() {
     let faults = faults();
     let registry = Arc::new(local(faults.clone(), Wait::Forever));
-    let (inside, violations, counter) = (
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-    );
+    let counter = Arc::new(GuardedCounter::default());
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..200 {
-        let (registry, inside, violations, counter) = (
-            registry.clone(),
-            inside.clone(),
-            violations.clone(),
-            counter.clone(),
-        );
+        let (registry, counter) = (registry.clone(), counter.clone());
         tasks.spawn(async move {
             for _ in 0..10 {
                 let guard = registry.locks("local").get("k").lock().await.expect("lock");
-                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                    violations.fetch_add(1, Ordering::SeqCst);
-                }
-                let seen = counter.load(Ordering::SeqCst);
-                tokio::task::yield_now().await;
-                counter.store(seen + 1, Ordering::SeqCst);
-                inside.fetch_sub(1, Ordering::SeqCst);
+                counter.increment().await;
                 guard.release().await.expect("release");
             }
         });
@@ -58,8 +42,8 @@ async fn many_local_waiters_stay_exclusive_and_barely_touch_the_engine() {
     while let Some(done) = tasks.join_next().await {
         done.expect("task");
     }
-    assert_eq!(violations.load(Ordering::SeqCst), 0);
-    assert_eq!(counter.load(Ordering::SeqCst), 2_000);
+    assert_eq!(counter.overlaps(), 0);
+    assert_eq!(counter.count(), 2_000);
     // Each acquisition reaches the engine once to ask and once to let go:
     // nobody polls, because only the head of the line is at the engine.
     assert_eq!(faults.calls(), 4_000, "engine calls");

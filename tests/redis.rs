@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use dlock::config::Polling;
 use dlock::engines::conformance::server::{TestServer, free_port};
 use dlock::engines::conformance::{self, SETTINGS};
-use dlock::engines::redis::fixture::redis_args;
+use dlock::engines::redis::fixture::{info_field, redis_args};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
 use dlock_core::{Poll, Request};
@@ -329,6 +329,54 @@ async fn a_restarted_server_makes_holders_lost() {
 
 /// The whole conformance suite, then every lease, liveness key and retention
 /// runs out: nothing is left on the server.
+/// Waiting costs O(processes): 5,000 tasks of one process wait behind a
+/// holder with the default settings, and the server sees a few commands a
+/// second, where a waiter each keeping its place alive (every `waiter_ttl`,
+/// 1 s here) would send at least 5,000. Then each of them gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn five_thousand_waiters_cost_the_server_what_one_does() {
+    const WAITERS: u64 = 5_000;
+    let server = start();
+    let registry =
+        Registry::with_engine("redis", engine(&server).await, Settings::default()).expect("registry");
+    let lock = registry.locks("scale").get("hot");
+    let holder = lock.lock().await.expect("hold");
+    let counter = Arc::new(conformance::GuardedCounter::default());
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            let (lock, counter) = (lock.clone(), counter.clone());
+            tokio::spawn(async move {
+                let guard = lock.lock().await.expect("lock");
+                counter.increment().await;
+                guard.release().await.expect("release");
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut raw = raw(&server).await;
+    let commands = async |raw: &mut redis::aio::MultiplexedConnection| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(raw)
+            .await
+            .expect("info");
+        info_field::<u64>(&info, "total_commands_processed")
+    };
+    let before = commands(&mut raw).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_second = (commands(&mut raw).await - before) / 2;
+    assert!(
+        per_second < WAITERS / 10,
+        "{per_second} commands/s while {WAITERS} waited"
+    );
+    holder.release().await.expect("release");
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+    assert_eq!(counter.overlaps(), 0, "holders overlapped");
+    assert_eq!(counter.count(), WAITERS, "every waiter got the lock once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_key_is_left_behind() {
     let server = start();

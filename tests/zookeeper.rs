@@ -11,11 +11,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::proxy::CutProxy;
+use dlock::engines::conformance::proxy::{CutProxy, cut_holder_then_next};
 use dlock::engines::conformance::server::TestServer;
 use dlock::engines::zookeeper::fixture::{curator_classpath, four_letter, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
-use dlock::{Error, LostReason, Registry, Settings};
+use dlock::{Error, Registry, Settings};
 
 const CURATOR_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
 
@@ -194,34 +194,11 @@ async fn session_expiry_fires_lost_and_the_next_waiter_proceeds() {
     };
     let (waiter, _) = client().await;
     let guard = holder.locks("expiry").get("k").lock().await.expect("lock");
-    let lost = guard.lost();
-    let next = tokio::spawn(async move { waiter.locks("expiry").get("k").lock().await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
-    let cut_at = Instant::now();
-    proxy.cut();
-    let reason = tokio::time::timeout(Duration::from_secs(10), lost)
-        .await
-        .expect("lost never fired");
-    assert_eq!(reason, LostReason::Engine);
-    let lost_after = cut_at.elapsed();
-    let next = tokio::time::timeout(Duration::from_secs(10), next)
-        .await
-        .expect("the waiter never got the lock")
-        .expect("task")
-        .expect("lock");
-    let admitted_after = cut_at.elapsed();
+    let (lost_after, admitted_after) =
+        cut_holder_then_next(&proxy, guard, waiter.locks("expiry").get("k")).await;
     println!(
         "session timeout 2 s: lost fired {lost_after:?} after the cut, waiter admitted {admitted_after:?} after it"
     );
-    assert!(
-        lost_after < admitted_after,
-        "the holder heard of its loss after the next holder got in"
-    );
-    assert!(next.fence() > guard.fence(), "fence must increase");
-    proxy.heal();
-    assert!(matches!(guard.release().await, Err(Error::Lost { .. })));
-    next.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,21 +1,25 @@
 //! What the engine benches share: the `distributed-lock` peer process and
-//! the figures' arithmetic.
+//! the figures' arithmetic. Each bench uses part of it.
+
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Uncontended cycles of the floor, dlock and the peer, `cycles` each,
 /// taking turns in blocks of `block`, each going first in turn; prints each
 /// one's mean per cycle and dlock's ratios (median block, p10, p90) to the
-/// floor and the peer against their targets. `names`: the floor's and
-/// dlock's labels.
+/// floor and the peer against their targets. `names`: the floor's, the
+/// peer's and dlock's labels; `peer` runs a block and answers its mean
+/// cycle in ns (the peer may time itself in its own process).
 pub async fn uncontended(
-    names: [&str; 2],
+    names: [&str; 3],
     (cycles, block): (usize, usize),
     mut floor: impl AsyncFnMut(),
     mut dlock: impl AsyncFnMut(),
-    peer: &mut Peer,
+    mut peer: impl AsyncFnMut(usize) -> f64,
     targets: [f64; 2],
 ) {
     let mut ns: [Vec<f64>; 3] = Default::default();
@@ -35,8 +39,7 @@ pub async fn uncontended(
                     }
                 }
                 _ => {
-                    let total = peer.ask(&format!("cycles {block}"))[0];
-                    ns[2].push(total as f64 / block as f64);
+                    ns[2].push(peer(block).await);
                     continue;
                 }
             }
@@ -54,15 +57,15 @@ pub async fn uncontended(
     );
     println!(
         "  {:<35}{:>10}",
-        "distributed-lock 0.2",
+        names[1],
         micros(percentile(peer_ns.clone(), 0.5))
     );
     println!(
         "  {:<35}{:>10}",
-        names[1],
+        names[2],
         micros(percentile(dlock_ns.clone(), 0.5))
     );
-    for ((name, base), target) in [("floor", floor_ns), ("distributed-lock", peer_ns)]
+    for ((name, base), target) in [("floor", floor_ns), (names[1], peer_ns)]
         .into_iter()
         .zip(targets)
     {
@@ -73,6 +76,49 @@ pub async fn uncontended(
             percentile(ratios.clone(), 0.1),
             percentile(ratios, 0.9)
         );
+    }
+}
+
+/// Times from a release to the next acquisition, in ns.
+#[derive(Default)]
+pub struct Handoffs {
+    released: Mutex<Option<Instant>>,
+    pub times: Mutex<Vec<f64>>,
+}
+
+impl Handoffs {
+    /// Handoffs timed elsewhere (by a peer process), in ns.
+    pub fn of(times: Vec<f64>) -> Self {
+        Handoffs {
+            times: Mutex::new(times),
+            ..Handoffs::default()
+        }
+    }
+
+    /// Call right after acquiring.
+    pub fn entered(&self) {
+        if let Some(at) = self.released.lock().unwrap().take() {
+            self.times.lock().unwrap().push(at.elapsed().as_nanos() as f64);
+        }
+    }
+
+    /// Call right before releasing.
+    pub fn leaving(&self) {
+        *self.released.lock().unwrap() = Some(Instant::now());
+    }
+
+    pub fn p50(&self) -> f64 {
+        percentile(self.times.lock().unwrap().clone(), 0.5)
+    }
+
+    pub fn summary(&self) -> String {
+        let times = self.times.lock().unwrap().clone();
+        format!(
+            "p50 {:>9}  p90 {:>9}  ({} handoffs)",
+            micros(percentile(times.clone(), 0.5)),
+            micros(percentile(times.clone(), 0.9)),
+            times.len()
+        )
     }
 }
 
@@ -114,6 +160,11 @@ impl Peer {
         let input = child.stdin.take().expect("stdin");
         let output = BufReader::new(child.stdout.take().expect("stdout"));
         Peer { child, input, output }
+    }
+
+    /// Runs `block` uncontended cycles; their mean in ns.
+    pub fn cycles(&mut self, block: usize) -> f64 {
+        self.ask(&format!("cycles {block}"))[0] as f64 / block as f64
     }
 
     /// Sends one command; the numbers of its answer.

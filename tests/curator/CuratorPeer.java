@@ -4,6 +4,8 @@
 //   java CuratorPeer <connect> <path>          commands on stdin, one per line:
 //       write <ms> | read <ms>   acquire within ms: prints "held" or "timeout"
 //       release                  releases everything held: prints "released"
+//       cycles <n>               n uncontended write acquire + release cycles:
+//                                prints "cycles <total ns>"
 //   java CuratorPeer <connect> <path> bench <cycles> <clients>
 //       prints "uncontended_ns <mean>" and "handoff_ns <p50>"
 
@@ -52,6 +54,14 @@ public class CuratorPeer {
                     while (!held.isEmpty()) held.pop().release();
                     System.out.println("released");
                     break;
+                case "cycles": {
+                    InterProcessMutex w = lock.writeLock();
+                    int n = Integer.parseInt(cmd[1]);
+                    long start = System.nanoTime();
+                    for (int i = 0; i < n; i++) { w.acquire(); w.release(); }
+                    System.out.println("cycles " + (System.nanoTime() - start));
+                    break;
+                }
                 default:
                     System.out.println("unknown " + cmd[0]);
             }
