@@ -479,3 +479,33 @@ async fn acl_users_authenticate_from_the_url() {
         "{message}"
     );
 }
+
+/// The harness, not the engine: a server restarted while its port is taken
+/// (here by a socket bound to it that does not listen, as the local end of
+/// some client's connection would in a busy suite) starts once the port is
+/// free again, instead of failing.
+#[test]
+fn a_restart_waits_out_a_port_taken_meanwhile() {
+    let mut server = start();
+    server.kill();
+    let taken = tokio::net::TcpSocket::new_v4().expect("socket");
+    taken
+        .bind(([127, 0, 0, 1], server.port).into())
+        .expect("take the port");
+    let freed = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        drop(taken);
+    });
+    let started = Instant::now();
+    server.restart();
+    assert!(
+        started.elapsed() >= Duration::from_millis(600),
+        "served while the port was taken"
+    );
+    freed.join().unwrap();
+    let mut client = redis::Client::open(format!("redis://{}", server.address()))
+        .and_then(|c| c.get_connection())
+        .expect("connect after the restart");
+    let pong: String = redis::cmd("PING").query(&mut client).expect("ping");
+    assert_eq!(pong, "PONG");
+}

@@ -3,6 +3,7 @@
 //! so a server in a `static` does not outlive its test binary.
 
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,15 +25,13 @@ impl TestServer {
     /// Starts `program` with `args(port)` on `port` and waits until it accepts.
     pub fn start_at(port: u16, program: &str, args: impl FnOnce(u16) -> Vec<String>) -> Self {
         let args = args(port);
-        let child = spawn(program, &args);
-        let server = TestServer {
+        let child = serve_program(program, &args, port);
+        TestServer {
             port,
             program: program.to_owned(),
             args,
             child,
-        };
-        server.wait_ready();
-        server
+        }
     }
 
     /// `127.0.0.1:<port>`.
@@ -49,17 +48,20 @@ impl TestServer {
     /// Starts the same server again on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = spawn(&self.program, &self.args);
-        self.wait_ready();
+        self.child = serve_program(&self.program, &self.args, self.port);
     }
+}
 
-    fn wait_ready(&self) {
-        wait_until(
-            Duration::from_secs(30),
-            || TcpStream::connect(self.address()).is_ok(),
-            || format!("{} did not listen on {}", self.program, self.address()),
-        );
-    }
+/// Starts `program` and returns once it accepts on `port`.
+fn serve_program(program: &str, args: &[String], port: u16) -> Child {
+    let accepts = || TcpStream::connect(("127.0.0.1", port)).is_ok();
+    serve(
+        program,
+        Duration::from_secs(30),
+        None,
+        || spawn(program, args),
+        accepts,
+    )
 }
 
 /// Probes every 20 ms until `ready`; panics with `failure` after `limit`.
@@ -69,6 +71,82 @@ pub fn wait_until(limit: Duration, mut ready: impl FnMut() -> bool, failure: imp
         assert!(started.elapsed() < limit, "{} within {limit:?}", failure());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Starts a server with `spawn` and returns it once `ready`. One that
+/// exits while starting is started again: its port, freed by a crash, can
+/// be held for a while as the local end of some client's connection, which
+/// the OS may number from the same range. Panics after `limit`, naming
+/// `what`, with the end of the server's `log` if it has one.
+pub fn serve(
+    what: &str,
+    limit: Duration,
+    log: Option<&Path>,
+    mut spawn: impl FnMut() -> Child,
+    mut ready: impl FnMut() -> bool,
+) -> Child {
+    let started = Instant::now();
+    let mut child = spawn();
+    let mut exits = Vec::new();
+    while !ready() {
+        if let Ok(Some(status)) = child.try_wait() {
+            exits.push(status.to_string());
+            std::thread::sleep(Duration::from_millis(200));
+            child = spawn();
+        }
+        if started.elapsed() > limit {
+            let tail = log.map(|log| format!("; the end of {}:\n{}", log.display(), log_tail(log, 20)));
+            panic!(
+                "{what} did not serve within {limit:?} (exits while starting: {exits:?}){}",
+                tail.unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// The last `lines` lines of the file at `path`, or why there are none.
+fn log_tail(path: &Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(unreadable: {e})"),
+    }
+}
+
+/// Kills the process group that `child` leads (SIGKILL), as a crash would,
+/// and returns once none of its processes is left. A server started again
+/// sooner could find the dying ones still holding its shared memory (which
+/// PostgreSQL refuses to start beside) or its files.
+pub fn kill_group(child: &mut Child) {
+    let group = child.id();
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .status();
+    let _ = child.wait();
+    wait_until(
+        Duration::from_secs(30),
+        || !group_runs(group),
+        || format!("process group {group} still runs after SIGKILL"),
+    );
+}
+
+/// Whether a process of `group` is alive; zombies (reaped or not, their
+/// memory is gone) do not count.
+fn group_runs(group: u32) -> bool {
+    let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    entries.into_iter().any(|entry| {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        matches!(fields.as_slice(), [state, _, pgrp, ..] if *state != "Z" && *state != "X" && pgrp.parse() == Ok(group))
+    })
 }
 
 impl Drop for TestServer {

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::conformance::server::{
-    free_port, hand_over, is_root, server_dir, server_user, spawn_watched, wait_until,
+    free_port, hand_over, is_root, kill_group, serve, server_dir, server_user, spawn_watched,
 };
 use crate::conformance::{Breakable, Fixture};
 
@@ -99,15 +99,37 @@ impl MariaDb {
         );
         let server = MariaDb {
             port,
-            child: Self::spawn(&dir, port),
+            child: Self::serve(&dir, port),
             dir,
         };
-        server.wait_ready();
         server.sql(&format!(
             "CREATE DATABASE {DATABASE}; CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; \
              GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1'"
         ));
         server
+    }
+
+    /// Starts the server on `port` and returns once it answers on its socket.
+    fn serve(dir: &Path, port: u16) -> Child {
+        let socket = dir.join("sock");
+        let ready = || {
+            let probe = Command::new("mariadb-admin")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", socket.display()))
+                .args(["-uroot", "--silent", "ping"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            probe.is_ok_and(|s| s.success())
+        };
+        let log = dir.join("error.log");
+        serve(
+            "mariadbd",
+            Duration::from_secs(60),
+            Some(&log),
+            || Self::spawn(dir, port),
+            ready,
+        )
     }
 
     fn spawn(dir: &Path, port: u16) -> Child {
@@ -161,39 +183,13 @@ impl MariaDb {
 
     /// Kills the server (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_group(&mut self.child);
     }
 
     /// Starts the crashed server again on its port; returns once it serves.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Self::spawn(&self.dir, self.port);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&self) {
-        wait_until(
-            Duration::from_secs(60),
-            || {
-                let probe = Command::new("mariadb-admin")
-                    .arg("--no-defaults")
-                    .arg(format!("--socket={}", self.dir.join("sock").display()))
-                    .args(["-uroot", "--silent", "ping"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-                probe.is_ok_and(|s| s.success())
-            },
-            || {
-                let log = self.dir.join("error.log");
-                format!(
-                    "mariadbd did not serve on port {}; see {}",
-                    self.port,
-                    log.display()
-                )
-            },
-        );
+        self.child = Self::serve(&self.dir, self.port);
     }
 }
 

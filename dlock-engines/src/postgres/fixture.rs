@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::conformance::server::{self, free_port, server_dir, spawn_watched, wait_until};
+use crate::conformance::server::{self, free_port, server_dir, spawn_watched};
 use crate::conformance::{Breakable, Fixture};
 
 /// The superuser the fixture's cluster is made with; connections over TCP
@@ -95,10 +95,26 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&initdb.stderr)
         );
-        let child = Self::spawn(&dir, port);
-        let server = PgServer { port, dir, child };
-        server.wait_ready();
-        server
+        let child = Self::serve(&dir, port);
+        PgServer { port, dir, child }
+    }
+
+    /// Starts the server on `port` and returns once it accepts connections.
+    fn serve(dir: &Path, port: u16) -> Child {
+        let ready = || {
+            let probe = Command::new(bin("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string()])
+                .status();
+            probe.is_ok_and(|s| s.success())
+        };
+        let log = dir.join("server.log");
+        server::serve(
+            "postgres",
+            Duration::from_secs(60),
+            Some(&log),
+            || Self::spawn(dir, port),
+            ready,
+        )
     }
 
     fn spawn(dir: &Path, port: u16) -> Child {
@@ -168,36 +184,13 @@ impl PgServer {
 
     /// Kills the server and every backend (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{}", self.child.id())])
-            .status();
-        let _ = self.child.wait();
+        server::kill_group(&mut self.child);
     }
 
     /// Starts the crashed server again on its port; returns once it serves.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Self::spawn(&self.dir, self.port);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&self) {
-        let port = self.port.to_string();
-        wait_until(
-            Duration::from_secs(60),
-            || {
-                let probe = Command::new(bin("pg_isready"))
-                    .args(["-q", "-h", "127.0.0.1", "-p", &port])
-                    .status();
-                probe.is_ok_and(|s| s.success())
-            },
-            || {
-                format!(
-                    "postgres did not serve on port {port}; see {}",
-                    self.dir.join("server.log").display()
-                )
-            },
-        );
+        self.child = Self::serve(&self.dir, self.port);
     }
 }
 
