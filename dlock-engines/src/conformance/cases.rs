@@ -143,6 +143,7 @@ pub async fn fifo_order(h: &Harness) {
     let holder = h.lock("fifo").lock().await.expect("lock");
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
+    let queued = h.queued();
     for i in 0..5 {
         let lock = if i % 2 == 0 {
             h.lock("fifo")
@@ -155,7 +156,7 @@ pub async fn fifo_order(h: &Harness) {
             order.lock().unwrap().push(i);
             guard.release().await.expect("release");
         }));
-        sleep(SETTLE).await;
+        until_queued(h, queued + 1 + i as u64).await;
     }
     holder.release().await.expect("release");
     for task in tasks {
@@ -188,6 +189,21 @@ pub async fn fifo_order(h: &Harness) {
     assert!(matches!(barged, Poll::Waiting(_)), "a newcomer jumped the queue");
     assert!(granted(h, &queued).await, "queued waiter not granted");
     assert!(h.engine.release(&queued).await.expect("release"));
+}
+
+/// Waits until the clients have had `count` requests queued in all: the
+/// waiter just started has its place, whatever a failover made it wait.
+async fn until_queued(h: &Harness, count: u64) {
+    within(
+        Duration::from_secs(20),
+        "a waiter taking its place in the queue",
+        async {
+            while h.queued() < count {
+                sleep(Duration::from_millis(5)).await;
+            }
+        },
+    )
+    .await;
 }
 
 /// Whether `req` is granted within `SETTLE`, polled as the core polls: again
@@ -233,6 +249,7 @@ pub async fn queued_readers_admitted_together(h: &Harness) {
         ("R5", Mode::Read, Some(second_run)),
     ];
     let mut tasks = Vec::new();
+    let queued = h.queued();
     for (i, (name, mode, barrier)) in plan.into_iter().enumerate() {
         let lock = if i % 2 == 0 {
             h.lock("runs")
@@ -256,7 +273,7 @@ pub async fn queued_readers_admitted_together(h: &Harness) {
             log.lock().unwrap().push(name);
             guard.release().await.expect("release");
         }));
-        sleep(SETTLE).await;
+        until_queued(h, queued + 1 + i as u64).await;
     }
     holder.release().await.expect("release");
     for task in tasks {

@@ -13,6 +13,7 @@ use dlock_core::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, a
 pub struct Faults {
     inner: Arc<dyn Engine>,
     calls: AtomicU64,
+    queued: AtomicU64,
     cut: AtomicBool,
     hung: AtomicBool,
     /// Milliseconds each call waits before it reaches the engine.
@@ -26,6 +27,7 @@ impl Faults {
         Faults {
             inner,
             calls: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
             cut: AtomicBool::new(false),
             hung: AtomicBool::new(false),
             delay_ms: AtomicU64::new(0),
@@ -36,6 +38,12 @@ impl Faults {
     /// Engine calls made so far.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Acquisitions the engine answered with "waiting": requests now in
+    /// its queue, whose place no later request can take.
+    pub fn queued(&self) -> u64 {
+        self.queued.load(Ordering::SeqCst)
     }
 
     /// While cut, every call fails as if the server were unreachable.
@@ -106,6 +114,9 @@ impl Engine for Faults {
         let req = self.pass(req)?;
         self.slow().await;
         let answer = self.inner.acquire(&req).await;
+        if let Ok(Poll::Waiting(_)) = answer {
+            self.queued.fetch_add(1, Ordering::SeqCst);
+        }
         self.answer(answer).await
     }
 

@@ -90,6 +90,8 @@ pub struct Harness {
     pub registry: Registry,
     /// A second client on the same engine, as another process would be.
     pub peer: Registry,
+    /// The peer's path to the engine: no fault is set on it, it only counts.
+    pub peer_faults: Arc<Faults>,
     /// This case's own random group: cases can share one server.
     pub group: String,
 }
@@ -98,13 +100,15 @@ impl Harness {
     /// A harness on `engine`, with [`SETTINGS`].
     pub fn new(engine: Arc<dyn Engine>) -> Self {
         let faults = Arc::new(Faults::new(engine.clone()));
+        let peer_faults = Arc::new(Faults::new(engine.clone()));
         Harness {
             registry: Registry::with_engine("under-test", faults.clone(), SETTINGS)
                 .expect("the engine serves the conformance settings"),
-            peer: Registry::with_engine("peer", engine.clone(), SETTINGS)
+            peer: Registry::with_engine("peer", peer_faults.clone(), SETTINGS)
                 .expect("the engine serves the conformance settings"),
             engine,
             faults,
+            peer_faults,
             group: format!("conformance-{:08x}", rand_suffix()),
         }
     }
@@ -117,6 +121,11 @@ impl Harness {
     /// The same lock seen by the peer client.
     pub fn peer_lock(&self, name: &str) -> Lock {
         self.peer.locks(&self.group).get(name)
+    }
+
+    /// Requests both clients have in the engine's queue, counted so far.
+    pub fn queued(&self) -> u64 {
+        self.faults.queued() + self.peer_faults.queued()
     }
 
     /// What the engine under test declares.
