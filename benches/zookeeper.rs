@@ -5,6 +5,9 @@
 //! - listed floor: the floor with the children listed in the create's round
 //!   trip: the least a lock in Curator's layout can do (a node only learns
 //!   that none is ahead of it by reading after its create);
+//! - stamped floor: the floor with the create in a `multi` beside an empty
+//!   write to the parent, whose new stat tells whether the node is alone:
+//!   dlock's layout, with no lock logic;
 //! - Curator: `InterProcessReadWriteLock` write lock, from Debian's
 //!   libcurator-recipes-java (tests/curator/CuratorPeer.java, in its own JVM);
 //! - dlock: the zookeeper engine, write mode.
@@ -32,7 +35,7 @@ use dlock::engines::conformance::server::TestServer;
 use dlock::engines::zookeeper::fixture::{curator_classpath, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Registry, Settings};
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, Client, CreateMode, MultiWriteResult};
 
 use common::{micros, percentile};
 
@@ -50,42 +53,60 @@ async fn dlock_client(server: &TestServer) -> Registry {
     Registry::with_engine("zk", Arc::new(engine), Settings::default()).expect("registry")
 }
 
-/// Raw cycles on one session: `create` + `delete` under `parent`, with the
-/// children listed in the create's round trip if `listed`.
+/// How a floor creates its node.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Bare,
+    /// The children listed in the create's round trip.
+    Listed,
+    /// In a `multi` with an empty write to the parent.
+    Stamped,
+}
+
+/// Raw cycles on one session: `create` + `delete` under `parent`.
 struct Floor {
     client: Client,
     parent: &'static str,
-    listed: bool,
+    shape: Shape,
 }
 
 impl Floor {
-    async fn new(server: &TestServer, parent: &'static str, listed: bool) -> Self {
+    async fn new(server: &TestServer, parent: &'static str, shape: Shape) -> Self {
         let client = Client::connect(&server.address()).await.expect("connect");
         let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
         let _ = client.create(parent, &[], &persistent).await;
         Floor {
             client,
             parent,
-            listed,
+            shape,
         }
     }
 
     async fn cycle(&self) {
         let node = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let prefix = format!("{}/n-", self.parent);
-        let create = self.client.create(&prefix, &[], &node);
-        let (_, seq) = if self.listed {
-            let (created, listed) = tokio::join!(create, self.client.list_children(self.parent));
-            listed.expect("list");
-            created
-        } else {
-            create.await
-        }
-        .expect("create");
-        self.client
-            .delete(&format!("{prefix}{seq}"), None)
-            .await
-            .expect("delete");
+        let node = match self.shape {
+            Shape::Bare => {
+                let (_, seq) = self.client.create(&prefix, &[], &node).await.expect("create");
+                format!("{prefix}{seq}")
+            }
+            Shape::Listed => {
+                let create = self.client.create(&prefix, &[], &node);
+                let (created, listed) = tokio::join!(create, self.client.list_children(self.parent));
+                listed.expect("list");
+                format!("{prefix}{}", created.expect("create").1)
+            }
+            Shape::Stamped => {
+                let mut multi = self.client.new_multi_writer();
+                multi.add_create(&prefix, &[], &node).expect("create op");
+                multi.add_set_data(self.parent, &[], None).expect("set op");
+                match multi.commit().await.expect("multi").remove(0) {
+                    MultiWriteResult::Create { path, .. } => path,
+                    other => panic!("a create answered {other:?}"),
+                }
+            }
+        };
+        self.client.delete(&node, None).await.expect("delete");
     }
 }
 
@@ -136,12 +157,19 @@ impl Drop for Curator {
 /// Uncontended cycles of the floors, Curator and dlock, interleaved in
 /// blocks; prints each one's median block and dlock's ratios.
 async fn uncontended(server: &TestServer) {
-    let floor = Floor::new(server, "/floor", false).await;
-    let listed = Floor::new(server, "/listed-floor", true).await;
+    let floor = Floor::new(server, "/floor", Shape::Bare).await;
+    let listed = Floor::new(server, "/listed-floor", Shape::Listed).await;
+    let stamped = Floor::new(server, "/stamped-floor", Shape::Stamped).await;
     let mut curator = Curator::start(server, "/locks/curator/solo");
     let solo = dlock_client(server).await.locks("bench").get("solo");
-    let names = ["floor (create + delete)", "listed floor", "Curator", "dlock"];
-    let mut ns: [Vec<f64>; 4] = Default::default();
+    let names = [
+        "floor (create + delete)",
+        "listed floor",
+        "stamped floor",
+        "Curator",
+        "dlock",
+    ];
+    let mut ns: [Vec<f64>; 5] = Default::default();
     // The first blocks warm the server's and Curator's JITs up, unrecorded.
     let warm_up = 4;
     for round in 0..warm_up + CYCLES / BLOCK {
@@ -149,12 +177,13 @@ async fn uncontended(server: &TestServer) {
             let who = (turn + round) % names.len();
             let started = Instant::now();
             let mean = match who {
-                2 => curator.cycles(BLOCK),
+                3 => curator.cycles(BLOCK),
                 _ => {
                     for _ in 0..BLOCK {
                         match who {
                             0 => floor.cycle().await,
                             1 => listed.cycle().await,
+                            2 => stamped.cycle().await,
                             _ => solo.lock().await.expect("lock").release().await.expect("release"),
                         }
                     }
@@ -183,11 +212,12 @@ async fn uncontended(server: &TestServer) {
     };
     println!(
         "  dlock / floor          {}; target ≤ 1.10",
-        ratio(&ns[3], &ns[0])
+        ratio(&ns[4], &ns[0])
     );
-    println!("  dlock / listed floor   {}", ratio(&ns[3], &ns[1]));
+    println!("  dlock / stamped floor  {}", ratio(&ns[4], &ns[2]));
+    println!("  stamped floor / floor  {}", ratio(&ns[2], &ns[0]));
     println!("  listed floor / floor   {}", ratio(&ns[1], &ns[0]));
-    println!("  dlock / Curator        {}", ratio(&ns[3], &ns[2]));
+    println!("  dlock / Curator        {}", ratio(&ns[4], &ns[3]));
 }
 
 /// p50 handoff of dlock, in ns.

@@ -394,3 +394,71 @@ async fn a_waiter_whose_connection_drops_keeps_its_turn() {
         .expect("lock");
     next.release().await.expect("release");
 }
+
+/// Requests the server at `address` has received so far (`srvr`).
+fn received(address: &str) -> u64 {
+    let stats = four_letter(address, "srvr");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("Received: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no request count in:\n{stats}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_uncontended_cycle_sends_two_requests_like_a_bare_create_and_delete() {
+    // A server of its own: the count is the server's, for every client.
+    let own = zookeeper();
+    let lock = registry(engine_at(own.address()).await).locks("count").get("k");
+    lock.lock().await.expect("lock").release().await.expect("release");
+    let before = received(&own.address());
+    let mut fences = Vec::new();
+    for _ in 0..200 {
+        let guard = lock.lock().await.expect("lock");
+        fences.push(guard.fence());
+        guard.release().await.expect("release");
+    }
+    let sent = received(&own.address()) - before;
+    // 400, plus a few pings; a listing per cycle would make it 600.
+    assert!((400..420).contains(&sent), "{sent} requests for 200 cycles");
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_path_we_may_create_under_but_not_write_still_locks() {
+    use zookeeper_client::{Acl, Acls, AuthId, Client, CreateMode, Permission};
+    // Set up by hand, as an operator might: children may be created and
+    // deleted under the lock's path, its own data may not be written.
+    let raw = Client::connect(&server().address()).await.expect("connect");
+    let open = CreateMode::Persistent.with_acls(Acls::anyone_all());
+    for parent in ["/locks", "/locks/no-write"] {
+        let _ = raw.create(parent, &[], &open).await;
+    }
+    let no_write = [Acl::new(
+        Permission::READ | Permission::CREATE | Permission::DELETE,
+        AuthId::new("world", "anyone"),
+    )];
+    raw.create(
+        "/locks/no-write/k",
+        &[],
+        &CreateMode::Persistent.with_acls(Acls::new(&no_write)),
+    )
+    .await
+    .expect("create the lock's path");
+    let (dlock, _) = client().await;
+    let (peer, _) = client().await;
+    let guard = dlock.locks("no-write").get("k").lock().await.expect("lock");
+    assert!(
+        peer.locks("no-write")
+            .get("k")
+            .try_lock()
+            .await
+            .expect("try")
+            .is_none()
+    );
+    let first = guard.fence();
+    guard.release().await.expect("release");
+    let next = peer.locks("no-write").get("k").lock().await.expect("lock");
+    assert!(next.fence() > first, "{} after {first}", next.fence());
+    next.release().await.expect("release");
+}

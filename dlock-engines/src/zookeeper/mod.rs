@@ -13,6 +13,12 @@
 //! for a read node with the same sequence in one `multi`, so it keeps its
 //! place (CURATOR-621).
 //!
+//! The create goes in one `multi` with an empty write to the lock's path:
+//! the path's new stat counts the children, so a lone node knows it holds
+//! without listing its siblings (an uncontended cycle is create + delete,
+//! two requests), and its `mzxid` is the create's zxid. The write changes
+//! only the path's version; Curator reads neither its data nor its version.
+//!
 //! **Fencing token**: the node's `czxid`, the transaction id that created it.
 //! Conflicting holders of one path hold in node order, and nodes are created
 //! in zxid order, so the token strictly increases per path across holders,
@@ -55,7 +61,7 @@ use dlock_core::{
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError};
+use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult};
 
 use keeper::Keeper;
 use nodes::Turn;
@@ -230,10 +236,12 @@ impl ZooKeeperEngine {
     }
 
     /// Creates this request's node, and the container parents if missing.
-    /// The siblings are listed in the same round trip: ZooKeeper serves one
-    /// session's requests in order, so a listing sent right behind the
-    /// create sees the new node (the uncontended cycle is then two round
-    /// trips, like a bare create + delete).
+    /// The create travels in one `multi` with an empty write to the parent,
+    /// whose new stat says whether the node is alone (then no listing is
+    /// needed: the uncontended cycle is two requests, like a bare create +
+    /// delete) and whose `mzxid` is the create's zxid, the fence: a create
+    /// inside a multi returns no stat of its own (ZOOKEEPER-4026). Returns
+    /// the siblings when they are known.
     async fn create(
         &self,
         session: &Session,
@@ -246,19 +254,60 @@ impl ZooKeeperEngine {
         // A container parent can vanish between our creating it and using it.
         let mut vanished = 0;
         loop {
+            let mut multi = client.new_multi_writer();
+            multi
+                .add_create(&prefix, &[], &options)
+                .map_err(EngineError::failed)?;
+            multi.add_set_data(path, &[], None).map_err(EngineError::failed)?;
+            let failed = match multi.commit().await {
+                Ok(answers) => return created(&answers),
+                Err(MultiWriteError::OperationFailed { index, source }) => {
+                    if source == ZkError::NoNode && vanished < 5 {
+                        vanished += 1;
+                        self.create_parents(session, path).await?;
+                        continue;
+                    }
+                    // A parent that lets us create but not write: list instead.
+                    if index == 1 && source == ZkError::NoAuth {
+                        return self.create_and_list(session, path, &prefix, req).await;
+                    }
+                    source
+                }
+                Err(MultiWriteError::RequestFailed { source }) => source,
+            };
+            // The reply may be lost with the node made: find it by its
+            // owner prefix (Curator's "protection") before trying again.
+            if session::transient(&failed) && !session.is_ended() {
+                if let Some((name, fence)) = self.find_own(session, path, req).await? {
+                    return Ok((name, fence, None));
+                }
+            } else {
+                return Err(session.failed(failed));
+            }
+        }
+    }
+
+    /// [`Self::create`] under a parent we may not write: a plain create with
+    /// the siblings listed right behind it, in the same round trip
+    /// (ZooKeeper serves one session's requests in order, so the listing
+    /// sees the new node).
+    async fn create_and_list(
+        &self,
+        session: &Session,
+        path: &str,
+        prefix: &str,
+        req: &Request,
+    ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
+        let client = &session.client;
+        let options = CreateMode::EphemeralSequential.with_acls(self.acls);
+        loop {
             let (created, listed) =
-                tokio::join!(client.create(&prefix, &[], &options), client.list_children(path));
+                tokio::join!(client.create(prefix, &[], &options), client.list_children(path));
             match created {
                 Ok((stat, seq)) => {
                     let name = format!("{}{seq}", &prefix[path.len() + 1..]);
                     return Ok((name, fence(stat.czxid), listed.ok()));
                 }
-                Err(ZkError::NoNode) if vanished < 5 => {
-                    vanished += 1;
-                    self.create_parents(session, path).await?;
-                }
-                // The reply may be lost with the node made: find it by its
-                // owner prefix (Curator's "protection") before trying again.
                 Err(e) if session::transient(&e) && !session.is_ended() => {
                     if let Some((name, fence)) = self.find_own(session, path, req).await? {
                         return Ok((name, fence, None));
@@ -392,6 +441,23 @@ impl ZooKeeperEngine {
             }
         }
     }
+}
+
+/// The node's name, its fence, and the siblings if it is alone, from the
+/// answers to [`ZooKeeperEngine::create`]'s multi.
+fn created(answers: &[MultiWriteResult]) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
+    let [
+        MultiWriteResult::Create { path, .. },
+        MultiWriteResult::SetData { stat: parent },
+    ] = answers
+    else {
+        return Err(EngineError::failed(format!(
+            "unexpected answer to create: {answers:?}"
+        )));
+    };
+    let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+    let alone = (parent.num_children == 1).then(|| vec![name.clone()]);
+    Ok((name, fence(parent.mzxid), alone))
 }
 
 fn fence(czxid: i64) -> u64 {
