@@ -275,14 +275,8 @@ impl ZooKeeperEngine {
                 }
                 Err(MultiWriteError::RequestFailed { source }) => source,
             };
-            // The reply may be lost with the node made: find it by its
-            // owner prefix (Curator's "protection") before trying again.
-            if session::transient(&failed) && !session.is_ended() {
-                if let Some((name, fence)) = self.find_own(session, path, req).await? {
-                    return Ok((name, fence, None));
-                }
-            } else {
-                return Err(session.failed(failed));
+            if let Some((name, fence)) = self.recover(session, path, req, failed).await? {
+                return Ok((name, fence, None));
             }
         }
     }
@@ -308,13 +302,30 @@ impl ZooKeeperEngine {
                     let name = format!("{}{seq}", &prefix[path.len() + 1..]);
                     return Ok((name, fence(stat.czxid), listed.ok()));
                 }
-                Err(e) if session::transient(&e) && !session.is_ended() => {
-                    if let Some((name, fence)) = self.find_own(session, path, req).await? {
+                Err(e) => {
+                    if let Some((name, fence)) = self.recover(session, path, req, e).await? {
                         return Ok((name, fence, None));
                     }
                 }
-                Err(e) => return Err(session.failed(e)),
             }
+        }
+    }
+
+    /// After a create failed with `failed`: the node if the reply was lost
+    /// with the node made (found by its owner prefix, Curator's
+    /// "protection"), `None` to try again, or the error if it is not
+    /// transient.
+    async fn recover(
+        &self,
+        session: &Session,
+        path: &str,
+        req: &Request,
+        failed: ZkError,
+    ) -> Result<Option<(String, u64)>, EngineError> {
+        if session::transient(&failed) && !session.is_ended() {
+            self.find_own(session, path, req).await
+        } else {
+            Err(session.failed(failed))
         }
     }
 
