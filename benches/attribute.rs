@@ -18,9 +18,13 @@ use std::hint::black_box;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod common;
+
 use criterion::{Criterion, criterion_group};
 use dlock::{Locks, distributed_lock};
 use tokio::runtime::Runtime;
+
+use common::{Target, row};
 
 #[distributed_lock(group = "bench-attr", key = "order-<order_id>")]
 async fn annotated(order_id: u64) -> Result<u64, dlock::Error> {
@@ -71,8 +75,15 @@ fn block<F: Future<Output = Result<u64, dlock::Error>>>(rt: &Runtime, call: impl
 }
 
 /// Times `a` and `b` in turns, `blocks` times, in alternating order, and
-/// prints the median and spread of a ÷ b over the blocks.
-fn in_turns(what: &str, blocks: usize, mut a: impl FnMut() -> Duration, mut b: impl FnMut() -> Duration) {
+/// prints the median and spread of a ÷ b over the blocks. Answers that
+/// median and the mean time of one call of each.
+fn in_turns(
+    what: &str,
+    blocks: usize,
+    mut a: impl FnMut() -> Duration,
+    mut b: impl FnMut() -> Duration,
+) -> (f64, Duration, Duration) {
+    let (mut total_a, mut total_b) = (Duration::ZERO, Duration::ZERO);
     let mut ratios: Vec<f64> = (0..blocks)
         .map(|i| {
             let (ta, tb) = if i % 2 == 0 {
@@ -82,6 +93,7 @@ fn in_turns(what: &str, blocks: usize, mut a: impl FnMut() -> Duration, mut b: i
                 let tb = b();
                 (a(), tb)
             };
+            (total_a, total_b) = (total_a + ta, total_b + tb);
             ta.as_secs_f64() / tb.as_secs_f64()
         })
         .collect();
@@ -93,6 +105,8 @@ fn in_turns(what: &str, blocks: usize, mut a: impl FnMut() -> Duration, mut b: i
         at(0.1),
         at(0.9)
     );
+    let calls = blocks as u32 * CALLS;
+    (at(0.5), total_a / calls, total_b / calls)
 }
 
 /// The annotated function against the same work by hand, in turns.
@@ -102,11 +116,20 @@ fn interleaved() {
         .enable_all()
         .build()
         .expect("runtime");
-    in_turns(
+    let (ratio, annotated, by_hand) = in_turns(
         "attribute ÷ by hand",
         60,
         || block(&rt, annotated),
         || block(&rt, by_hand),
+    );
+    row(
+        "memory",
+        "`#[distributed_lock]` call (median block ratio)",
+        &format!("{annotated:.2?}"),
+        "the same by hand (Lock API)",
+        &format!("{by_hand:.2?}"),
+        ratio,
+        Target::AtMost(1.05),
     );
 }
 
@@ -126,11 +149,20 @@ fn tracing_cost() {
         let _on = tracing::subscriber::set_default(tracing_subscriber::registry().with(level));
         block(&rt, annotated)
     };
-    in_turns(
+    let (ratio, recorded, filtered) = in_turns(
         "spans recorded ÷ filtered out",
         30,
         || under(LevelFilter::DEBUG),
         || under(LevelFilter::INFO),
+    );
+    row(
+        "memory",
+        "`#[distributed_lock]` call, tracing spans recorded (median block ratio)",
+        &format!("{recorded:.2?}"),
+        "spans filtered out",
+        &format!("{filtered:.2?}"),
+        ratio,
+        Target::None,
     );
 }
 

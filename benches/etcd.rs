@@ -29,7 +29,7 @@ use dlock::engines::etcd::fixture::{Etcd, metric};
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::{Registry, Settings};
 
-use common::{Handoffs, micros, uncontended};
+use common::{Handoffs, Target, micros, row, uncontended};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -143,6 +143,7 @@ async fn main() {
     lock.lock().await.expect("warm").release().await.expect("warm");
 
     uncontended(
+        "etcd",
         [
             "floor (put under a lease + delete)",
             "etcd Lock RPC (lock + unlock)",
@@ -178,14 +179,30 @@ async fn main() {
         "  dlock etcd                         {}",
         dlock_handoffs.summary()
     );
-    println!(
-        "  dlock / Lock RPC p50 {:.3} (target ≤ 0.8)",
-        dlock_handoffs.p50() / rpc_handoffs.p50()
+    let ratio = dlock_handoffs.p50() / rpc_handoffs.p50();
+    println!("  dlock / Lock RPC p50 {ratio:.3} (target ≤ 0.8)");
+    row(
+        "etcd",
+        &format!("handoff p50, {CLIENTS} clients, FIFO"),
+        &dlock_handoffs.p50_micros(),
+        "etcd Lock RPC",
+        &rpc_handoffs.p50_micros(),
+        ratio,
+        Target::AtMost(0.8),
     );
 
     let (all_in, events) = readers(&endpoint).await;
     println!(
         "{READERS} readers queued behind a writer: all hold {} after its release, {events} watch events sent (target: one each)",
         micros(all_in.as_nanos() as f64)
+    );
+    row(
+        "etcd",
+        &format!("{READERS} queued readers: watch events to admit them"),
+        &format!("{events}, all in after {}", micros(all_in.as_nanos() as f64)),
+        "one each",
+        &READERS.to_string(),
+        events / READERS as f64,
+        Target::AtMost(1.0),
     );
 }

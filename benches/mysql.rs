@@ -29,7 +29,7 @@ use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Registry, Settings};
 use mysql_async::prelude::Queryable;
 
-use common::{Peer, uncontended};
+use common::{Peer, Target, row, uncontended};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -90,6 +90,7 @@ async fn main() {
     peer.ask("cycles 10");
 
     uncontended(
+        "mysql",
         [
             "floor (GET_LOCK + RELEASE_LOCK)",
             "distributed-lock 0.2",
@@ -129,6 +130,15 @@ async fn main() {
     println!(
         "  dlock mysql (FIFO)                 {dlock_rate:>10.0}  ({:.2}× the floor)",
         dlock_rate / floor_rate
+    );
+    row(
+        "mysql",
+        &format!("contended, {CLIENTS} clients, acquisitions/s"),
+        &format!("{dlock_rate:.0}"),
+        "floor (unfair)",
+        &format!("{floor_rate:.0}"),
+        dlock_rate / floor_rate,
+        Target::None,
     );
     pool.disconnect().await.expect("disconnect");
 }

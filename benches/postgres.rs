@@ -31,7 +31,7 @@ use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use common::{Handoffs, Peer, uncontended};
+use common::{Handoffs, Peer, Target, row, uncontended};
 
 const CYCLES: usize = 6000;
 const BLOCK: usize = 100;
@@ -139,6 +139,7 @@ async fn main() {
     peer.ask("cycles 10");
 
     uncontended(
+        "postgres",
         [
             "floor (pg_advisory_lock + unlock)",
             "distributed-lock 0.2",
@@ -153,10 +154,8 @@ async fn main() {
     .await;
 
     println!("handoff, {CLIENTS} clients on one lock, {ROUNDS} rounds each, release → next acquisition:");
-    println!(
-        "  floor (a connection each)          {}",
-        floor_handoffs(&url).await.summary()
-    );
+    let floor = floor_handoffs(&url).await;
+    println!("  floor (a connection each)          {}", floor.summary());
     let peer_times: Vec<f64> = peer
         .ask(&format!("handoff {CLIENTS} {ROUNDS}"))
         .into_iter()
@@ -164,14 +163,26 @@ async fn main() {
         .collect();
     let peer_handoffs = Handoffs::of(peer_times);
     println!("  distributed-lock 0.2               {}", peer_handoffs.summary());
-    println!(
-        "  dlock postgres (32 connections)    {}",
-        dlock_handoffs(&registry).await.summary()
-    );
+    let ours = dlock_handoffs(&registry).await;
+    println!("  dlock postgres (32 connections)    {}", ours.summary());
     let default_engine = dlock::engines::conformance::engine(&fixture).await;
     let default = Registry::with_engine("postgres", default_engine, Settings::default()).expect("registry");
     println!(
         "  dlock postgres (default, 10)       {}",
         dlock_handoffs(&default).await.summary()
     );
+    for (against, theirs) in [
+        ("floor (a connection each)", &*floor),
+        ("distributed-lock 0.2", &peer_handoffs),
+    ] {
+        row(
+            "postgres",
+            &format!("handoff p50, {CLIENTS} clients"),
+            &ours.p50_micros(),
+            against,
+            &theirs.p50_micros(),
+            ours.p50() / theirs.p50(),
+            Target::None,
+        );
+    }
 }

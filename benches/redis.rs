@@ -31,11 +31,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use dlock::engines::conformance::server::TestServer;
 use dlock::engines::redis::fixture::{info_field, redis_args, redis_cli};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, LockKey, Mode, OwnerId, Poll, Registry, Request, Settings};
 use redis::aio::MultiplexedConnection;
+
+use common::{Target, row};
 
 const CYCLES: usize = 4000;
 /// Cycles of one contender before the next takes a turn.
@@ -464,6 +468,15 @@ async fn memory() {
         keys as f64 / HELD as f64,
         dlock / floor
     );
+    row(
+        "redis",
+        &format!("`used_memory` per held lock, {HELD} held"),
+        &format!("{dlock:.0} B"),
+        "floor",
+        &format!("{floor:.0} B"),
+        dlock / floor,
+        Target::AtMost(1.25),
+    );
 
     each_lock({
         let (engine, requests) = (engine.clone(), requests.clone());
@@ -652,6 +665,26 @@ async fn main() {
             counted[who].cpu_usec / counted[0].cpu_usec,
         );
     }
+    for (base, target) in [(0, Target::AtMost(1.10)), (1, Target::None), (2, Target::None)] {
+        row(
+            "redis",
+            "uncontended cycle (median block ratio)",
+            &format!("{:.1?}", p50(times[3].clone())),
+            names[base],
+            &format!("{:.1?}", p50(times[base].clone())),
+            block_ratio(&times[3], &times[base]),
+            target,
+        );
+    }
+    row(
+        "redis",
+        "server time per uncontended cycle (`INFO commandstats`)",
+        &format!("{:.2} µs", per_cycle(counted[3].usec as f64)),
+        names[0],
+        &format!("{:.2} µs", per_cycle(counted[0].usec as f64)),
+        counted[3].usec as f64 / counted[0].usec as f64,
+        Target::AtMost(1.5),
+    );
     println!(
         "nested reentrant acquire+release: {nested:?}, {} Redis commands for {CYCLES}",
         nested_commands.calls
@@ -670,6 +703,28 @@ async fn main() {
     println!(
         "30 queued readers, writer release to last admitted: p50 {:?}",
         p50(admissions)
+    );
+    let median_of = |f: &dyn Fn(&(Duration, Contended, f64)) -> f64| median(rounds.iter().map(f).collect());
+    row(
+        "redis",
+        &format!("fair handoff p50, {CLIENTS} clients (median of {ROUNDS} rounds)"),
+        &format!(
+            "{:.1} µs",
+            median_of(&|(_, d, _)| d.handoff_p50.as_secs_f64() * 1e6)
+        ),
+        "PING",
+        &format!("{:.1} µs", median_of(&|(ping, _, _)| ping.as_secs_f64() * 1e6)),
+        handoff_ratio,
+        Target::AtMost(3.0),
+    );
+    row(
+        "redis",
+        &format!("contended throughput, {CLIENTS} clients, fair"),
+        &format!("{:.0}/s", median_of(&|(_, d, _)| d.per_second)),
+        "floor, unfair",
+        &format!("{:.0}/s", median_of(&|(_, _, f)| *f)),
+        throughput_ratio,
+        Target::None,
     );
 
     // replicas_ack: the cycle with a WAIT for one replica, against the same

@@ -19,9 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use dlock::engines::redlock::fixture::RedLock;
 use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
 use dlock::{Lock, Registry, Settings};
+
+use common::{Target, row};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -157,6 +161,17 @@ async fn main() {
         p50(&times[2]),
         block_ratio(&times[2], &times[0])
     );
+    for (who, fence, target) in [(1, "off", 1.0), (2, "on", 1.6)] {
+        row(
+            "redlock (3 masters)",
+            &format!("uncontended cycle, fence {fence} (median block ratio)"),
+            &format!("{:.1?}", p50(&times[who])),
+            "rslock 0.10",
+            &format!("{:.1?}", p50(&times[0])),
+            block_ratio(&times[who], &times[0]),
+            Target::AtMost(target),
+        );
+    }
 
     // Contended: each client its own engine or lock manager, as processes would be.
     let managers: Arc<Vec<rslock::LockManager>> = Arc::new((0..CLIENTS).map(|_| rslock(&fixture)).collect());
@@ -205,4 +220,15 @@ async fn main() {
         p / r
     );
     println!("  dlock, fence = true                     {f:>8.0}  {:.2}", f / r);
+    for (fence, ours, target) in [("off", p, Target::AtLeast(1.0)), ("on", f, Target::None)] {
+        row(
+            "redlock (3 masters)",
+            &format!("contended, {CLIENTS} clients, acquisitions/s, fence {fence}"),
+            &format!("{ours:.0}/s"),
+            "rslock 0.10",
+            &format!("{r:.0}/s"),
+            ours / r,
+            target,
+        );
+    }
 }

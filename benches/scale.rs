@@ -26,9 +26,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod common;
+
 use dlock::engines::conformance::server::TestServer;
 use dlock::engines::redis::fixture::{info_field, redis_args, redis_cli, redis_cluster};
 use dlock::engines::zookeeper::fixture::{four_letter, zookeeper};
+
+use common::{Target, row};
 
 const WARM: Duration = Duration::from_secs(1);
 const WINDOW: Duration = Duration::from_secs(3);
@@ -74,29 +78,52 @@ fn main() {
                 many.push(rate(server, "", 10_000, processes));
                 ratios.push(many[many.len() - 1] / few[few.len() - 1]);
             }
+            let (few, many) = (median(few), median(many));
             println!(
-                "  {:<14} {processes} process(es): 100 waiters {:>7.0}   10,000 waiters {:>7.0}   ratio {} (target ≥ 0.80)",
+                "  {:<14} {processes} process(es): 100 waiters {few:>7.0}   10,000 waiters {many:>7.0}   ratio {} (target ≥ 0.80)",
                 server.name(),
-                median(few),
-                median(many),
-                spread(ratios)
+                spread(ratios.clone())
+            );
+            row(
+                server.name(),
+                &format!(
+                    "acquisitions/s, 10,000 waiters in {processes} process(es) (median ratio of {ROUNDS} rounds)"
+                ),
+                &format!("{many:.0}/s"),
+                "100 waiters",
+                &format!("{few:.0}/s"),
+                median(ratios),
+                Target::AtLeast(0.8),
             );
         }
     }
     println!("server load while one holder keeps the key (per second, over {WINDOW:?}):");
     for server in &servers {
+        let mut loads = Vec::new();
         for processes in [1, 4] {
             let load = waiting_load(server, "", 10_000, processes);
             println!(
                 "  {:<14} 10,000 waiters in {processes} process(es): {load:>8.0}",
                 server.name()
             );
+            loads.push((processes, load));
         }
         let engine = waiting_load(server, "queue = \"engine\"", 1_000, 1);
         println!(
             "  {:<14} 1,000 waiters, queue = \"engine\":   {engine:>8.0}",
             server.name()
         );
+        for (processes, load) in loads {
+            row(
+                server.name(),
+                &format!("server load/s while 10,000 wait in {processes} process(es)"),
+                &format!("{load:.0}"),
+                "1,000 waiters, `queue = \"engine\"`",
+                &format!("{engine:.0}"),
+                load / engine.max(1.0),
+                Target::None,
+            );
+        }
     }
     if only("redis") {
         many_keys(&Server::Redis(&redis));
@@ -288,11 +315,19 @@ fn many_keys(server: &Server) {
     println!(
         "many keys: 4 processes × 16 keys, one task per key, hold 0 (cycles/s; median of {ROUNDS} rounds, ratio median (range)):"
     );
+    let (floor, dlock) = (median(floor_rates), median(dlock_rates));
     println!(
-        "  floor {:>8.0}   dlock {:>8.0}   dlock ÷ floor {} (target ≥ 0.90)",
-        median(floor_rates),
-        median(dlock_rates),
-        spread(ratios)
+        "  floor {floor:>8.0}   dlock {dlock:>8.0}   dlock ÷ floor {} (target ≥ 0.90)",
+        spread(ratios.clone())
+    );
+    row(
+        "redis",
+        "many keys: 4 processes × 16 keys, cycles/s (median ratio of rounds)",
+        &format!("{dlock:.0}/s"),
+        "floor",
+        &format!("{floor:.0}/s"),
+        median(ratios),
+        Target::AtLeast(0.9),
     );
 }
 

@@ -37,7 +37,7 @@ use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Registry, Settings};
 use zookeeper_client::{Acls, Client, CreateMode, MultiWriteResult};
 
-use common::{micros, percentile};
+use common::{Target, micros, percentile, row};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -218,6 +218,19 @@ async fn uncontended(server: &TestServer) {
     println!("  stamped floor / floor  {}", ratio(&ns[2], &ns[0]));
     println!("  listed floor / floor   {}", ratio(&ns[1], &ns[0]));
     println!("  dlock / Curator        {}", ratio(&ns[4], &ns[3]));
+    let median = |times: &[f64]| micros(percentile(times.to_vec(), 0.5));
+    for (base, target) in [(0, Target::AtMost(1.10)), (2, Target::None), (3, Target::None)] {
+        let ratios: Vec<f64> = ns[4].iter().zip(&ns[base]).map(|(a, b)| a / b).collect();
+        row(
+            "zookeeper",
+            "uncontended cycle (median block ratio)",
+            &median(&ns[4]),
+            names[base],
+            &median(&ns[base]),
+            percentile(ratios, 0.5),
+            target,
+        );
+    }
 }
 
 /// p50 handoff of dlock, in ns.
@@ -271,7 +284,7 @@ async fn main() {
     let server = zookeeper();
     println!("ZooKeeper 3.8 on {}", server.address());
     uncontended(&server).await;
-    let mut ratios = Vec::new();
+    let (mut ratios, mut dlock_p50s, mut curator_p50s) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let dlock = dlock_handoff(&server, round).await;
         let curator = curator_handoff(&server, round);
@@ -282,9 +295,18 @@ async fn main() {
             dlock / curator
         );
         ratios.push(dlock / curator);
+        dlock_p50s.push(dlock);
+        curator_p50s.push(curator);
     }
-    println!(
-        "median of {ROUNDS} rounds, dlock / Curator contended handoff p50: {:.2}×",
-        percentile(ratios, 0.5)
+    let ratio = percentile(ratios, 0.5);
+    println!("median of {ROUNDS} rounds, dlock / Curator contended handoff p50: {ratio:.2}×");
+    row(
+        "zookeeper",
+        &format!("handoff p50, {CLIENTS} contenders (median of {ROUNDS} rounds)"),
+        &micros(percentile(dlock_p50s, 0.5)),
+        "Curator",
+        &micros(percentile(curator_p50s, 0.5)),
+        ratio,
+        Target::None,
     );
 }

@@ -1,8 +1,10 @@
-//! What the engine benches share: the `distributed-lock` peer process and
-//! the figures' arithmetic. Each bench uses part of it.
+//! What the engine benches share: the `distributed-lock` peer process, the
+//! figures' arithmetic and the rows of `scripts/bench`'s table. Each bench
+//! uses part of it.
 
 #![allow(dead_code)]
 
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
@@ -15,6 +17,7 @@ use std::time::Instant;
 /// peer's and dlock's labels; `peer` runs a block and answers its mean
 /// cycle in ns (the peer may time itself in its own process).
 pub async fn uncontended(
+    engine: &str,
     names: [&str; 3],
     (cycles, block): (usize, usize),
     mut floor: impl AsyncFnMut(),
@@ -65,16 +68,25 @@ pub async fn uncontended(
         names[2],
         micros(percentile(dlock_ns.clone(), 0.5))
     );
-    for ((name, base), target) in [("floor", floor_ns), (names[1], peer_ns)]
+    for ((name, label, base), target) in [("floor", names[0], floor_ns), (names[1], names[1], peer_ns)]
         .into_iter()
         .zip(targets)
     {
         let ratios: Vec<f64> = dlock_ns.iter().zip(&base).map(|(d, b)| d / b).collect();
+        let ratio = percentile(ratios.clone(), 0.5);
         println!(
-            "  dlock / {name} {:.3} (p10 {:.3}, p90 {:.3}; target ≤ {target})",
-            percentile(ratios.clone(), 0.5),
+            "  dlock / {name} {ratio:.3} (p10 {:.3}, p90 {:.3}; target ≤ {target})",
             percentile(ratios.clone(), 0.1),
             percentile(ratios, 0.9)
+        );
+        row(
+            engine,
+            "uncontended cycle (median block ratio)",
+            &micros(percentile(dlock_ns.clone(), 0.5)),
+            label,
+            &micros(percentile(base.clone(), 0.5)),
+            ratio,
+            Target::AtMost(target),
         );
     }
 }
@@ -109,6 +121,10 @@ impl Handoffs {
 
     pub fn p50(&self) -> f64 {
         percentile(self.times.lock().unwrap().clone(), 0.5)
+    }
+
+    pub fn p50_micros(&self) -> String {
+        micros(self.p50())
     }
 
     pub fn summary(&self) -> String {
@@ -193,4 +209,36 @@ pub fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
 
 pub fn micros(nanos: f64) -> String {
     format!("{:.1} µs", nanos / 1000.0)
+}
+
+/// What a ratio should be.
+#[derive(Clone, Copy)]
+pub enum Target {
+    AtMost(f64),
+    AtLeast(f64),
+    /// Shown for context; nothing is asked of it.
+    None,
+}
+
+/// One row of the table `scripts/bench` writes: appended to the file that
+/// `DLOCK_BENCH_TABLE` names (without it, nothing is written). `ours` is
+/// dlock's figure, `theirs` what it is compared with (the floor's or a
+/// peer's, named in `against`), `ratio` ours ÷ theirs from the same run.
+pub fn row(engine: &str, case: &str, ours: &str, against: &str, theirs: &str, ratio: f64, target: Target) {
+    let Some(path) = std::env::var_os("DLOCK_BENCH_TABLE") else {
+        return;
+    };
+    let (target, verdict) = match target {
+        Target::AtMost(t) => (format!("≤ {t}"), if ratio <= t { "met" } else { "**missed**" }),
+        Target::AtLeast(t) => (format!("≥ {t}"), if ratio >= t { "met" } else { "**missed**" }),
+        Target::None => (String::new(), ""),
+    };
+    let line =
+        format!("| {engine} | {case} | {ours} | {against}: {theirs} | {ratio:.2} | {target} | {verdict} |\n");
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open the bench table");
+    file.write_all(line.as_bytes()).expect("write the bench table");
 }
