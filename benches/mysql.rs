@@ -140,5 +140,7 @@ async fn main() {
         dlock_rate / floor_rate,
         Target::None,
     );
+    // The pool waits for every connection it lent out to come back.
+    drop(floor);
     pool.disconnect().await.expect("disconnect");
 }

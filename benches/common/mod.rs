@@ -221,11 +221,11 @@ pub enum Target {
 }
 
 /// One row of the table `scripts/bench` writes: appended to the file that
-/// `DLOCK_BENCH_TABLE` names (without it, nothing is written). `ours` is
+/// `BENCH_TABLE` names (without it, nothing is written). `ours` is
 /// dlock's figure, `theirs` what it is compared with (the floor's or a
 /// peer's, named in `against`), `ratio` ours ÷ theirs from the same run.
 pub fn row(engine: &str, case: &str, ours: &str, against: &str, theirs: &str, ratio: f64, target: Target) {
-    let Some(path) = std::env::var_os("DLOCK_BENCH_TABLE") else {
+    let Some(path) = std::env::var_os("BENCH_TABLE") else {
         return;
     };
     let (target, verdict) = match target {
