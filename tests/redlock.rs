@@ -46,6 +46,66 @@ async fn two_of_five_masters_down_locks_work_three_down_a_clear_error_in_the_wai
     assert!(message.contains("3 of 5 masters failed"), "{message}");
 }
 
+/// A master that stops answering (`CLIENT PAUSE`, alive but silent) does
+/// not hold up the others: each call returns once a majority said yes. Its
+/// calls finish when it wakes, so the releases reach it too: nothing is
+/// left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_master_holds_up_nothing_and_still_gets_every_release() {
+    let fixture = RedLock::with_masters(3);
+    let urls = fixture
+        .masters
+        .iter()
+        .map(|m| format!("redis://{}", m.address()))
+        .collect();
+    let config = RedLockConfig {
+        fence: false,
+        master_timeout: Duration::from_secs(10),
+        ..RedLockConfig::new(urls)
+    };
+    let registry = registry(Arc::new(
+        RedLockEngine::connect("rl", &config).await.expect("connect"),
+    ));
+    let lock = registry.locks("silent").get("k");
+    lock.lock()
+        .await
+        .expect("warm up")
+        .release()
+        .await
+        .expect("release");
+    let client = redis::Client::open(format!("redis://{}", fixture.masters[0].address())).expect("url");
+    let mut master = client.get_multiplexed_async_connection().await.expect("raw");
+    let pause = Duration::from_secs(3);
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("ALL")
+        .query_async(&mut master)
+        .await
+        .expect("pause");
+    let paused_at = Instant::now();
+    for _ in 0..20 {
+        let guard = lock
+            .lock_for(Duration::from_secs(1))
+            .await
+            .expect("2 of 3 answer");
+        guard.release().await.expect("release on 2 of 3");
+    }
+    let took = paused_at.elapsed();
+    assert!(took < pause, "20 cycles waited for the paused master: {took:?}");
+    // Once it answers again, the queued calls run in order; the last is a release.
+    tokio::time::sleep(pause - took).await;
+    let mut left = None;
+    while paused_at.elapsed() < pause + Duration::from_secs(5) {
+        left = redis::cmd("DBSIZE").query_async::<u64>(&mut master).await.ok();
+        if left == Some(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, Some(0), "keys left on the master that was paused");
+}
+
 /// The failure RedLock's critics point at: a holder's keys on a minority,
 /// the rest of its majority restarted empty; a second client takes a
 /// majority. Both hold. The token of the newer holder is greater (counters

@@ -3,6 +3,13 @@
 //! lease, undone everywhere otherwise; released on all; extended only while
 //! a majority still agrees. Exclusive only, no queue: see [`Capabilities`].
 //!
+//! **Fan-out.** Every call goes to all masters at once and returns as soon
+//! as a majority said yes: a slower master's answer cannot change that. Its
+//! call finishes on a task of its own, so a release still reaches every
+//! master; nothing depends on its order with later calls, since each one
+//! checks the owner on the master. A refusal waits for every answer, to
+//! undo where it was granted. (rslock waits for every master each time.)
+//!
 //! **Validity and clock drift.** Masters may count time up to 1 % faster
 //! than the client, plus 2 ms (RedLock's drift). Each master is asked for a
 //! PX large enough that, even so, no master forgets the hold before the
@@ -51,6 +58,7 @@ pub mod fixture;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll as TaskPoll;
 use std::time::Duration;
 
@@ -127,10 +135,10 @@ struct Master {
 }
 
 struct Scripts {
-    acquire: Script,
-    fence: Script,
-    renew: Script,
-    release: Script,
+    acquire: Arc<Script>,
+    fence: Arc<Script>,
+    renew: Arc<Script>,
+    release: Arc<Script>,
 }
 
 /// The RedLock engine. See the [module docs](self).
@@ -151,7 +159,7 @@ struct Scripts {
 /// # }
 /// ```
 pub struct RedLockEngine {
-    masters: Vec<Master>,
+    masters: Vec<Arc<Master>>,
     quorum: usize,
     fence: bool,
     master_timeout: Duration,
@@ -181,11 +189,11 @@ impl RedLockEngine {
         for url in &config.masters {
             let client = Client::open(url.as_str())
                 .map_err(|e| Error::config(field("masters"), format!("`{url}`: {e}")))?;
-            masters.push(Master {
+            masters.push(Arc::new(Master {
                 address: client.get_connection_info().addr().to_string(),
                 client,
                 connection: OnceCell::new(),
-            });
+            }));
         }
         let engine = RedLockEngine {
             quorum: masters.len() / 2 + 1,
@@ -199,13 +207,13 @@ impl RedLockEngine {
             master_timeout: config.master_timeout,
             fence_retention: config.fence_retention,
             scripts: Scripts {
-                acquire: Script::new(include_str!("scripts/acquire.lua")),
-                fence: Script::new(include_str!("scripts/fence.lua")),
-                renew: Script::new(include_str!("scripts/renew.lua")),
-                release: Script::new(include_str!("scripts/release.lua")),
+                acquire: Arc::new(Script::new(include_str!("scripts/acquire.lua"))),
+                fence: Arc::new(Script::new(include_str!("scripts/fence.lua"))),
+                renew: Arc::new(Script::new(include_str!("scripts/renew.lua"))),
+                release: Arc::new(Script::new(include_str!("scripts/release.lua"))),
             },
         };
-        let connected = join_all(
+        let connected = futures_util::future::join_all(
             engine
                 .masters
                 .iter()
@@ -235,51 +243,20 @@ impl RedLockEngine {
         Ok(engine)
     }
 
-    /// Sends `call` to every master at once.
+    /// Sends `call` to every master at once. Returns once a majority said
+    /// yes, or all answered: a slow master's answer cannot change a yes
+    /// already settled, so its call finishes in the background (its slot
+    /// says so).
     async fn on_all(&self, call: Call<'_>, keys: &[&str], args: &[&str]) -> Vec<Answer> {
-        self.on(self.masters.iter(), call, keys, args).await
-    }
-
-    /// Sends `call` to `masters` at once.
-    async fn on<'m>(
-        &self,
-        masters: impl Iterator<Item = &'m Master>,
-        call: Call<'_>,
-        keys: &[&str],
-        args: &[&str],
-    ) -> Vec<Answer> {
-        let invocation = match call {
-            Call::Script(script) => {
-                let mut invocation = script.prepare_invoke();
-                for key in keys {
-                    invocation.key(*key);
-                }
-                for arg in args {
-                    invocation.arg(*arg);
-                }
-                Some(invocation)
-            }
-            Call::SetNx => None,
-        };
-        let (invocation, keys, args) = (&invocation, keys, args);
-        // Each connection bounds its own calls by the master timeout.
-        join_all(masters.map(|master| async move {
-            let mut connection = master.connection(self.master_timeout).await?.clone();
-            let answer = match invocation {
-                Some(invocation) => invocation.invoke_async::<u64>(&mut connection).await,
-                None => redis::cmd("SET")
-                    .arg(keys[0])
-                    .arg(args[0])
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(args[1])
-                    .query_async::<Option<String>>(&mut connection)
-                    .await
-                    .map(|set| u64::from(set.is_some())),
-            };
-            answer.map_err(BoxError::from)
-        }))
-        .await
+        let (keys, args): (Arc<[String]>, Arc<[String]>) = (
+            keys.iter().map(|k| k.to_string()).collect(),
+            args.iter().map(|a| a.to_string()).collect(),
+        );
+        let calls = self
+            .masters
+            .iter()
+            .map(|master| master.call(call, keys.clone(), args.clone(), self.master_timeout));
+        until_majority(calls, self.quorum).await
     }
 
     /// Whether a majority said yes (a non-zero answer).
@@ -393,7 +370,7 @@ impl RedLockEngine {
 /// One request to every master.
 #[derive(Clone, Copy)]
 enum Call<'a> {
-    Script(&'a Script),
+    Script(&'a Arc<Script>),
     /// `SET key owner NX PX px`, as plain RedLock sends it: 1 if taken.
     SetNx,
 }
@@ -411,6 +388,52 @@ impl Master {
             .await
             .map_err(BoxError::from)
     }
+
+    /// `call` on this master, owning all it needs, so that it can finish
+    /// in the background. Its connection bounds it by the master timeout.
+    fn call(
+        self: &Arc<Self>,
+        call: Call<'_>,
+        keys: Arc<[String]>,
+        args: Arc<[String]>,
+        timeout: Duration,
+    ) -> impl Future<Output = Answer> + Send + 'static {
+        let (master, script) = (self.clone(), call.script());
+        async move {
+            let mut connection = master.connection(timeout).await?.clone();
+            let answer = match script {
+                Some(script) => {
+                    let mut invocation = script.prepare_invoke();
+                    for key in keys.iter() {
+                        invocation.key(key);
+                    }
+                    for arg in args.iter() {
+                        invocation.arg(arg);
+                    }
+                    invocation.invoke_async::<u64>(&mut connection).await
+                }
+                None => redis::cmd("SET")
+                    .arg(&keys[0])
+                    .arg(&args[0])
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(&args[1])
+                    .query_async::<Option<String>>(&mut connection)
+                    .await
+                    .map(|set| u64::from(set.is_some())),
+            };
+            answer.map_err(BoxError::from)
+        }
+    }
+}
+
+impl Call<'_> {
+    fn script(self) -> Option<Arc<Script>> {
+        match self {
+            Call::Script(script) => Some(script.clone()),
+            Call::SetNx => None,
+        }
+    }
 }
 
 /// What each master is asked to keep the hold for, so that even a master
@@ -421,11 +444,15 @@ fn px(lease: Duration) -> Duration {
         + Duration::from_millis(1)
 }
 
-/// Polls every future to the end, in place: a fan-out to the masters
-/// without a task each.
-async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut pending: Vec<Option<Pin<Box<F>>>> = futures.into_iter().map(|f| Some(Box::pin(f))).collect();
-    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+/// Polls the calls in place (a fan-out without a task each) until
+/// `quorum` of them said yes or all are done; the rest are left to finish
+/// on a task of their own, their slots marked as not awaited.
+async fn until_majority<F>(calls: impl IntoIterator<Item = F>, quorum: usize) -> Vec<Answer>
+where
+    F: Future<Output = Answer> + Send + 'static,
+{
+    let mut pending: Vec<Option<Pin<Box<F>>>> = calls.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut done: Vec<Option<Answer>> = pending.iter().map(|_| None).collect();
     poll_fn(|cx| {
         for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
             if let Some(future) = slot
@@ -435,15 +462,24 @@ async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Out
                 *slot = None;
             }
         }
-        if pending.iter().all(Option::is_none) {
+        let yes = done.iter().filter(|d| matches!(d, Some(Ok(n)) if *n > 0)).count();
+        if yes >= quorum || pending.iter().all(Option::is_none) {
             TaskPoll::Ready(())
         } else {
             TaskPoll::Pending
         }
     })
     .await;
+    let rest: Vec<_> = pending.into_iter().flatten().collect();
+    if !rest.is_empty() {
+        tokio::spawn(async move {
+            for call in rest {
+                let _ = call.await;
+            }
+        });
+    }
     done.into_iter()
-        .map(|d| d.expect("every future finished"))
+        .map(|d| d.unwrap_or_else(|| Err("not awaited: a majority had already said yes".into())))
         .collect()
 }
 
