@@ -14,7 +14,7 @@
 //! cargo bench --bench memcached --features memcached
 //! ```
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod common;
 
@@ -24,7 +24,7 @@ use dlock::{Registry, Settings};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use common::{Target, percentile, row};
+use common::{Target, block_ratios, p50, percentile, row};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -44,10 +44,6 @@ impl Floor {
         assert_eq!(self.exchange(b"ms floor 1 T30 ME\r\nx\r\n").await, "HD\r\n");
         assert_eq!(self.exchange(b"md floor\r\n").await, "HD\r\n");
     }
-}
-
-fn mean(samples: &[Duration]) -> Duration {
-    samples.iter().sum::<Duration>() / samples.len() as u32
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -79,16 +75,7 @@ async fn main() {
             }
         }
     }
-    let ratios: Vec<f64> = dlock_times
-        .chunks(BLOCK)
-        .zip(floor_times.chunks(BLOCK))
-        .map(|(d, f)| mean(d).as_secs_f64() / mean(f).as_secs_f64())
-        .collect();
-    let p50 = |times: &[Duration]| {
-        let mut sorted = times.to_vec();
-        sorted.sort();
-        sorted[sorted.len() / 2]
-    };
+    let ratios = block_ratios(&dlock_times, &floor_times, BLOCK);
     println!("uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK}:");
     println!("  floor (add + delete)       p50 {:>8.1?}", p50(&floor_times));
     println!("  dlock memcached, write     p50 {:>8.1?}", p50(&dlock_times));

@@ -39,7 +39,7 @@ use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, LockKey, Mode, OwnerId, Poll, Registry, Request, Settings};
 use redis::aio::MultiplexedConnection;
 
-use common::{Target, row};
+use common::{Target, block_ratios, mean, median, p50, row};
 
 const CYCLES: usize = 4000;
 /// Cycles of one contender before the next takes a turn.
@@ -53,28 +53,9 @@ const HELD: usize = 100_000;
 /// the server empties after release does not wait the default minute.
 const RETENTION: Duration = Duration::from_secs(1);
 
-fn p50(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples[samples.len() / 2]
-}
-
-fn mean(samples: &[Duration]) -> Duration {
-    samples.iter().sum::<Duration>() / samples.len() as u32
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// Median over blocks of (block mean / the floor's block mean).
 fn block_ratio(times: &[Duration], floor: &[Duration]) -> f64 {
-    let ratios = times
-        .chunks(BLOCK)
-        .zip(floor.chunks(BLOCK))
-        .map(|(t, f)| mean(t).as_secs_f64() / mean(f).as_secs_f64())
-        .collect();
-    median(ratios)
+    median(block_ratios(times, floor, BLOCK))
 }
 
 async fn connection(server: &TestServer) -> MultiplexedConnection {
@@ -256,7 +237,7 @@ async fn ping(raw: &mut MultiplexedConnection, n: usize) -> Duration {
         let _: String = redis::cmd("PING").query_async(raw).await.expect("ping");
         pings.push(started.elapsed());
     }
-    p50(pings)
+    p50(&pings)
 }
 
 /// Times `BLOCK` cycles of `cycle`, appending each cycle's time, and
@@ -319,7 +300,7 @@ async fn dlock_contended(registries: &[Arc<Registry>], name: &str) -> Contended 
     }
     let handoffs = handoffs.lock().unwrap().clone();
     Contended {
-        handoff_p50: p50(handoffs),
+        handoff_p50: p50(&handoffs),
         per_second: acquisitions.load(Ordering::Relaxed) as f64 / CONTENDED_FOR.as_secs_f64(),
         same_owner: same_owner.load(Ordering::Relaxed),
     }
@@ -654,7 +635,7 @@ async fn main() {
         let m = mean(&times[who]);
         println!(
             "| {name} | {m:?} | {:?} | {:.2} | {:.2} | {:.2} ({:.2}) | {:.2} | {:.2} | {:.1} | {:.2} |",
-            p50(times[who].clone()),
+            p50(&times[who]),
             m.as_secs_f64() / floor_mean.as_secs_f64(),
             block_ratio(&times[who], &times[0]),
             per_cycle(counted[who].calls as f64),
@@ -669,9 +650,9 @@ async fn main() {
         row(
             "redis",
             "uncontended cycle (median block ratio)",
-            &format!("{:.1?}", p50(times[3].clone())),
+            &format!("{:.1?}", p50(&times[3])),
             names[base],
-            &format!("{:.1?}", p50(times[base].clone())),
+            &format!("{:.1?}", p50(&times[base])),
             block_ratio(&times[3], &times[base]),
             target,
         );
@@ -702,7 +683,7 @@ async fn main() {
     );
     println!(
         "30 queued readers, writer release to last admitted: p50 {:?}",
-        p50(admissions)
+        p50(&admissions)
     );
     let median_of = |f: &dyn Fn(&(Duration, Contended, f64)) -> f64| median(rounds.iter().map(f).collect());
     row(
@@ -751,8 +732,8 @@ async fn main() {
     }
     println!(
         "replicas_ack = 1 (WAIT for one replica, server with one replica): cycle p50 {:?} against {:?} without, {:.2}x (median block)",
-        p50(with_replica[1].clone()),
-        p50(with_replica[0].clone()),
+        p50(&with_replica[1]),
+        p50(&with_replica[0]),
         block_ratio(&with_replica[1], &with_replica[0])
     );
 

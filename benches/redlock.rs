@@ -25,7 +25,7 @@ use dlock::engines::redlock::fixture::RedLock;
 use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
 use dlock::{Lock, Registry, Settings};
 
-use common::{Target, row};
+use common::{Target, block_ratios, median, p50, row};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -33,29 +33,8 @@ const CLIENTS: usize = 16;
 const ROUNDS: usize = 5;
 const LEASE: Duration = Duration::from_secs(10);
 
-fn mean(samples: &[Duration]) -> Duration {
-    samples.iter().sum::<Duration>() / samples.len() as u32
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn block_ratio(times: &[Duration], base: &[Duration]) -> f64 {
-    median(
-        times
-            .chunks(BLOCK)
-            .zip(base.chunks(BLOCK))
-            .map(|(t, b)| mean(t).as_secs_f64() / mean(b).as_secs_f64())
-            .collect(),
-    )
-}
-
-fn p50(times: &[Duration]) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    sorted[sorted.len() / 2]
+    median(block_ratios(times, base, BLOCK))
 }
 
 fn urls(fixture: &RedLock) -> Vec<String> {

@@ -32,7 +32,7 @@ use dlock::engines::conformance::server::TestServer;
 use dlock::engines::redis::fixture::{info_field, redis_args, redis_cli, redis_cluster};
 use dlock::engines::zookeeper::fixture::{four_letter, zookeeper};
 
-use common::{Target, row};
+use common::{Target, median, row};
 
 const WARM: Duration = Duration::from_secs(1);
 const WINDOW: Duration = Duration::from_secs(3);
@@ -188,11 +188,6 @@ impl Server<'_> {
 fn commands_processed(server: &TestServer) -> u64 {
     let info = redis_cli(&["-p", &server.port.to_string(), "INFO", "stats"]);
     info_field(&info, "total_commands_processed")
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// `median (min–max)` of per-round ratios.

@@ -8,7 +8,7 @@ use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Uncontended cycles of the floor, dlock and the peer, `cycles` each,
 /// taking turns in blocks of `block`, each going first in turn; prints each
@@ -205,6 +205,32 @@ impl Drop for Peer {
 pub fn percentile(mut values: Vec<f64>, q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
     values[((values.len() - 1) as f64 * q) as usize]
+}
+
+/// The lower middle value, as `percentile(values, 0.5)`.
+pub fn median(values: Vec<f64>) -> f64 {
+    percentile(values, 0.5)
+}
+
+pub fn mean(samples: &[Duration]) -> Duration {
+    samples.iter().sum::<Duration>() / samples.len() as u32
+}
+
+/// The lower middle sample, as `median`.
+pub fn p50(samples: &[Duration]) -> Duration {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    sorted[(sorted.len() - 1) / 2]
+}
+
+/// Per block of `block` cycles taken in turns: the block's mean over the
+/// base's mean for the same turn.
+pub fn block_ratios(times: &[Duration], base: &[Duration], block: usize) -> Vec<f64> {
+    times
+        .chunks(block)
+        .zip(base.chunks(block))
+        .map(|(t, b)| mean(t).as_secs_f64() / mean(b).as_secs_f64())
+        .collect()
 }
 
 pub fn micros(nanos: f64) -> String {
