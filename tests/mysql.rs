@@ -1,5 +1,6 @@
 //! mysql-specific behaviour against a real MariaDB on loopback: clients
-//! whose clocks are hours off still get the server's expiry, a dead waiter
+//! whose clocks are hours off still get the server's expiry, the gate is
+//! taken before the table is read, a dead waiter
 //! never blocks the line, `queue = "local"` sends one waiter per lock, odd
 //! keys stay apart, the table is empty once leases have run out, and bad
 //! settings, a failed login, a missing privilege and an unreachable server
@@ -122,6 +123,58 @@ async fn a_dead_waiter_never_blocks_the_line() {
     assert!(matches!(engine.poll(&dead).await, Ok(Poll::Waiting(_))));
     assert!(fence > 0);
     engine.cancel(&dead).await.expect("cancel");
+}
+
+/// What a write hold taken at once relies on: in the one statement that
+/// takes the gate and reads the table, MariaDB reads only once the gate is
+/// taken, and sees the rows a grant committed before letting it go. Here
+/// the taker waits in `GET_LOCK` while another session inserts a row and
+/// lets the gate go: the taker must see that row (answer 0), not hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_table_is_read_only_once_the_gate_is_taken() {
+    use mysql_async::prelude::Queryable;
+    let fixture = Mysql::start();
+    MysqlEngine::connect("my", &config(&fixture.server))
+        .await
+        .expect("connect: makes the table");
+    let pool = mysql_async::Pool::new(fixture.server.url().as_str());
+    let (mut granter, mut taker) = (
+        pool.get_conn().await.expect("conn"),
+        pool.get_conn().await.expect("conn"),
+    );
+    let took: Option<i64> = granter
+        .query_first("SELECT GET_LOCK('dlock:order', 0)")
+        .await
+        .expect("gate");
+    assert_eq!(took, Some(1));
+    let taking = tokio::spawn(async move {
+        let answer: Option<Option<u64>> = taker
+            .query_first(
+                "SELECT IF(GET_LOCK('dlock:order', 10) = 1, \
+                   IF(EXISTS(SELECT 1 FROM dlock_queue WHERE lock_key = 'order' AND expires > UTC_TIMESTAMP(6)), 0, UUID_SHORT()), \
+                   NULL)",
+            )
+            .await
+            .expect("take");
+        answer.flatten()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    granter
+        .query_drop(
+            "INSERT INTO dlock_queue (lock_key, owner, mode, held, expires) \
+             VALUES ('order', REPEAT('x', 16), 1, 1, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)",
+        )
+        .await
+        .expect("a read hold's row");
+    granter
+        .query_drop("DO RELEASE_LOCK('dlock:order')")
+        .await
+        .expect("release");
+    assert_eq!(
+        taking.await.expect("task"),
+        Some(0),
+        "the taker held the gate without seeing the row committed before it"
+    );
 }
 
 /// With `queue = "local"`, twenty tasks waiting in one process are one

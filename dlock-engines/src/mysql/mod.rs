@@ -9,21 +9,35 @@
 //! suggests, so there is no count. Every state change is one statement:
 //! see `sql.rs` for each, and for why two grants can never both succeed.
 //!
+//! **The gate, and a write hold with no row.** Each lock also has a named
+//! lock (`GET_LOCK`), its gate (`gate.rs`). A writer (lease in whole
+//! seconds) that finds the gate free and no live row for the lock holds
+//! the gate for the whole hold, on a session of its own, and writes
+//! nothing: one statement to take it, one to let it go. Everything else
+//! (readers, waiters, a writer whose turn came in the queue) goes through
+//! the table, each grant holding the gate while it runs. Dlock versions
+//! before the gate do not know it: do not share locks across this change.
+//!
 //! **The database's clock only.** Every expiry is computed and compared
 //! with `UTC_TIMESTAMP(6)` on the server, never the client's clock, so a
 //! client whose clock is off (ShedLock issues 231 and 639) changes nothing.
+//! A gate hold's lease is its session's `wait_timeout`, also the server's.
 //!
-//! **Fencing.** The token is the ticket of the hold's row, allocated when
-//! the hold is made (a waiter's row is swapped for a new one at its grant),
-//! while the statement holds the lock's rows: so later holds of a lock get
-//! greater tickets. InnoDB keeps the `AUTO_INCREMENT` counter across
-//! restarts (MySQL 8.0, MariaDB 10.2.4 and later write it to the redo log),
-//! so a restart never hands out a ticket again, even with the table empty.
+//! **Fencing.** The token is `UUID_SHORT()`, drawn while the grant holds
+//! the gate, so a later holder of the lock draws a greater one. The server
+//! increments it in memory from `(server_id << 56) + (startup time in
+//! seconds << 24)`, so it keeps rising across restarts as long as the
+//! server's clock does not step back between them, the `server_id` stays
+//! (below 256), and fewer than 16 million tokens a second were drawn since
+//! the previous start. This costs no write.
 //!
 //! **Leases and liveness.** A hold's row expires at its lease; the watchdog
-//! extends it only while it is live and this owner's. A waiter's row
-//! expires `waiter_ttl` after its last refresh (every third of that); an
-//! expired row, holder or waiter, is skipped by every check, as if gone,
+//! extends it only while it is live and this owner's. A gate hold lasts
+//! while its session is used: the watchdog's renewal is a statement on it,
+//! and the server closes a session idle for its `wait_timeout` (the lease),
+//! freeing the gate; a killed process's sessions close at once. A waiter's
+//! row expires `waiter_ttl` after its last refresh (every third of that);
+//! an expired row, holder or waiter, is skipped by every check, as if gone,
 //! and a background sweep deletes it. A waiter that finds its row expired
 //! joins the queue again at the back.
 //!
@@ -31,9 +45,10 @@
 //! schedule, one indexed statement each time. A release in this process
 //! wakes this process's waiters for that lock at once.
 //!
-//! **Relies on**: InnoDB, REPEATABLE READ locking reads, `REPLACE ...
-//! SELECT` and `INSERT ... SELECT` from the same table, `DATETIME(6)`,
-//! `UTC_TIMESTAMP(6)`, persistent `AUTO_INCREMENT`.
+//! **Relies on** (MySQL 8, MariaDB 10.6+): InnoDB, REPEATABLE READ locking
+//! reads, `REPLACE ... SELECT` and `INSERT ... SELECT` from the same table,
+//! `DATETIME(6)`, `UTC_TIMESTAMP(6)`, `GET_LOCK` with several named locks
+//! per session, `UUID_SHORT()`, the session `wait_timeout`.
 //!
 //! ```toml
 //! [engines.db]
@@ -46,16 +61,17 @@
 
 #[cfg(feature = "conformance")]
 pub mod fixture;
+mod gate;
 mod sql;
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Kinds, Poll, Request, Waiters, Wake, Woken, async_trait,
+    Capabilities, Engine, EngineError, Error, Kinds, Mode, Poll, Request, Waiters, Wake, Woken, async_trait,
 };
-use mysql_async::prelude::{Queryable, ToValue};
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
+use mysql_async::prelude::{FromRow, Queryable, ToValue};
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
 use serde::Deserialize;
 
 use sql::{key_and_name, mode_code};
@@ -142,12 +158,18 @@ pub struct MysqlEngine {
 
 struct Shared {
     pool: Pool,
+    /// Sessions for gates, apart from the pool.
+    gates: gate::Sessions,
     /// This process's waiters per lock, and how to wake them.
     waiting: Waiters<Vec<u8>>,
 }
 
-/// What a waiting request remembers.
-struct Waiting(Mutex<Line>);
+/// What a request remembers.
+struct Mine {
+    line: Mutex<Line>,
+    /// The session of a write hold taken at once, holding the gate.
+    gate: Mutex<Option<gate::Session>>,
+}
 
 struct Line {
     /// When its row's liveness was last extended.
@@ -159,19 +181,30 @@ struct Line {
     at_head: bool,
 }
 
-impl Waiting {
-    fn of(req: &Request) -> &Waiting {
-        req.state_or_init(|| {
-            Waiting(Mutex::new(Line {
+impl Mine {
+    fn of(req: &Request) -> &Mine {
+        req.state_or_init(|| Mine {
+            line: Mutex::new(Line {
                 refreshed: Instant::now(),
                 counted: false,
                 at_head: false,
-            }))
+            }),
+            gate: Mutex::new(None),
         })
     }
 
     fn line(&self) -> std::sync::MutexGuard<'_, Line> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.line.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The gate session of a write hold taken at once, taken out of the request.
+    fn take_gate(req: &Request) -> Option<gate::Session> {
+        let waiting = req.state::<Mine>()?;
+        waiting.gate.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn keep_gate(req: &Request, session: gate::Session) {
+        *Mine::of(req).gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
     }
 }
 
@@ -212,6 +245,7 @@ impl MysqlEngine {
             .pool_opts(pool_opts)
             .prefer_socket(false)
             .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"]);
+        let gates = gate::Sessions::new(builder.clone().into());
         let pool = Pool::new(builder);
         let unavailable = |source: String| Error::Unavailable {
             engine: name.to_owned(),
@@ -258,6 +292,7 @@ impl MysqlEngine {
         drop(conn);
         let shared = Arc::new(Shared {
             pool,
+            gates,
             waiting: Waiters::default(),
         });
         tokio::spawn(sweep(Arc::downgrade(&shared)));
@@ -280,27 +315,85 @@ impl MysqlEngine {
             .map_err(EngineError::failed)
     }
 
-    /// Runs one statement; one the server rolled back for a reason of its
-    /// own (a deadlock, a lock wait, a failed read of the AUTO_INCREMENT
-    /// counter) is run again. Rows affected, and the ticket of an inserted
-    /// row.
+    /// Runs one statement on a pooled connection; see [`exec`].
     async fn run(&self, statement: &str, params: Vec<Value>) -> Result<(u64, Option<u64>), EngineError> {
-        let mut attempts = 0;
+        let mut conn = self.shared.pool.get_conn().await.map_err(EngineError::failed)?;
+        exec(&mut conn, statement, params).await
+    }
+
+    /// Takes a gate session for `req` and runs `statement` on it, which
+    /// takes the gate: its one value, NULL if the gate was busy. A reused
+    /// session the server has closed meanwhile (a restart) is replaced once.
+    async fn on_gate(
+        &self,
+        req: &Request,
+        statement: &str,
+        params: Vec<Value>,
+    ) -> Result<(gate::Session, Option<u64>), EngineError> {
+        let mut retried = false;
         loop {
-            let mut conn = self.shared.pool.get_conn().await.map_err(EngineError::failed)?;
-            match conn.exec_drop(statement, params.clone()).await {
-                Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
-                // 1213: chosen as a deadlock victim, rolled back; 1205: lock
-                // wait timeout; 1467: InnoDB could not read the counter (seen
-                // once on MariaDB 10.11 under the full suite), nothing written.
-                Err(mysql_async::Error::Server(e))
-                    if [1213, 1205, 1467].contains(&e.code) && attempts < 8 =>
-                {
-                    attempts += 1;
-                }
+            let (mut session, reused) = self.shared.gates.take(req.lease).await?;
+            match session
+                .conn
+                .exec_first::<Option<u64>, _, _>(statement, params.clone())
+                .await
+            {
+                Ok(value) => return Ok((session, value.flatten())),
+                Err(_) if reused && !retried => retried = true,
                 Err(e) => return Err(EngineError::failed(e)),
             }
         }
+    }
+
+    /// A write hold taken at once: the gate, if free and no live row exists
+    /// for the lock. The session stays with the request; its token.
+    async fn take_alone(
+        &self,
+        req: &Request,
+        key: &[u8],
+        name: &Option<Vec<u8>>,
+    ) -> Result<Option<u64>, EngineError> {
+        let gate = gate::name(&req.key);
+        let params = vec![gate.to_value(), key.to_value(), name.to_value()];
+        let (mut session, taken) = self.on_gate(req, &sql::take_alone(), params).await?;
+        match taken {
+            Some(fence) if fence > 0 => {
+                Mine::keep_gate(req, session);
+                Ok(Some(fence))
+            }
+            Some(_) => {
+                // Taken, but the table has rows: they go first.
+                give_gate(&mut session.conn, &gate).await?;
+                self.shared.gates.give_back(session);
+                Ok(None)
+            }
+            None => {
+                self.shared.gates.give_back(session);
+                Ok(None)
+            }
+        }
+    }
+
+    /// One grant through the table: `statement` runs while this session
+    /// holds the gate, and commits before it is let go. The token if it
+    /// changed a row, `None` if the gate was busy or the grant refused.
+    async fn grant(
+        &self,
+        req: &Request,
+        statement: &str,
+        params: Vec<Value>,
+    ) -> Result<Option<u64>, EngineError> {
+        let gate = gate::name(&req.key);
+        let (mut session, fence) = self.on_gate(req, sql::TAKE_GATE, vec![gate.to_value()]).await?;
+        let Some(fence) = fence else {
+            self.shared.gates.give_back(session);
+            return Ok(None);
+        };
+        // On an error the session is dropped: closing it lets the gate go.
+        let (changed, _) = exec(&mut session.conn, statement, params).await?;
+        give_gate(&mut session.conn, &gate).await?;
+        self.shared.gates.give_back(session);
+        Ok((changed > 0).then_some(fence))
     }
 
     /// Wakes when this process lets the lock go (or downgrades it), or
@@ -332,20 +425,20 @@ impl MysqlEngine {
             micros(self.waiter_ttl),
         ];
         self.run(&sql::enqueue(), params).await?;
-        Waiting::of(req).line().refreshed = Instant::now();
+        Mine::of(req).line().refreshed = Instant::now();
         Ok(())
     }
 
     /// A waiter whose row expired (it was dropped as dead) joins again, at the back.
     async fn rejoin(&self, req: &Request) -> Result<(), EngineError> {
         self.run(sql::FORGET, vec![owner(req)]).await?;
-        Waiting::of(req).line().at_head = false;
+        Mine::of(req).line().at_head = false;
         self.enqueue(req).await
     }
 
     /// Counts the request among this process's waiters for its lock.
     fn start_waiting(&self, req: &Request, lock_key: &[u8]) {
-        let mut line = Waiting::of(req).line();
+        let mut line = Mine::of(req).line();
         if !line.counted {
             line.counted = true;
             self.shared.waiting.join(&lock_key.to_vec());
@@ -354,7 +447,7 @@ impl MysqlEngine {
 
     /// Counts it out, once.
     fn stop_waiting(&self, req: &Request) {
-        let Some(waiting) = req.state::<Waiting>() else {
+        let Some(waiting) = req.state::<Mine>() else {
             return;
         };
         let mut line = waiting.line();
@@ -371,6 +464,46 @@ fn owner(req: &Request) -> Value {
 
 fn micros(d: Duration) -> Value {
     (d.as_micros() as u64).to_value()
+}
+
+/// Runs one statement; one the server rolled back for a reason of its own
+/// (a deadlock, a lock wait, a failed read of the AUTO_INCREMENT counter)
+/// is run again. Rows affected, and the ticket of an inserted row.
+async fn exec(
+    conn: &mut Conn,
+    statement: &str,
+    params: Vec<Value>,
+) -> Result<(u64, Option<u64>), EngineError> {
+    let mut attempts = 0;
+    loop {
+        match conn.exec_drop(statement, params.clone()).await {
+            Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
+            // 1213: chosen as a deadlock victim, rolled back; 1205: lock
+            // wait timeout; 1467: InnoDB could not read the counter (seen
+            // once on MariaDB 10.11 under the full suite), nothing written.
+            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 8 => {
+                attempts += 1;
+            }
+            Err(e) => return Err(EngineError::failed(e)),
+        }
+    }
+}
+
+/// The one value of a statement's first row.
+async fn value<T: FromRow + Send + 'static>(
+    conn: &mut Conn,
+    statement: &str,
+    gate: &str,
+) -> Result<Option<T>, EngineError> {
+    conn.exec_first(statement, (gate,))
+        .await
+        .map_err(EngineError::failed)
+}
+
+/// Lets the gate go; true if this session held it.
+async fn give_gate(conn: &mut Conn, gate: &str) -> Result<bool, EngineError> {
+    let released: Option<Option<i64>> = value(conn, sql::GIVE_GATE, gate).await?;
+    Ok(released.flatten() == Some(1))
 }
 
 /// Deletes long-expired rows now and then, while the engine lives.
@@ -409,26 +542,33 @@ impl Engine for MysqlEngine {
         }
     }
 
-    /// Takes the lock at once if nothing live conflicts; else joins the
-    /// queue. While this process already waits for the lock, a newcomer
-    /// skips the try: it could only be refused.
+    /// Takes the lock at once if nothing live conflicts: a writer whose
+    /// lease is whole seconds by the gate alone, others by a row under the
+    /// gate; else joins the queue.
+    /// While this process already waits for the lock, a newcomer skips the
+    /// try: it could only be refused.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
         let (key, name) = key_and_name(&req.key);
         if !self.shared.waiting.any(&key) {
-            let mode = mode_code(req.mode).to_value();
-            let params = vec![
-                key.to_value(),
-                name.to_value(),
-                owner(req),
-                mode.clone(),
-                micros(req.lease),
-                key.to_value(),
-                name.to_value(),
-                mode,
-            ];
-            let (inserted, ticket) = self.run(&sql::take_now(), params).await?;
-            if inserted == 1 {
-                return Ok(Poll::Held(ticket.expect("an inserted row has a ticket")));
+            let taken = match req.mode {
+                Mode::Write if gate::can_hold(req.lease) => self.take_alone(req, &key, &name).await?,
+                _ => {
+                    let mode = mode_code(req.mode).to_value();
+                    let params = vec![
+                        key.to_value(),
+                        name.to_value(),
+                        owner(req),
+                        mode.clone(),
+                        micros(req.lease),
+                        key.to_value(),
+                        name.to_value(),
+                        mode,
+                    ];
+                    self.grant(req, &sql::take_now(), params).await?
+                }
+            };
+            if let Some(fence) = taken {
+                return Ok(Poll::Held(fence));
             }
         }
         if req.try_once {
@@ -441,13 +581,14 @@ impl Engine for MysqlEngine {
     }
 
     /// One plain indexed read says where the waiter stands. Only when its
-    /// turn has come does it run the grant; near the head of the line it
-    /// looks again soon (the first four waiters every 1 to 4 ms), else on
-    /// the core's schedule. Every third of the waiter ttl the row's
-    /// liveness is extended; a row found expired joins the queue again.
+    /// turn has come does it try the grant (under the gate); near the head
+    /// of the line it looks again soon (the first four waiters every 1 to
+    /// 4 ms), else on the core's schedule. Every third of the waiter ttl
+    /// the row's liveness is extended; a row found expired joins the queue
+    /// again.
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
         let (key, _) = key_and_name(&req.key);
-        let waiting = Waiting::of(req);
+        let waiting = Mine::of(req);
         let ahead = if waiting.line().at_head {
             0
         } else {
@@ -458,14 +599,13 @@ impl Engine for MysqlEngine {
             };
             ahead
         };
-        if ahead == 0 {
-            let (granted, ticket) = self
-                .run(&sql::take_turn(), vec![micros(req.lease), owner(req)])
-                .await?;
-            if granted > 0 {
-                self.stop_waiting(req);
-                return Ok(Poll::Held(ticket.expect("a granted row has a ticket")));
-            }
+        if ahead == 0
+            && let Some(fence) = self
+                .grant(req, &sql::take_turn(), vec![micros(req.lease), owner(req)])
+                .await?
+        {
+            self.stop_waiting(req);
+            return Ok(Poll::Held(fence));
         }
         waiting.line().at_head = ahead == 0;
         if waiting.line().refreshed.elapsed() >= self.waiter_ttl / 3 {
@@ -481,25 +621,65 @@ impl Engine for MysqlEngine {
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
         self.stop_waiting(req);
+        if let Some(mut session) = Mine::take_gate(req) {
+            give_gate(&mut session.conn, &gate::name(&req.key)).await?;
+            self.shared.gates.give_back(session);
+        }
         self.run(sql::FORGET, vec![owner(req)]).await?;
         self.shared.waiting.wake(&key_and_name(&req.key).0);
         Ok(())
     }
 
+    /// A gate hold: a statement on its session, which also keeps the
+    /// session from idling out; a row: its expiry moved on.
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        if let Some(mut session) = Mine::take_gate(req) {
+            // A failed statement means the session is gone, and the gate with it.
+            let holds: Option<Option<i64>> = value(&mut session.conn, sql::HOLDS_GATE, &gate::name(&req.key))
+                .await
+                .unwrap_or(None);
+            let holds = holds.flatten() == Some(1);
+            if holds {
+                Mine::keep_gate(req, session);
+            }
+            return Ok(holds);
+        }
         let params = vec![micros(req.lease), owner(req), 1u8.to_value()];
         Ok(self.run(&sql::extend(), params).await?.0 == 1)
     }
 
+    /// A gate hold writes its read hold's row while it still holds the
+    /// gate, then lets the gate go.
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        let downgraded = self.run(&sql::downgrade(), vec![owner(req)]).await?.0 == 1;
-        self.shared.waiting.wake(&key_and_name(&req.key).0);
+        let (key, name) = key_and_name(&req.key);
+        let downgraded = match Mine::take_gate(req) {
+            Some(mut session) => {
+                let params = vec![key.to_value(), name.to_value(), owner(req), micros(req.lease)];
+                exec(&mut session.conn, &sql::hold_read(), params).await?;
+                give_gate(&mut session.conn, &gate::name(&req.key)).await?;
+                self.shared.gates.give_back(session);
+                true
+            }
+            None => self.run(&sql::downgrade(), vec![owner(req)]).await?.0 == 1,
+        };
+        self.shared.waiting.wake(&key);
         Ok(downgraded)
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, _) = key_and_name(&req.key);
+        if let Some(mut session) = Mine::take_gate(req) {
+            let released = give_gate(&mut session.conn, &gate::name(&req.key))
+                .await
+                .unwrap_or(false);
+            if released {
+                self.shared.gates.give_back(session);
+            }
+            self.shared.waiting.wake(&key);
+            return Ok(released);
+        }
         let (released, _) = self.run(&sql::release(), vec![owner(req)]).await?;
-        self.shared.waiting.wake(&key_and_name(&req.key).0);
+        self.shared.waiting.wake(&key);
         if released == 1 {
             return Ok(true);
         }

@@ -1,11 +1,13 @@
 //! The mysql engine's table and statements. Every state change is one
 //! statement; every time is the server's `UTC_TIMESTAMP(6)`.
 //!
-//! Mutual exclusion rests on InnoDB's locking reads at REPEATABLE READ (set
-//! on every connection): the statements that make a hold read the lock's
-//! rows with shared next-key locks, then insert into the same range, so two
-//! of them for one lock run one after the other, or one is chosen as a
-//! deadlock victim and retried. None reads with a plain consistent read.
+//! Mutual exclusion: every grant holds the lock's gate (`gate.rs`) while it
+//! runs, so grants of one lock never overlap. A write hold taken at once
+//! keeps the gate and writes no row; a grant through the table writes its
+//! row and commits before it lets the gate go, so the next taker of the
+//! gate reads that row. Within the table, the statements that make a hold
+//! also read the lock's rows with shared next-key locks (REPEATABLE READ,
+//! set on every connection) before inserting into the same range.
 
 use dlock_core::{LockKey, Mode};
 
@@ -43,9 +45,44 @@ pub const PRIVILEGE_CHECKS: [(&str, &str); 3] = [
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
+/// A write hold taken at once, on a gate session: the gate, if free and
+/// no live row (holder or waiter) exists for the lock. Params: gate, key,
+/// name. NULL: the gate is busy; 0: taken, but rows exist, so it must be
+/// let go; else the fencing token. `IF` runs `GET_LOCK` first and the read
+/// only once it is taken, so the read sees every row a grant committed
+/// before letting the gate go (InnoDB opens a statement's read view at
+/// its first read).
+pub fn take_alone() -> String {
+    format!(
+        "SELECT IF(GET_LOCK(?, 0) = 1, \
+           IF(EXISTS(SELECT 1 FROM dlock_queue WHERE lock_key = ? AND name <=> ? AND expires > {NOW}), 0, UUID_SHORT()), \
+           NULL)"
+    )
+}
+
+/// The gate, for one grant through the table. Param: gate. NULL if busy,
+/// else the fencing token, drawn while the gate is held.
+pub const TAKE_GATE: &str = "SELECT IF(GET_LOCK(?, 0) = 1, UUID_SHORT(), NULL)";
+
+/// Lets the gate go. Param: gate. 1 if this session held it.
+pub const GIVE_GATE: &str = "SELECT RELEASE_LOCK(?)";
+
+/// Whether this session still holds the gate; it also keeps the session
+/// from going idle (the lease). Param: gate.
+pub const HOLDS_GATE: &str = "SELECT IS_USED_LOCK(?) = CONNECTION_ID()";
+
+/// A read hold, made by a write hold taken at once that downgrades (it
+/// holds the gate meanwhile). Params: key, name, owner, lease µs.
+pub fn hold_read() -> String {
+    format!(
+        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
+         VALUES (?, ?, ?, 1, 1, {NOW} + INTERVAL ? MICROSECOND)"
+    )
+}
+
 /// Takes the lock at once if no live request conflicts, holder or waiter
 /// (so a newcomer never passes the queue). Params: key, name, owner, mode,
-/// lease µs, key, name, mode. Inserts one row (the fence is its ticket) or none.
+/// lease µs, key, name, mode. Inserts one row or none. Run under the gate.
 pub fn take_now() -> String {
     format!(
         "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
@@ -80,8 +117,8 @@ pub fn line() -> String {
 
 /// A live waiter whose turn has come (no live conflicting holder, no live
 /// conflicting waiter ahead) becomes a holder: REPLACE swaps its row for a
-/// held one with a fresh ticket, the fence. Params: lease µs, owner.
-/// Affects 2 rows when granted, none otherwise.
+/// held one. Params: lease µs, owner. Affects 2 rows when granted, none
+/// otherwise. Run under the gate.
 pub fn take_turn() -> String {
     format!(
         "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires) \

@@ -1,0 +1,125 @@
+//! The gate: one named lock (`GET_LOCK`) per lock, held on a session of
+//! its own. A write hold taken at once keeps it for the whole hold, with
+//! no row; every grant through the table takes it for the grant only.
+//!
+//! A named lock lives as long as its session, and a stopped process keeps
+//! its TCP connection open. So the server enforces the lease: a gate
+//! session's `wait_timeout` is its lease, and only leases of whole seconds
+//! (what `wait_timeout` counts) hold a gate. The watchdog's renewal is a
+//! statement on that session; a holder that stops renewing leaves it idle,
+//! and the server closes it, freeing the gate. A killed process's sessions
+//! close at once.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use dlock_core::{EngineError, LockKey};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+
+/// Idle gate sessions kept per `wait_timeout`, at most.
+const KEEP: usize = 32;
+
+/// The gate's name: `GET_LOCK` takes at most 64 characters, so the lock's
+/// 128-bit stable hash (two names that collide share a gate: they exclude
+/// each other when they need not, never admit two holders of one name).
+pub fn name(key: &LockKey) -> String {
+    format!("dlock:{:032x}", key.stable_hash())
+}
+
+/// A session for gates, with its `wait_timeout`.
+pub struct Session {
+    pub conn: Conn,
+    timeout: u64,
+    idle_since: Instant,
+}
+
+/// Gate sessions, apart from the engine's pool: each write hold keeps one,
+/// and a pool of statements must not wait for holders.
+pub struct Sessions {
+    opts: Opts,
+    idle: Mutex<HashMap<u64, Vec<Session>>>,
+}
+
+/// Whether a hold with `lease` can be a gate hold: `wait_timeout` counts
+/// whole seconds, so the lease must be whole seconds for the server to end
+/// it on time; other leases go through the table.
+pub fn can_hold(lease: Duration) -> bool {
+    lease >= Duration::from_secs(1) && lease.subsec_nanos() == 0
+}
+
+/// The `wait_timeout` of a session for `lease`: whole seconds, rounded up
+/// (a session only taking a gate for one grant never idles that long).
+fn timeout(lease: Duration) -> u64 {
+    lease.as_micros().div_ceil(1_000_000).max(1) as u64
+}
+
+impl Sessions {
+    pub fn new(opts: Opts) -> Self {
+        Sessions {
+            opts,
+            idle: Mutex::default(),
+        }
+    }
+
+    /// A session whose `wait_timeout` is `lease`: an idle one that the
+    /// server cannot have closed for idling (idle for less than half its
+    /// timeout), or a new one; and whether it was reused.
+    pub async fn take(&self, lease: Duration) -> Result<(Session, bool), EngineError> {
+        let timeout = timeout(lease);
+        let fresh_for = Duration::from_secs(timeout) / 2;
+        let reused = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let list = idle.entry(timeout).or_default();
+            list.retain(|s| s.idle_since.elapsed() < fresh_for);
+            list.pop()
+        };
+        if let Some(session) = reused {
+            return Ok((session, true));
+        }
+        let mut conn = Conn::new(self.opts.clone()).await.map_err(EngineError::failed)?;
+        conn.query_drop(format!("SET SESSION wait_timeout = {timeout}"))
+            .await
+            .map_err(EngineError::failed)?;
+        let session = Session {
+            conn,
+            timeout,
+            idle_since: Instant::now(),
+        };
+        Ok((session, false))
+    }
+
+    /// Keeps a session that holds no gate for the next hold.
+    pub fn give_back(&self, mut session: Session) {
+        session.idle_since = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.entry(session.timeout).or_default();
+        if list.len() < KEEP {
+            list.push(session);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_whole_seconds_hold_a_gate_and_timeouts_round_up() {
+        assert!(can_hold(Duration::from_secs(1)) && can_hold(Duration::from_secs(30)));
+        assert!(!can_hold(Duration::from_millis(100)) && !can_hold(Duration::from_millis(1500)));
+        assert_eq!(timeout(Duration::from_millis(1)), 1);
+        assert_eq!(timeout(Duration::from_secs(1)), 1);
+        assert_eq!(timeout(Duration::from_millis(1001)), 2);
+        assert_eq!(timeout(Duration::from_secs(30)), 30);
+    }
+
+    #[test]
+    fn gate_names_fit_get_lock() {
+        let long = "n".repeat(10_000);
+        let key = LockKey::new("g", long.as_str()).unwrap();
+        assert!(name(&key).len() <= 64);
+        assert_ne!(name(&key), name(&LockKey::new("g", "n").unwrap()));
+    }
+}
