@@ -82,7 +82,8 @@ use sql::{key_and_name, mode_code};
 pub struct MysqlConfig {
     /// `mysql://user:password@host:port/database`.
     pub url: String,
-    /// Connections kept at most.
+    /// Connections kept at most for statements. Each write hold taken at
+    /// once keeps one more of its own, its gate's session, while it holds.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// A waiter that does not poll within this is dropped from the queue.
