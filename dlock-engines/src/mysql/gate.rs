@@ -14,9 +14,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dlock_core::{EngineError, LockKey};
-use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Opts};
+use dlock_core::{EngineError, LockKey, Request};
+use mysql_async::prelude::{Queryable, ToValue};
+use mysql_async::{Conn, Opts, Value};
+
+use super::sql;
 
 /// Idle gate sessions kept per `wait_timeout`, at most.
 const KEEP: usize = 32;
@@ -30,9 +32,41 @@ pub fn name(key: &LockKey) -> String {
 
 /// A session for gates, with its `wait_timeout`.
 pub struct Session {
-    pub conn: Conn,
+    conn: Conn,
     timeout: u64,
     idle_since: Instant,
+}
+
+impl Session {
+    /// Runs a statement of the table on this session; see [`sql::exec`].
+    pub async fn exec(
+        &mut self,
+        statement: &str,
+        params: Vec<Value>,
+    ) -> Result<(u64, Option<u64>), EngineError> {
+        sql::exec(&mut self.conn, statement, params).await
+    }
+
+    /// Lets the gate of `key` go; true if this session held it.
+    pub async fn give(&mut self, key: &LockKey) -> Result<bool, EngineError> {
+        Ok(self.one(sql::GIVE_GATE, key).await? == Some(1))
+    }
+
+    /// Whether this session still holds the gate of `key`; the statement
+    /// also keeps the session from idling out (the renewal). False if the
+    /// session is gone, and the gate with it.
+    pub async fn holds(&mut self, key: &LockKey) -> bool {
+        matches!(self.one(sql::HOLDS_GATE, key).await, Ok(Some(1)))
+    }
+
+    async fn one(&mut self, statement: &str, key: &LockKey) -> Result<Option<i64>, EngineError> {
+        let value: Option<Option<i64>> = self
+            .conn
+            .exec_first(statement, (name(key),))
+            .await
+            .map_err(EngineError::failed)?;
+        Ok(value.flatten())
+    }
 }
 
 /// Gate sessions, apart from the engine's pool: each write hold keeps one,
@@ -88,6 +122,74 @@ impl Sessions {
             idle_since: Instant::now(),
         };
         Ok((session, false))
+    }
+
+    /// Runs `statement`, which takes the gate, on a session for `req`: its
+    /// one value, NULL if the gate was busy. A reused session the server
+    /// has closed meanwhile (a restart) is replaced once.
+    async fn take_with(
+        &self,
+        req: &Request,
+        statement: &str,
+        params: Vec<Value>,
+    ) -> Result<(Session, Option<u64>), EngineError> {
+        let mut retried = false;
+        loop {
+            let (mut session, reused) = self.take(req.lease).await?;
+            match session
+                .conn
+                .exec_first::<Option<u64>, _, _>(statement, params.clone())
+                .await
+            {
+                Ok(value) => return Ok((session, value.flatten())),
+                Err(_) if reused && !retried => retried = true,
+                Err(e) => return Err(EngineError::failed(e)),
+            }
+        }
+    }
+
+    /// A write hold taken at once: the gate, if free and no live row exists
+    /// for the lock (`sql::take_alone`; `table` = its key and name). The
+    /// session that holds it, and the token.
+    pub async fn hold(
+        &self,
+        req: &Request,
+        table: Vec<Value>,
+    ) -> Result<Option<(Session, u64)>, EngineError> {
+        let params = std::iter::once(name(&req.key).to_value()).chain(table).collect();
+        let (mut session, taken) = self.take_with(req, &sql::take_alone(), params).await?;
+        match taken {
+            Some(fence) if fence > 0 => return Ok(Some((session, fence))),
+            // Taken, but the table has rows: they go first.
+            Some(_) => {
+                session.give(&req.key).await?;
+            }
+            None => {}
+        }
+        self.give_back(session);
+        Ok(None)
+    }
+
+    /// One grant through the table: `statement` runs while a session holds
+    /// the gate, and commits before the gate is let go. The token if it
+    /// changed a row; `None` if the gate was busy or the grant refused. On
+    /// an error the session is dropped: closing it lets the gate go.
+    pub async fn grant(
+        &self,
+        req: &Request,
+        statement: &str,
+        params: Vec<Value>,
+    ) -> Result<Option<u64>, EngineError> {
+        let gate = vec![name(&req.key).to_value()];
+        let (mut session, fence) = self.take_with(req, sql::TAKE_GATE, gate).await?;
+        let Some(fence) = fence else {
+            self.give_back(session);
+            return Ok(None);
+        };
+        let (changed, _) = session.exec(statement, params).await?;
+        session.give(&req.key).await?;
+        self.give_back(session);
+        Ok((changed > 0).then_some(fence))
     }
 
     /// Keeps a session that holds no gate for the next hold.

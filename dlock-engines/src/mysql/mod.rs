@@ -70,8 +70,8 @@ use std::time::{Duration, Instant};
 use dlock_core::{
     Capabilities, Engine, EngineError, Error, Kinds, Mode, Poll, Request, Waiters, Wake, Woken, async_trait,
 };
-use mysql_async::prelude::{FromRow, Queryable, ToValue};
-use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
+use mysql_async::prelude::{Queryable, ToValue};
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
 use serde::Deserialize;
 
 use sql::{key_and_name, mode_code};
@@ -316,85 +316,26 @@ impl MysqlEngine {
             .map_err(EngineError::failed)
     }
 
-    /// Runs one statement on a pooled connection; see [`exec`].
+    /// Runs one statement on a pooled connection; see [`sql::exec`].
     async fn run(&self, statement: &str, params: Vec<Value>) -> Result<(u64, Option<u64>), EngineError> {
         let mut conn = self.shared.pool.get_conn().await.map_err(EngineError::failed)?;
-        exec(&mut conn, statement, params).await
+        sql::exec(&mut conn, statement, params).await
     }
 
-    /// Takes a gate session for `req` and runs `statement` on it, which
-    /// takes the gate: its one value, NULL if the gate was busy. A reused
-    /// session the server has closed meanwhile (a restart) is replaced once.
-    async fn on_gate(
-        &self,
-        req: &Request,
-        statement: &str,
-        params: Vec<Value>,
-    ) -> Result<(gate::Session, Option<u64>), EngineError> {
-        let mut retried = false;
-        loop {
-            let (mut session, reused) = self.shared.gates.take(req.lease).await?;
-            match session
-                .conn
-                .exec_first::<Option<u64>, _, _>(statement, params.clone())
-                .await
-            {
-                Ok(value) => return Ok((session, value.flatten())),
-                Err(_) if reused && !retried => retried = true,
-                Err(e) => return Err(EngineError::failed(e)),
-            }
-        }
-    }
-
-    /// A write hold taken at once: the gate, if free and no live row exists
-    /// for the lock. The session stays with the request; its token.
+    /// A write hold taken at once (see [`gate::Sessions::hold`]); its
+    /// session stays with the request.
     async fn take_alone(
         &self,
         req: &Request,
         key: &[u8],
         name: &Option<Vec<u8>>,
     ) -> Result<Option<u64>, EngineError> {
-        let gate = gate::name(&req.key);
-        let params = vec![gate.to_value(), key.to_value(), name.to_value()];
-        let (mut session, taken) = self.on_gate(req, &sql::take_alone(), params).await?;
-        match taken {
-            Some(fence) if fence > 0 => {
-                Mine::keep_gate(req, session);
-                Ok(Some(fence))
-            }
-            Some(_) => {
-                // Taken, but the table has rows: they go first.
-                give_gate(&mut session.conn, &gate).await?;
-                self.shared.gates.give_back(session);
-                Ok(None)
-            }
-            None => {
-                self.shared.gates.give_back(session);
-                Ok(None)
-            }
-        }
-    }
-
-    /// One grant through the table: `statement` runs while this session
-    /// holds the gate, and commits before it is let go. The token if it
-    /// changed a row, `None` if the gate was busy or the grant refused.
-    async fn grant(
-        &self,
-        req: &Request,
-        statement: &str,
-        params: Vec<Value>,
-    ) -> Result<Option<u64>, EngineError> {
-        let gate = gate::name(&req.key);
-        let (mut session, fence) = self.on_gate(req, sql::TAKE_GATE, vec![gate.to_value()]).await?;
-        let Some(fence) = fence else {
-            self.shared.gates.give_back(session);
+        let params = vec![key.to_value(), name.to_value()];
+        let Some((session, fence)) = self.shared.gates.hold(req, params).await? else {
             return Ok(None);
         };
-        // On an error the session is dropped: closing it lets the gate go.
-        let (changed, _) = exec(&mut session.conn, statement, params).await?;
-        give_gate(&mut session.conn, &gate).await?;
-        self.shared.gates.give_back(session);
-        Ok((changed > 0).then_some(fence))
+        Mine::keep_gate(req, session);
+        Ok(Some(fence))
     }
 
     /// Wakes when this process lets the lock go (or downgrades it), or
@@ -467,46 +408,6 @@ fn micros(d: Duration) -> Value {
     (d.as_micros() as u64).to_value()
 }
 
-/// Runs one statement; one the server rolled back for a reason of its own
-/// (a deadlock, a lock wait, a failed read of the AUTO_INCREMENT counter)
-/// is run again. Rows affected, and the ticket of an inserted row.
-async fn exec(
-    conn: &mut Conn,
-    statement: &str,
-    params: Vec<Value>,
-) -> Result<(u64, Option<u64>), EngineError> {
-    let mut attempts = 0;
-    loop {
-        match conn.exec_drop(statement, params.clone()).await {
-            Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
-            // 1213: chosen as a deadlock victim, rolled back; 1205: lock
-            // wait timeout; 1467: InnoDB could not read the counter (seen
-            // once on MariaDB 10.11 under the full suite), nothing written.
-            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 8 => {
-                attempts += 1;
-            }
-            Err(e) => return Err(EngineError::failed(e)),
-        }
-    }
-}
-
-/// The one value of a statement's first row.
-async fn value<T: FromRow + Send + 'static>(
-    conn: &mut Conn,
-    statement: &str,
-    gate: &str,
-) -> Result<Option<T>, EngineError> {
-    conn.exec_first(statement, (gate,))
-        .await
-        .map_err(EngineError::failed)
-}
-
-/// Lets the gate go; true if this session held it.
-async fn give_gate(conn: &mut Conn, gate: &str) -> Result<bool, EngineError> {
-    let released: Option<Option<i64>> = value(conn, sql::GIVE_GATE, gate).await?;
-    Ok(released.flatten() == Some(1))
-}
-
 /// Deletes long-expired rows now and then, while the engine lives.
 async fn sweep(shared: Weak<Shared>) {
     loop {
@@ -565,7 +466,7 @@ impl Engine for MysqlEngine {
                         name.to_value(),
                         mode,
                     ];
-                    self.grant(req, &sql::take_now(), params).await?
+                    self.shared.gates.grant(req, &sql::take_now(), params).await?
                 }
             };
             if let Some(fence) = taken {
@@ -602,6 +503,8 @@ impl Engine for MysqlEngine {
         };
         if ahead == 0
             && let Some(fence) = self
+                .shared
+                .gates
                 .grant(req, &sql::take_turn(), vec![micros(req.lease), owner(req)])
                 .await?
         {
@@ -623,7 +526,7 @@ impl Engine for MysqlEngine {
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
         self.stop_waiting(req);
         if let Some(mut session) = Mine::take_gate(req) {
-            give_gate(&mut session.conn, &gate::name(&req.key)).await?;
+            session.give(&req.key).await?;
             self.shared.gates.give_back(session);
         }
         self.run(sql::FORGET, vec![owner(req)]).await?;
@@ -635,11 +538,7 @@ impl Engine for MysqlEngine {
     /// session from idling out; a row: its expiry moved on.
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
         if let Some(mut session) = Mine::take_gate(req) {
-            // A failed statement means the session is gone, and the gate with it.
-            let holds: Option<Option<i64>> = value(&mut session.conn, sql::HOLDS_GATE, &gate::name(&req.key))
-                .await
-                .unwrap_or(None);
-            let holds = holds.flatten() == Some(1);
+            let holds = session.holds(&req.key).await;
             if holds {
                 Mine::keep_gate(req, session);
             }
@@ -656,8 +555,8 @@ impl Engine for MysqlEngine {
         let downgraded = match Mine::take_gate(req) {
             Some(mut session) => {
                 let params = vec![key.to_value(), name.to_value(), owner(req), micros(req.lease)];
-                exec(&mut session.conn, &sql::hold_read(), params).await?;
-                give_gate(&mut session.conn, &gate::name(&req.key)).await?;
+                session.exec(&sql::hold_read(), params).await?;
+                session.give(&req.key).await?;
                 self.shared.gates.give_back(session);
                 true
             }
@@ -670,9 +569,7 @@ impl Engine for MysqlEngine {
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         let (key, _) = key_and_name(&req.key);
         if let Some(mut session) = Mine::take_gate(req) {
-            let released = give_gate(&mut session.conn, &gate::name(&req.key))
-                .await
-                .unwrap_or(false);
+            let released = session.give(&req.key).await.unwrap_or(false);
             if released {
                 self.shared.gates.give_back(session);
             }

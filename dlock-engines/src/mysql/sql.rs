@@ -9,7 +9,9 @@
 //! also read the lock's rows with shared next-key locks (REPEATABLE READ,
 //! set on every connection) before inserting into the same range.
 
-use dlock_core::{LockKey, Mode};
+use dlock_core::{EngineError, LockKey, Mode};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Value};
 
 /// The one table: a row per request, waiting (`held = 0`) or holding, in
 /// ticket order. `expires` is a holder's lease end, or a waiter's liveness
@@ -158,6 +160,29 @@ pub fn downgrade() -> String {
 /// them (every check skips expired rows), this only keeps the table small.
 pub fn sweep() -> String {
     format!("DELETE FROM dlock_queue WHERE expires < {NOW} - INTERVAL 1 SECOND LIMIT 1000")
+}
+
+/// Runs one statement; one the server rolled back for a reason of its own
+/// (a deadlock, a lock wait, a failed read of the AUTO_INCREMENT counter)
+/// is run again. Rows affected, and the ticket of an inserted row.
+pub async fn exec(
+    conn: &mut Conn,
+    statement: &str,
+    params: Vec<Value>,
+) -> Result<(u64, Option<u64>), EngineError> {
+    let mut attempts = 0;
+    loop {
+        match conn.exec_drop(statement, params.clone()).await {
+            Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
+            // 1213: chosen as a deadlock victim, rolled back; 1205: lock
+            // wait timeout; 1467: InnoDB could not read the counter (seen
+            // once on MariaDB 10.11 under the full suite), nothing written.
+            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 8 => {
+                attempts += 1;
+            }
+            Err(e) => return Err(EngineError::failed(e)),
+        }
+    }
 }
 
 /// The widest readable key; longer names are hashed.
