@@ -10,7 +10,8 @@
 //!   connections.
 //!
 //! Uncontended, the three take turns in blocks of `BLOCK` cycles, each
-//! going first in turn; ratios are medians over blocks. Contended: 16
+//! going first in turn; ratios are medians over blocks. Read mode takes
+//! turns with the floor the same way (no target). Contended: 16
 //! clients in one process take one lock for `ROUND`; acquisitions a second.
 //!
 //! ```text
@@ -21,7 +22,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::Fixture;
 use dlock::engines::mysql::fixture::Mysql;
@@ -29,7 +30,7 @@ use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Registry, Settings};
 use mysql_async::prelude::Queryable;
 
-use common::{Peer, Target, row, uncontended};
+use common::{Peer, Target, block_ratios, median, p50, row, uncontended};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -103,6 +104,45 @@ async fn main() {
         [1.5, 1.0],
     )
     .await;
+
+    // Read mode has no floor of its own: its cycle against the same floor.
+    let reader = registry.locks("bench").get("reader");
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for round in 0..CYCLES / BLOCK {
+        for turn in 0..2 {
+            let who = (turn + round) % 2;
+            for _ in 0..BLOCK {
+                let started = Instant::now();
+                if who == 0 {
+                    floor_cycle(&mut floor, "floor").await;
+                } else {
+                    reader
+                        .read()
+                        .await
+                        .expect("read")
+                        .release()
+                        .await
+                        .expect("release");
+                }
+                times[who].push(started.elapsed());
+            }
+        }
+    }
+    let read_ratio = median(block_ratios(&times[1], &times[0], BLOCK));
+    println!(
+        "uncontended read cycle: dlock {:.1?} against the floor's {:.1?}, {read_ratio:.2}× (median block)",
+        p50(&times[1]),
+        p50(&times[0])
+    );
+    row(
+        "mysql",
+        "uncontended read cycle (median block ratio)",
+        &format!("{:.1?}", p50(&times[1])),
+        "floor (GET_LOCK + RELEASE_LOCK, a write)",
+        &format!("{:.1?}", p50(&times[0])),
+        read_ratio,
+        Target::None,
+    );
 
     println!("contended, {CLIENTS} clients on one lock for {ROUND:?}, acquisitions a second:");
     let floor_rate = throughput(CLIENTS, |_, stop, count| {

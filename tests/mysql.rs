@@ -1,6 +1,7 @@
 //! mysql-specific behaviour against a real MariaDB on loopback: clients
 //! whose clocks are hours off still get the server's expiry, the gate is
-//! taken before the table is read, a dead waiter
+//! taken before the table is read, writers on the gate and readers in the
+//! table never overlap, a dead waiter
 //! never blocks the line, `queue = "local"` sends one waiter per lock, odd
 //! keys stay apart, the table is empty once leases have run out, and bad
 //! settings, a failed login, a missing privilege and an unreachable server
@@ -175,6 +176,79 @@ async fn the_table_is_read_only_once_the_gate_is_taken() {
         Some(0),
         "the taker held the gate without seeing the row committed before it"
     );
+}
+
+/// One engine writes (taken at once: the gate, no row), another reads
+/// (rows), both straight to the server and often meeting a holder of the
+/// other kind: no writer ever shares the lock, and every write lands. (A
+/// reader that ignored the gate overlapped a writer in 2 runs of 3.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gate_writers_and_table_readers_never_overlap() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let fixture = Mysql::start();
+    let (readers, writers, violations, writes) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut tasks = Vec::new();
+    // One engine writes, the other reads, as two processes would.
+    for reads in [false, true] {
+        let engine = Arc::new(
+            MysqlEngine::connect("my", &config(&fixture.server))
+                .await
+                .expect("connect"),
+        );
+        // Every request goes to the server, none waits its turn in the process.
+        let settings = Settings {
+            queue: Queue::Engine,
+            ..Settings::default()
+        };
+        let registry = Registry::with_engine("my", engine, settings).expect("registry");
+        for task in 0..2u64 {
+            let lock = registry.locks("my").get("race");
+            let (readers, writers, violations, writes) = (
+                readers.clone(),
+                writers.clone(),
+                violations.clone(),
+                writes.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                for round in 0..150u64 {
+                    // Often free, often held: newcomers meet holders of both kinds.
+                    tokio::time::sleep(Duration::from_millis(1 + (task + round) % 4)).await;
+                    if reads {
+                        let guard = lock.read().await.expect("read");
+                        readers.fetch_add(1, Ordering::SeqCst);
+                        if writers.load(Ordering::SeqCst) > 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await.expect("release");
+                    } else {
+                        let guard = lock.lock().await.expect("lock");
+                        if writers.fetch_add(1, Ordering::SeqCst) > 0 || readers.load(Ordering::SeqCst) > 0 {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let seen = writes.load(Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        writes.store(seen + 1, Ordering::SeqCst);
+                        writers.fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await.expect("release");
+                    }
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    // Two writing tasks, 150 writes each.
+    let expected = 2 * 150;
+    assert_eq!(violations.load(Ordering::SeqCst), 0, "overlaps");
+    assert_eq!(writes.load(Ordering::SeqCst), expected, "lost writes");
 }
 
 /// With `queue = "local"`, twenty tasks waiting in one process are one

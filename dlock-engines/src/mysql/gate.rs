@@ -1,6 +1,6 @@
 //! The gate: one named lock (`GET_LOCK`) per lock, held on a session of
 //! its own. A write hold taken at once keeps it for the whole hold, with
-//! no row; every grant through the table takes it for the grant only.
+//! no row; a waiter's turn takes it for its grant only.
 //!
 //! A named lock lives as long as its session, and a stopped process keeps
 //! its TCP connection open. So the server enforces the lease: a gate

@@ -14,8 +14,8 @@
 //! seconds) that finds the gate free and no live row for the lock holds
 //! the gate for the whole hold, on a session of its own, and writes
 //! nothing: one statement to take it, one to let it go. Everything else
-//! (readers, waiters, a writer whose turn came in the queue) goes through
-//! the table, each grant holding the gate while it runs. Dlock versions
+//! (readers, waiters) goes through the table, and makes sure no such
+//! write hold can miss its row (see `sql.rs`). Dlock versions
 //! before the gate do not know it: do not share locks across this change.
 //!
 //! **The database's clock only.** Every expiry is computed and compared
@@ -316,6 +316,37 @@ impl MysqlEngine {
             .map_err(EngineError::failed)
     }
 
+    /// A hold through the table taken at once: its row, confirmed by
+    /// finding the gate free once the row is committed, else withdrawn.
+    async fn take_now(
+        &self,
+        req: &Request,
+        key: &[u8],
+        name: &Option<Vec<u8>>,
+    ) -> Result<Option<u64>, EngineError> {
+        let (mode, gate) = (mode_code(req.mode).to_value(), gate::name(&req.key).to_value());
+        let params = vec![
+            key.to_value(),
+            name.to_value(),
+            owner(req),
+            mode.clone(),
+            micros(req.lease),
+            key.to_value(),
+            name.to_value(),
+            mode,
+            gate.clone(),
+        ];
+        if self.run(&sql::take_now(), params).await?.0 == 0 {
+            return Ok(None);
+        }
+        let fence: Option<Option<u64>> = self.first(sql::CONFIRM, vec![gate]).await?;
+        if let Some(fence) = fence.flatten() {
+            return Ok(Some(fence));
+        }
+        self.run(sql::FORGET, vec![owner(req)]).await?;
+        Ok(None)
+    }
+
     /// Runs one statement on a pooled connection; see [`sql::exec`].
     async fn run(&self, statement: &str, params: Vec<Value>) -> Result<(u64, Option<u64>), EngineError> {
         let mut conn = self.shared.pool.get_conn().await.map_err(EngineError::failed)?;
@@ -445,8 +476,8 @@ impl Engine for MysqlEngine {
     }
 
     /// Takes the lock at once if nothing live conflicts: a writer whose
-    /// lease is whole seconds by the gate alone, others by a row under the
-    /// gate; else joins the queue.
+    /// lease is whole seconds by the gate alone, others by a confirmed row;
+    /// else joins the queue.
     /// While this process already waits for the lock, a newcomer skips the
     /// try: it could only be refused.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
@@ -454,20 +485,7 @@ impl Engine for MysqlEngine {
         if !self.shared.waiting.any(&key) {
             let taken = match req.mode {
                 Mode::Write if gate::can_hold(req.lease) => self.take_alone(req, &key, &name).await?,
-                _ => {
-                    let mode = mode_code(req.mode).to_value();
-                    let params = vec![
-                        key.to_value(),
-                        name.to_value(),
-                        owner(req),
-                        mode.clone(),
-                        micros(req.lease),
-                        key.to_value(),
-                        name.to_value(),
-                        mode,
-                    ];
-                    self.shared.gates.grant(req, &sql::take_now(), params).await?
-                }
+                _ => self.take_now(req, &key, &name).await?,
             };
             if let Some(fence) = taken {
                 return Ok(Poll::Held(fence));

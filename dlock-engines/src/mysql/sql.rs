@@ -1,12 +1,15 @@
 //! The mysql engine's table and statements. Every state change is one
 //! statement; every time is the server's `UTC_TIMESTAMP(6)`.
 //!
-//! Mutual exclusion: every grant holds the lock's gate (`gate.rs`) while it
-//! runs, so grants of one lock never overlap. A write hold taken at once
-//! keeps the gate and writes no row; a grant through the table writes its
-//! row and commits before it lets the gate go, so the next taker of the
-//! gate reads that row. Within the table, the statements that make a hold
-//! also read the lock's rows with shared next-key locks (REPEATABLE READ,
+//! Mutual exclusion between a write hold taken at once, which holds the
+//! lock's gate (`gate.rs`) and writes no row, and holds through the table:
+//! each side writes its own mark (the gate, or a committed row), then looks
+//! for the other's. A waiter's turn holds the gate while its grant runs and
+//! commits; a newcomer's row is confirmed by finding the gate free after
+//! its commit (`CONFIRM`), else withdrawn. Since a write hold taken at once
+//! reads the table only once it has the gate, at least one of two racing
+//! requests sees the other. Within the table, the statements that make a
+//! hold read the lock's rows with shared next-key locks (REPEATABLE READ,
 //! set on every connection) before inserting into the same range.
 
 use dlock_core::{EngineError, LockKey, Mode};
@@ -51,9 +54,8 @@ const NOW: &str = "UTC_TIMESTAMP(6)";
 /// no live row (holder or waiter) exists for the lock. Params: gate, key,
 /// name. NULL: the gate is busy; 0: taken, but rows exist, so it must be
 /// let go; else the fencing token. `IF` runs `GET_LOCK` first and the read
-/// only once it is taken, so the read sees every row a grant committed
-/// before letting the gate go (InnoDB opens a statement's read view at
-/// its first read).
+/// only once it is taken, so the read sees every row committed before the
+/// gate was taken (InnoDB opens a statement's read view at its first read).
 pub fn take_alone() -> String {
     format!(
         "SELECT IF(GET_LOCK(?, 0) = 1, \
@@ -62,8 +64,8 @@ pub fn take_alone() -> String {
     )
 }
 
-/// The gate, for one grant through the table. Param: gate. NULL if busy,
-/// else the fencing token, drawn while the gate is held.
+/// The gate, for a waiter's turn. Param: gate. NULL if busy, else the
+/// fencing token, drawn while the gate is held.
 pub const TAKE_GATE: &str = "SELECT IF(GET_LOCK(?, 0) = 1, UUID_SHORT(), NULL)";
 
 /// Lets the gate go. Param: gate. 1 if this session held it.
@@ -83,16 +85,23 @@ pub fn hold_read() -> String {
 }
 
 /// Takes the lock at once if no live request conflicts, holder or waiter
-/// (so a newcomer never passes the queue). Params: key, name, owner, mode,
-/// lease µs, key, name, mode. Inserts one row or none. Run under the gate.
+/// (so a newcomer never passes the queue), and the gate looks free. Params:
+/// key, name, owner, mode, lease µs, key, name, mode, gate. Inserts one row
+/// or none; a row counts only once `CONFIRM` finds the gate free.
 pub fn take_now() -> String {
     format!(
         "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
          SELECT ?, ?, ?, ?, 1, {NOW} + INTERVAL ? MICROSECOND FROM DUAL \
          WHERE NOT EXISTS (SELECT 1 FROM dlock_queue \
-           WHERE lock_key = ? AND name <=> ? AND expires > {NOW} AND (mode = 0 OR ? = 0))"
+           WHERE lock_key = ? AND name <=> ? AND expires > {NOW} AND (mode = 0 OR ? = 0)) \
+         AND IS_FREE_LOCK(?) = 1"
     )
 }
+
+/// After `take_now` committed a row: the token if the gate is free, so any
+/// later taker of the gate reads the row (and one that held it meanwhile
+/// has let it go); NULL if it is taken: the row is withdrawn. Param: gate.
+pub const CONFIRM: &str = "SELECT IF(IS_FREE_LOCK(?) = 1, UUID_SHORT(), NULL)";
 
 /// Joins the queue. Params: key, name, owner, mode, liveness µs.
 pub fn enqueue() -> String {
