@@ -14,7 +14,6 @@
 //! cargo bench --bench memcached --features memcached
 //! ```
 
-use std::time::Instant;
 
 mod common;
 
@@ -24,7 +23,7 @@ use dlock::{Registry, Settings};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use common::{Target, block_ratios, p50, percentile, row};
+use common::{Target, block_ratios, p50, percentile, row, take_turns};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -59,22 +58,12 @@ async fn main() {
     let lock = registry.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");
 
-    let (mut floor_times, mut dlock_times) = (Vec::new(), Vec::new());
-    for round in 0..CYCLES / BLOCK {
-        for turn in 0..2 {
-            let who = (turn + round) % 2;
-            for _ in 0..BLOCK {
-                let started = Instant::now();
-                if who == 0 {
-                    floor.cycle().await;
-                    floor_times.push(started.elapsed());
-                } else {
-                    lock.lock().await.expect("lock").release().await.expect("release");
-                    dlock_times.push(started.elapsed());
-                }
-            }
-        }
-    }
+    let [floor_times, dlock_times] = take_turns(
+        (CYCLES, BLOCK),
+        async || floor.cycle().await,
+        async || lock.lock().await.expect("lock").release().await.expect("release"),
+    )
+    .await;
     let ratios = block_ratios(&dlock_times, &floor_times, BLOCK);
     println!("uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK}:");
     println!("  floor (add + delete)       p50 {:>8.1?}", p50(&floor_times));

@@ -22,7 +22,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::engines::conformance::Fixture;
 use dlock::engines::mysql::fixture::Mysql;
@@ -30,7 +30,7 @@ use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Registry, Settings};
 use mysql_async::prelude::Queryable;
 
-use common::{Peer, Target, block_ratios, median, p50, row, uncontended};
+use common::{Peer, Target, block_ratios, median, p50, row, take_turns, uncontended};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -107,27 +107,20 @@ async fn main() {
 
     // Read mode has no floor of its own: its cycle against the same floor.
     let reader = registry.locks("bench").get("reader");
-    let mut times: [Vec<Duration>; 2] = Default::default();
-    for round in 0..CYCLES / BLOCK {
-        for turn in 0..2 {
-            let who = (turn + round) % 2;
-            for _ in 0..BLOCK {
-                let started = Instant::now();
-                if who == 0 {
-                    floor_cycle(&mut floor, "floor").await;
-                } else {
-                    reader
-                        .read()
-                        .await
-                        .expect("read")
-                        .release()
-                        .await
-                        .expect("release");
-                }
-                times[who].push(started.elapsed());
-            }
-        }
-    }
+    let times = take_turns(
+        (CYCLES, BLOCK),
+        async || floor_cycle(&mut floor, "floor").await,
+        async || {
+            reader
+                .read()
+                .await
+                .expect("read")
+                .release()
+                .await
+                .expect("release")
+        },
+    )
+    .await;
     let read_ratio = median(block_ratios(&times[1], &times[0], BLOCK));
     println!(
         "uncontended read cycle: dlock {:.1?} against the floor's {:.1?}, {read_ratio:.2}× (median block)",

@@ -223,6 +223,31 @@ pub fn p50(samples: &[Duration]) -> Duration {
     sorted[(sorted.len() - 1) / 2]
 }
 
+/// `cycles` cycles each of `floor` and `ours`, in blocks of `block` taking
+/// turns, each going first in turn: every cycle's time, floor's first.
+pub async fn take_turns(
+    (cycles, block): (usize, usize),
+    mut floor: impl AsyncFnMut(),
+    mut ours: impl AsyncFnMut(),
+) -> [Vec<Duration>; 2] {
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for round in 0..cycles / block {
+        for turn in 0..2 {
+            let who = (turn + round) % 2;
+            for _ in 0..block {
+                let started = Instant::now();
+                if who == 0 {
+                    floor().await;
+                } else {
+                    ours().await;
+                }
+                times[who].push(started.elapsed());
+            }
+        }
+    }
+    times
+}
+
 /// Per block of `block` cycles taken in turns: the block's mean over the
 /// base's mean for the same turn.
 pub fn block_ratios(times: &[Duration], base: &[Duration], block: usize) -> Vec<f64> {
