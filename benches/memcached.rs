@@ -14,7 +14,6 @@
 //! cargo bench --bench memcached --features memcached
 //! ```
 
-
 mod common;
 
 use dlock::engines::conformance::Fixture;
