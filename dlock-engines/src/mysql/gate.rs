@@ -48,7 +48,7 @@ impl Session {
     }
 
     /// Lets the gate of `key` go; true if this session held it.
-    pub async fn give(&mut self, key: &LockKey) -> Result<bool, EngineError> {
+    async fn give(&mut self, key: &LockKey) -> Result<bool, EngineError> {
         Ok(self.one(sql::GIVE_GATE, key).await? == Some(1))
     }
 
@@ -100,7 +100,7 @@ impl Sessions {
     /// A session whose `wait_timeout` is `lease`: an idle one that the
     /// server cannot have closed for idling (idle for less than half its
     /// timeout), or a new one; and whether it was reused.
-    pub async fn take(&self, lease: Duration) -> Result<(Session, bool), EngineError> {
+    async fn take(&self, lease: Duration) -> Result<(Session, bool), EngineError> {
         let timeout = timeout(lease);
         let fresh_for = Duration::from_secs(timeout) / 2;
         let reused = {
@@ -157,16 +157,15 @@ impl Sessions {
         table: Vec<Value>,
     ) -> Result<Option<(Session, u64)>, EngineError> {
         let params = std::iter::once(name(&req.key).to_value()).chain(table).collect();
-        let (mut session, taken) = self.take_with(req, &sql::take_alone(), params).await?;
+        let (session, taken) = self.take_with(req, &sql::take_alone(), params).await?;
         match taken {
             Some(fence) if fence > 0 => return Ok(Some((session, fence))),
             // Taken, but the table has rows: they go first.
             Some(_) => {
-                session.give(&req.key).await?;
+                self.let_go(session, &req.key).await?;
             }
-            None => {}
+            None => self.give_back(session),
         }
-        self.give_back(session);
         Ok(None)
     }
 
@@ -187,9 +186,18 @@ impl Sessions {
             return Ok(None);
         };
         let (changed, _) = session.exec(statement, params).await?;
-        session.give(&req.key).await?;
-        self.give_back(session);
+        self.let_go(session, &req.key).await?;
         Ok((changed > 0).then_some(fence))
+    }
+
+    /// Lets the gate of `key` go; true if `session` held it. Only then is
+    /// the session kept for the next hold: one that did not is dropped.
+    pub async fn let_go(&self, mut session: Session, key: &LockKey) -> Result<bool, EngineError> {
+        let held = session.give(key).await?;
+        if held {
+            self.give_back(session);
+        }
+        Ok(held)
     }
 
     /// Keeps a session that holds no gate for the next hold.

@@ -543,9 +543,8 @@ impl Engine for MysqlEngine {
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
         self.stop_waiting(req);
-        if let Some(mut session) = Mine::take_gate(req) {
-            session.give(&req.key).await?;
-            self.shared.gates.give_back(session);
+        if let Some(session) = Mine::take_gate(req) {
+            self.shared.gates.let_go(session, &req.key).await?;
         }
         self.run(sql::FORGET, vec![owner(req)]).await?;
         self.shared.waiting.wake(&key_and_name(&req.key).0);
@@ -574,8 +573,7 @@ impl Engine for MysqlEngine {
             Some(mut session) => {
                 let params = vec![key.to_value(), name.to_value(), owner(req), micros(req.lease)];
                 session.exec(&sql::hold_read(), params).await?;
-                session.give(&req.key).await?;
-                self.shared.gates.give_back(session);
+                self.shared.gates.let_go(session, &req.key).await?;
                 true
             }
             None => self.run(&sql::downgrade(), vec![owner(req)]).await?.0 == 1,
@@ -586,11 +584,9 @@ impl Engine for MysqlEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         let (key, _) = key_and_name(&req.key);
-        if let Some(mut session) = Mine::take_gate(req) {
-            let released = session.give(&req.key).await.unwrap_or(false);
-            if released {
-                self.shared.gates.give_back(session);
-            }
+        if let Some(session) = Mine::take_gate(req) {
+            // A failed statement means the session is gone, and the gate with it.
+            let released = self.shared.gates.let_go(session, &req.key).await.unwrap_or(false);
             self.shared.waiting.wake(&key);
             return Ok(released);
         }
