@@ -61,7 +61,7 @@ pub(crate) async fn acquire(
             group.labels.event(mode, Event::Acquired);
             trace::waited(&span, waited, Event::Acquired.as_str());
             let hold = Hold::start(group.clone(), req, place, grant, &span);
-            hold.set_watchdog(watchdog::spawn(hold.clone()));
+            watchdog::start(&hold);
             Ok(Guard::new(hold, mode))
         }
         Err(e) => {

@@ -9,7 +9,6 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::engine::within;
@@ -144,6 +143,9 @@ pub(crate) struct Grant {
     pub valid_until: Instant,
 }
 
+/// Stops a hold's watchdog: aborts its task, or unfiles it from the timer.
+pub(crate) type Stop = Box<dyn FnOnce() + Send>;
+
 pub(crate) struct Hold {
     pub group: Arc<Group>,
     pub req: Request,
@@ -154,7 +156,7 @@ pub(crate) struct Hold {
     /// Until when the engine is known to keep the hold; the watchdog moves it
     /// on with each renewal. `None` once released.
     valid_until: Mutex<Option<Instant>>,
-    watchdog: Mutex<Option<AbortHandle>>,
+    watchdog: Mutex<Option<Stop>>,
     /// Serialises downgrade and release; true once released.
     released: tokio::sync::Mutex<bool>,
     /// When the grant arrived: the hold span runs from here.
@@ -266,8 +268,16 @@ impl Hold {
         }
     }
 
-    pub fn set_watchdog(&self, watchdog: AbortHandle) {
-        *lock(&self.watchdog) = Some(watchdog);
+    /// Keeps what stops the watchdog; stops it at once if the hold has
+    /// already ended (its task may start after the last guard is gone).
+    pub fn set_watchdog(&self, stop: Stop) {
+        let mut watchdog = lock(&self.watchdog);
+        let counts = lock(&self.counts);
+        if counts.writes == 0 && counts.reads == 0 {
+            drop((counts, watchdog));
+            return stop();
+        }
+        *watchdog = Some(stop);
     }
 
     /// A guard in `mode` is gone; says what that leaves to do.
@@ -293,8 +303,9 @@ impl Hold {
     }
 
     fn stop_watchdog(&self) {
-        if let Some(watchdog) = lock(&self.watchdog).take() {
-            watchdog.abort();
+        let stop = lock(&self.watchdog).take();
+        if let Some(stop) = stop {
+            stop();
         }
     }
 
