@@ -37,7 +37,7 @@ pub(crate) fn start(hold: &Arc<Hold>) {
 }
 
 fn spawn(hold: &Arc<Hold>, pushed: LostSignal, pause: Duration) -> Stop {
-    let task = tokio::spawn(run(hold.clone(), pushed, pause)).abort_handle();
+    let task = tokio::spawn(renew(hold.clone(), pushed, pause)).abort_handle();
     Box::new(move || task.abort())
 }
 
@@ -83,7 +83,7 @@ impl Timer {
     }
 
     /// Starts each hold's renewal task when it is due.
-    async fn run(self: Arc<Self>) {
+    async fn start_when_due(self: Arc<Self>) {
         loop {
             let alarm = self.due().alarm;
             match alarm {
@@ -130,7 +130,7 @@ fn this_runtimes_timer() -> Arc<Timer> {
     }
     timers.retain(|r| !r.task.is_finished());
     let timer = Arc::new(Timer::default());
-    let task = tokio::spawn(timer.clone().run());
+    let task = tokio::spawn(timer.clone().start_when_due());
     timers.push(Running {
         runtime,
         task,
@@ -140,7 +140,7 @@ fn this_runtimes_timer() -> Arc<Timer> {
 }
 
 /// Renews `hold` after `pause`, then every lease/3, until released or lost.
-async fn run(hold: Arc<Hold>, mut pushed: LostSignal, mut pause: Duration) {
+async fn renew(hold: Arc<Hold>, mut pushed: LostSignal, mut pause: Duration) {
     let engine = hold.group.engine.clone();
     let lease = hold.req.lease;
     loop {
