@@ -403,6 +403,60 @@ async fn a_cut_off_holder_is_lost_before_the_next_gets_in_and_a_blip_loses_nothi
     );
 }
 
+/// A hold watches its session's end from the timer, not from a task of its
+/// own: holds add no task until their first renewal is due, and a revoked
+/// lease still makes every one lost at once, long before that renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_watch_their_session_without_a_task_each() {
+    const HOLDS: usize = 20;
+    let endpoint = shared().server.address();
+    let engine = engine_at(endpoint.clone()).await;
+    let registry = registry(engine.clone());
+    let locks = registry.locks("watched");
+    let lease = Duration::from_secs(30);
+    // The session, its keep-alive and the runtime's timer start with the first hold.
+    let first = locks.get("first").with_lease(lease).lock().await.expect("lock");
+    first.release().await.expect("release");
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let before = tasks();
+
+    let mut guards = Vec::new();
+    for i in 0..HOLDS {
+        guards.push(
+            locks
+                .get(i.to_string())
+                .with_lease(lease)
+                .lock()
+                .await
+                .expect("lock"),
+        );
+    }
+    assert_eq!(tasks(), before, "a hold spawned a task to watch its session");
+
+    let revoked = Instant::now();
+    ctl(&endpoint, &["lease", "revoke", &format!("{:x}", engine.lease())]);
+    for (i, guard) in guards.iter().enumerate() {
+        while guard.held().lost_reason().is_none() {
+            assert!(
+                revoked.elapsed() < lease / 3,
+                "hold {i} not lost {:?} after its lease was revoked",
+                revoked.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            guard.held().lost_reason(),
+            Some(dlock::LostReason::Engine),
+            "hold {i}"
+        );
+    }
+    println!(
+        "{HOLDS} holds lost {:?} after their lease was revoked",
+        revoked.elapsed()
+    );
+    drop(guards);
+}
+
 /// etcd 11456 (Jepsen): a lock returned to a waiter whose lease had expired
 /// while it waited. The waiter is cut off past its TTL; meanwhile another
 /// client takes the lock; once the waiter is back, it waits for that one.

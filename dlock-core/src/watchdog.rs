@@ -1,14 +1,16 @@
 //! Keeps a hold's lease alive and turns lasting failure into the lost signal.
 //!
-//! A hold whose engine reports loss on its own gets a renewal task at once,
-//! to watch that signal. Any other hold's task is started only when its
-//! first renewal is due, by one timer task per runtime: most holds end
-//! before a third of their lease, and spawning a task per hold (waking an
-//! idle worker, then again to abort it) cost a fast engine a tenth of its
-//! cycle.
+//! A hold's renewal task is started only when its first renewal is due, by
+//! one timer task per runtime: most holds end before a third of their
+//! lease, and spawning a task per hold (waking an idle worker, then again to
+//! abort it) cost a fast engine a tenth of its cycle. A hold whose engine
+//! reports loss on its own has that signal polled once when it is filed,
+//! with a waker that makes the hold due at once: the signal is watched from
+//! the start without a task.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Id};
@@ -29,26 +31,31 @@ pub(crate) fn start(hold: &Arc<Hold>) {
     };
     // A handed-over grant may be valid for less than the lease.
     let pause = (until.saturating_duration_since(Instant::now()) / 3).min(hold.req.lease / 3);
-    let stop = match hold.group.engine.lost(&hold.req) {
-        Some(pushed) => spawn(hold, pushed, pause),
-        None => renew_later(hold, Instant::now() + pause),
-    };
-    hold.set_watchdog(stop);
+    let pushed = hold.group.engine.lost(&hold.req);
+    hold.set_watchdog(renew_later(hold, Instant::now() + pause, pushed));
 }
 
-fn spawn(hold: &Arc<Hold>, pushed: LostSignal, pause: Duration) -> Stop {
-    let task = tokio::spawn(renew(hold.clone(), pushed, pause)).abort_handle();
+fn spawn(hold: &Arc<Hold>, pushed: LostSignal) -> Stop {
+    let task = tokio::spawn(renew(hold.clone(), pushed)).abort_handle();
     Box::new(move || task.abort())
 }
 
-/// Files `hold` with this runtime's timer, to start its task at `at`.
-fn renew_later(hold: &Arc<Hold>, at: Instant) -> Stop {
+/// Files `hold` with this runtime's timer, to start its task at `at`, or
+/// as soon as `pushed` fires.
+fn renew_later(hold: &Arc<Hold>, at: Instant, pushed: Option<LostSignal>) -> Stop {
     let timer = this_runtimes_timer();
     let key = {
         let mut due = timer.due();
         let key = (at, due.filed);
         due.filed += 1;
-        due.holds.insert(key, Arc::downgrade(hold));
+        let pushed = pushed.map(|signal| watch(signal, &timer, key));
+        due.holds.insert(
+            key,
+            Filed {
+                hold: Arc::downgrade(hold),
+                pushed,
+            },
+        );
         // Only a hold due before the timer's next look wakes it.
         if due.alarm.is_none_or(|alarm| at < alarm) {
             due.alarm = Some(at);
@@ -61,17 +68,64 @@ fn renew_later(hold: &Arc<Hold>, at: Instant) -> Stop {
     })
 }
 
+/// Polls a loss signal once, so that its firing makes the hold filed at
+/// `key` due; one that has fired already does so now.
+fn watch(mut signal: LostSignal, timer: &Arc<Timer>, key: Key) -> LostSignal {
+    let waker = Waker::from(Arc::new(Fired {
+        timer: Arc::downgrade(timer),
+        key,
+    }));
+    match signal.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Pending => signal,
+        Poll::Ready(()) => {
+            waker.wake();
+            Box::pin(std::future::ready(()))
+        }
+    }
+}
+
+type Key = (Instant, u64);
+
+/// A hold's entry with the timer.
+struct Filed {
+    hold: Weak<Hold>,
+    /// The engine's loss signal, already polled.
+    pushed: Option<LostSignal>,
+}
+
+/// Wakes the timer for a hold whose loss signal fired. It takes only the
+/// timer's `fired` list, so a signal may be polled under `due`'s lock.
+struct Fired {
+    timer: Weak<Timer>,
+    key: Key,
+}
+
+impl Wake for Fired {
+    fn wake(self: Arc<Self>) {
+        if let Some(timer) = self.timer.upgrade() {
+            lock(&timer.fired).push(self.key);
+            timer.wake.notify_one();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The holds of one runtime whose first renewal is not yet due.
 #[derive(Default)]
 struct Timer {
     due: Mutex<Due>,
+    /// Holds whose loss signal fired.
+    fired: Mutex<Vec<Key>>,
     wake: Notify,
 }
 
 #[derive(Default)]
 struct Due {
     /// By when each must be renewed, and in which order it was filed.
-    holds: BTreeMap<(Instant, u64), Weak<Hold>>,
+    holds: BTreeMap<Key, Filed>,
     filed: u64,
     /// When the timer task looks next; `None`: only when woken.
     alarm: Option<Instant>,
@@ -79,7 +133,7 @@ struct Due {
 
 impl Timer {
     fn due(&self) -> MutexGuard<'_, Due> {
-        self.due.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.due)
     }
 
     /// Starts each hold's renewal task when it is due.
@@ -93,16 +147,23 @@ impl Timer {
                 },
                 None => self.wake.notified().await,
             }
+            let fired = std::mem::take(&mut *lock(&self.fired));
             let ready = {
                 let mut due = self.due();
                 let later = due.holds.split_off(&(Instant::now(), u64::MAX));
-                let ready = std::mem::replace(&mut due.holds, later);
+                let mut ready = std::mem::replace(&mut due.holds, later);
+                for key in fired {
+                    ready.extend(due.holds.remove_entry(&key));
+                }
                 due.alarm = due.holds.first_key_value().map(|((at, _), _)| *at);
                 ready
             };
-            for hold in ready.into_values().filter_map(|hold| hold.upgrade()) {
-                let stop = spawn(&hold, Box::pin(std::future::pending()), Duration::ZERO);
-                hold.set_watchdog(stop);
+            for filed in ready.into_values() {
+                let Some(hold) = filed.hold.upgrade() else {
+                    continue;
+                };
+                let pushed = filed.pushed.unwrap_or_else(|| Box::pin(std::future::pending()));
+                hold.set_watchdog(spawn(&hold, pushed));
             }
         }
     }
@@ -139,17 +200,20 @@ fn this_runtimes_timer() -> Arc<Timer> {
     timer
 }
 
-/// Renews `hold` after `pause`, then every lease/3, until released or lost.
-async fn renew(hold: Arc<Hold>, mut pushed: LostSignal, mut pause: Duration) {
+/// Renews `hold` now, then every lease/3, until released or lost.
+async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
     let engine = hold.group.engine.clone();
     let lease = hold.req.lease;
+    let mut pause = Duration::ZERO;
     loop {
         let Some(deadline) = hold.valid_until() else {
             return;
         };
         tokio::select! {
-            _ = sleep_until((Instant::now() + pause).min(deadline)) => {}
+            // A fired signal comes first, before a renewal that is due.
+            biased;
             _ = &mut pushed => return hold.mark_lost(LostReason::Engine),
+            _ = sleep_until((Instant::now() + pause).min(deadline)) => {}
         }
         if hold.lost_reason().is_some() {
             return;
