@@ -529,7 +529,7 @@ impl EtcdEngine {
         drop(watch);
         let release = release(&key, created, if first { &successors } else { &[] });
         let attempt = move |session: &Session| {
-            let mut client = session.client();
+            let mut client = session.kv();
             let release = release.clone();
             async move {
                 match release {
@@ -633,7 +633,7 @@ fn vanished() -> EngineError {
 async fn still_there(session: &Session, key: &[u8], created: i64) -> bool {
     let got = session
         .retry(|| {
-            let mut client = session.client();
+            let mut client = session.kv();
             let key = key.to_vec();
             async move { client.get(key, Some(GetOptions::new().with_keys_only())).await }
         })

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use dlock_core::EngineError;
 use dlock_core::session::{Ender, Ends, SessionEnd};
-use etcd_client::{Client, Error as EtcdError, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnResponse};
+use etcd_client::{
+    Client, Error as EtcdError, KvClient, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnResponse,
+};
 use tokio::time::{Instant, sleep_until, timeout_at};
 use tonic::Code;
 
@@ -21,6 +23,7 @@ pub(crate) struct Session {
     pub lease: i64,
     end: SessionEnd,
     client: Client,
+    kv: KvClient,
 }
 
 impl Ends for Session {
@@ -46,6 +49,7 @@ impl Session {
             lease: granted.id(),
             end,
             client: client.clone(),
+            kv: client.kv_client(),
         })
     }
 
@@ -86,16 +90,17 @@ impl Session {
     /// transactions that are safe to repeat.
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, EngineError> {
         self.retry(|| {
-            let mut client = self.client();
+            let mut client = self.kv();
             let txn = txn.clone();
             async move { client.txn(txn).await }
         })
         .await
     }
 
-    /// Every call made for this session goes through this client.
-    pub fn client(&self) -> Client {
-        self.client.clone()
+    /// Every key-value call made for this session goes through this
+    /// client (a clone of the whole `Client` copies every service's).
+    pub fn kv(&self) -> KvClient {
+        self.kv.clone()
     }
 }
 
