@@ -189,6 +189,97 @@ async fn a_dropped_connection_fires_lost_for_every_hold_on_it() {
     again.release().await.expect("release");
 }
 
+/// Sessions killed over and over while waiters wait, in four processes'
+/// worth of engines with two connections each: a status check cut short
+/// mid-connect (its wait granted or its session killed meanwhile) gives its
+/// connection slot back, so once the kills stop every worker makes
+/// progress again and no pool outgrows its bound. Before, each such check
+/// kept a slot for good, and a pool whose slots were all kept never opened
+/// a connection again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_sessions_over_and_over_leave_every_pool_whole() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let settings = Settings {
+        queue: Queue::Engine,
+        lease: Duration::from_secs(2),
+        ..Settings::default()
+    };
+    let mut registries = Vec::new();
+    for _ in 0..4 {
+        let engine = engine(server, "killed", 2).await;
+        registries.push(Registry::with_engine("pg", engine, settings).expect("registry"));
+    }
+    let (killer, _) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .map(|(client, connection)| (client, tokio::spawn(connection)))
+        .expect("the killer's session");
+    let killing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let workers: Vec<_> = registries
+        .iter()
+        .map(|registry| {
+            let (lock, killing) = (registry.locks("g").get("k"), killing.clone());
+            tokio::spawn(async move {
+                while killing.load(Ordering::SeqCst) {
+                    // Errors are expected while sessions die under the calls.
+                    if let Ok(guard) = lock.lock_for(Duration::from_secs(1)).await {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        let _ = guard.release().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut kills = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        let row = killer
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'killed'",
+                &[],
+            )
+            .await
+            .expect("kill");
+        kills += row.get::<_, i64>(0);
+        tokio::time::sleep(Duration::from_millis(rand_ms(2, 30))).await;
+    }
+    killing.store(false, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    assert!(kills > 50, "only {kills} sessions killed");
+    // The kills have stopped: every worker gets its turns again, each
+    // within a wait that an intact pool never comes near.
+    let counter = Arc::new(AtomicU64::new(0));
+    let after: Vec<_> = registries
+        .iter()
+        .map(|registry| {
+            let (lock, counter) = (registry.locks("g").get("k"), counter.clone());
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = lock
+                        .lock_for(Duration::from_secs(20))
+                        .await
+                        .expect("a worker made no progress after the kills");
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for worker in after {
+        worker.await.expect("worker");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 40, "lost updates");
+    assert!(sessions(server, "killed") <= 8, "a pool outgrew its bound");
+}
+
+fn rand_ms(low: u64, high: u64) -> u64 {
+    low + (dlock::OwnerId::random().as_u128() as u64) % (high - low)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_fence_keeps_rising_across_a_crash() {
     let mut fixture = Postgres::start();

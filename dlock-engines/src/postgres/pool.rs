@@ -102,12 +102,7 @@ impl Pool {
     /// Opens the first connection, proving the server answers and the
     /// session survives between statements.
     pub async fn open_one(&self) -> Result<(), EngineError> {
-        let conn = self
-            .pick(Use::Look)
-            .await?
-            .expect("a look waits for a connection");
-        conn.rebook(|book| book.looking -= 1);
-        Ok(())
+        self.look().await.map(drop)
     }
 
     /// A connection that holds nothing, marked waiting; `None` if every
@@ -118,13 +113,15 @@ impl Pool {
 
     /// Whether backend `pid` sleeps in a lock queue.
     pub async fn is_waiting(&self, pid: i32) -> Result<bool, EngineError> {
-        let conn = self
-            .pick(Use::Look)
-            .await?
-            .expect("a look waits for a connection");
-        let row = conn.client.query_one(&conn.statements.waiting, &[&pid]).await;
-        conn.rebook(|book| book.looking -= 1);
+        let conn = self.look().await?;
+        let row = conn.0.client.query_one(&conn.0.statements.waiting, &[&pid]).await;
         Ok(row.map_err(failed)?.get(0))
+    }
+
+    /// A connection for a read-only statement, marked looking until dropped.
+    async fn look(&self) -> Result<Looking, EngineError> {
+        let conn = self.pick(Use::Look).await?;
+        Ok(Looking(conn.expect("a look waits for a connection")))
     }
 
     /// The best connection for `used`, opening one if that is better and
@@ -158,12 +155,10 @@ impl Pool {
                 changed.await;
                 continue;
             }
-            let opened = self.open().await;
-            let mut conns = self.conns();
-            conns.opening -= 1;
-            let conn = opened?;
+            let opening = Opening(Some(self));
+            let conn = self.open().await?;
             conn.book().mark(used);
-            conns.open.push(conn.clone());
+            opening.done(conn.clone());
             return Ok(Some(conn));
         }
     }
@@ -214,6 +209,42 @@ impl Pool {
             closed,
             changed: self.changed.clone(),
         }))
+    }
+}
+
+/// A connection being opened, counted in `opening` until it joins the pool.
+/// Dropped before (the open failed, or whoever picked stopped waiting: a
+/// status check cut short by the grant it was watching for), it gives the
+/// count back; a count kept would, once it reached the pool's size, let no
+/// connection open again.
+struct Opening<'a>(Option<&'a Pool>);
+
+impl Opening<'_> {
+    fn done(mut self, conn: Arc<Conn>) {
+        let pool = self.0.take().expect("done once");
+        let mut conns = pool.conns();
+        conns.opening -= 1;
+        conns.open.push(conn);
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0 {
+            pool.conns().opening -= 1;
+            pool.changed.notify_waiters();
+        }
+    }
+}
+
+/// A connection picked for a read-only statement: it counts as looking
+/// (no wait queues behind it) until this is dropped, however the
+/// statement ends.
+struct Looking(Arc<Conn>);
+
+impl Drop for Looking {
+    fn drop(&mut self) {
+        self.0.rebook(|book| book.looking -= 1);
     }
 }
 
