@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use dlock::engines::conformance::server::free_port;
-use dlock::engines::conformance::{Fixture, assert_unreachable_is_a_clear_error, engine};
+use dlock::engines::conformance::{Breakable, Fixture, assert_unreachable_is_a_clear_error, engine};
 use dlock::engines::memcached::fixture::Memcached;
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::{Error, LockKey, Mode, Poll, Request};
@@ -85,6 +85,34 @@ async fn a_lock_that_changed_hands_is_neither_deleted_nor_extended_by_its_old_ho
         raw(&fixture, "mg dlock:mc:k v\r\n").await.ends_with("new\r\n"),
         "the new holder's item is gone"
     );
+}
+
+/// The fence counter lost to a restart or a `flush_all` starts again from
+/// the server's clock, past every token it gave before.
+#[tokio::test]
+async fn fences_keep_rising_across_a_restart_and_a_flush() {
+    let mut fixture = Memcached::start();
+    let mut last = 0;
+    for round in ["first", "after a restart", "after flush_all"] {
+        match round {
+            "after a restart" => {
+                fixture.kill();
+                fixture.restart();
+            }
+            "after flush_all" => assert_eq!(raw(&fixture, "flush_all\r\n").await, "OK\r\n"),
+            _ => {}
+        }
+        let engine = engine(&fixture).await;
+        for _ in 0..3 {
+            let holder = request("k");
+            let Ok(Poll::Held(fence)) = engine.acquire(&holder).await else {
+                panic!("{round}: a free lock was refused")
+            };
+            assert!(fence > last, "{round}: fence {fence} after {last}");
+            last = fence;
+            assert!(engine.release(&holder).await.expect("release"));
+        }
+    }
 }
 
 #[tokio::test]

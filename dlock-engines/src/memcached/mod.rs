@@ -15,13 +15,17 @@
 //! **Fencing, best effort.** Tokens come from one counter item,
 //! `dlock:fence`, incremented in the same round trip as the `add` and after
 //! it on the same connection, so a holder's token is taken after the
-//! previous holder's delete. They strictly increase for as long as the
-//! server keeps that item: a restart, a `flush_all`, or an eviction of the
-//! counter (possible only when memory is full and eviction is on) starts it
-//! again from 1, and tokens repeat. Run memcached with `-M` (return errors
-//! instead of evicting) in production, as the tests do. memcached's own CAS
-//! values are unique but not ordered (memcached issue 1302), so they are
-//! only used to check ownership.
+//! previous holder's delete. When the counter is missing (a restart, a
+//! `flush_all`, an eviction) the holder that finds it so starts it again
+//! from the server's clock in microseconds (`stats` gives the second, the
+//! client's clock the fraction), as the Redis engine's tokens are. So tokens
+//! keep rising across a restart as long as the server's clock does not step
+//! back, and fewer than a million locks a second were taken since the
+//! counter started. Two restarts within one second of the server's clock
+//! are ordered by the clients' clocks alone. memcached's own CAS values are
+//! unique but not ordered (memcached issue 1302), so they are only used to
+//! check ownership. Run memcached with `-M` (return errors instead of
+//! evicting) in production, as the tests do.
 //!
 //! **Keys.** `dlock:<group>:<name>` (`%` and `:` percent-escaped) when that
 //! is at most 250 printable ASCII bytes; otherwise `dlock:#<hash>`, the
@@ -185,6 +189,28 @@ impl MemcachedEngine {
         Ok(reply.is_some())
     }
 
+    /// Starts the missing fence counter from the server's clock in
+    /// microseconds and takes its first token; if another holder started it
+    /// meanwhile, takes the next one (see the module docs).
+    async fn restart_fences(&self) -> Result<u64, EngineError> {
+        let stats = self
+            .pool
+            .call_until(b"stats\r\n", |read| read.last().is_some_and(|r| r.code == "END"))
+            .await
+            .map_err(EngineError::failed)?;
+        let second: u64 = stats
+            .iter()
+            .find(|r| r.flags.first().is_some_and(|name| name == "time"))
+            .and_then(|r| r.flags.get(1)?.parse().ok())
+            .ok_or_else(|| EngineError::failed("memcached: `stats` has no time"))?;
+        let fraction = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |now| now.subsec_micros());
+        let start = second * 1_000_000 + u64::from(fraction);
+        let command = format!("ma {FENCE_KEY} N0 J{start} v\r\n");
+        counter(self.call(command.as_bytes(), 1).await?.remove(0))
+    }
+
     /// Deletes the item if it is still `req`'s; true if it was.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
         let (key, value) = (item_key(&req.key), item_value(req));
@@ -229,6 +255,14 @@ impl MemcachedEngine {
         let reply = self.call(&command(cas), 1).await?.remove(0);
         Ok((reply.code == "HD").then_some(reply))
     }
+}
+
+/// The fence counter's value in an `ma` reply.
+fn counter(reply: Reply) -> Result<u64, EngineError> {
+    reply
+        .value
+        .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+        .ok_or_else(|| EngineError::failed(format!("memcached: bad counter reply {:?}", reply.code)))
 }
 
 /// The item's key: readable when memcached allows it, hashed otherwise.
@@ -283,17 +317,17 @@ impl Engine for MemcachedEngine {
         let (key, value) = (item_key(&req.key), item_value(req));
         let mut command = format!("ms {key} {} T{} ME c\r\n", value.len(), ttl(req.lease)).into_bytes();
         command.extend_from_slice(&value);
-        command.extend_from_slice(format!("\r\nma {FENCE_KEY} N0 J1 v\r\n").as_bytes());
+        command.extend_from_slice(format!("\r\nma {FENCE_KEY} v\r\n").as_bytes());
         let [added, fence] = <[Reply; 2]>::try_from(self.call(&command, 2).await?).expect("two replies");
         if added.code != "HD" {
             // No queue, no notification: the core polls.
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         Cas::of(req).set(added.flag('c').and_then(|c| c.parse().ok()));
-        let fence = fence
-            .value
-            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
-            .ok_or_else(|| EngineError::failed(format!("memcached: bad counter reply {:?}", fence.code)))?;
+        let fence = match fence.code.as_str() {
+            "NF" => self.restart_fences().await?,
+            _ => counter(fence)?,
+        };
         Ok(Poll::Held(fence))
     }
 

@@ -45,6 +45,16 @@ impl Pool {
 
     /// Sends `request` (one or more commands) and reads `replies` answers.
     pub async fn call(&self, request: &[u8], replies: usize) -> io::Result<Vec<Reply>> {
+        self.call_until(request, |read| read.len() == replies).await
+    }
+
+    /// Sends `request` and reads answers (one a line, for `stats`) until
+    /// `done` says the ones read are all.
+    pub async fn call_until(
+        &self,
+        request: &[u8],
+        done: impl Fn(&[Reply]) -> bool,
+    ) -> io::Result<Vec<Reply>> {
         let at = self.next.fetch_add(1, Ordering::Relaxed) % self.connections.len();
         let mut slot = self.connections[at].lock().await;
         // Taken out for the exchange and put back only once it is whole: a
@@ -54,7 +64,7 @@ impl Pool {
             Some(connection) => connection,
             None => self.connect().await?,
         };
-        let answered = exchange(&mut connection, request, replies).await?;
+        let answered = exchange(&mut connection, request, done).await?;
         *slot = Some(connection);
         Ok(answered)
     }
@@ -76,11 +86,11 @@ impl Pool {
 async fn exchange(
     connection: &mut BufReader<TcpStream>,
     request: &[u8],
-    replies: usize,
+    done: impl Fn(&[Reply]) -> bool,
 ) -> io::Result<Vec<Reply>> {
     connection.get_mut().write_all(request).await?;
-    let mut out = Vec::with_capacity(replies);
-    for _ in 0..replies {
+    let mut out = Vec::with_capacity(2);
+    while !done(&out) {
         out.push(read_reply(connection).await?);
     }
     Ok(out)
