@@ -279,6 +279,72 @@ async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
     }
 }
 
+/// A lock handed straight to a waiter lasts that waiter's lease, as any
+/// grant does, not its liveness window (`waiter_ttl`, 3 s by default): a
+/// waiter that dies right after the handoff blocks the next for its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_grant_lasts_the_lease_not_the_waiter_ttl() {
+    let server = start();
+    let engine = engine_with(&server, Duration::from_secs(3)).await;
+    let lease = Duration::from_secs(1);
+    let holder = request("handoff", "k", Mode::Write, Duration::from_secs(30), false);
+    let waiter = request("handoff", "k", Mode::Write, lease, true);
+    assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+    // The first try subscribes and asks to be tried again; the second waits
+    // on the notification.
+    let Ok(Poll::Waiting(subscribed)) = engine.acquire(&waiter).await else {
+        panic!("not queued")
+    };
+    assert!(matches!(subscribed.await, dlock::Woken::Retry));
+    let Ok(Poll::Waiting(handed)) = engine.poll(&waiter).await else {
+        panic!("not queued")
+    };
+    assert!(engine.release(&holder).await.expect("release"));
+    let released = Instant::now();
+    match tokio::time::timeout(Duration::from_secs(5), handed).await {
+        Ok(dlock::Woken::Granted { valid_for, .. }) => assert_eq!(valid_for, lease),
+        other => panic!("no handoff: {:?}", other.map(|_| ())),
+    }
+    // The waiter now dies holding: nobody renews it.
+    let registry = Registry::with_engine("redis", engine.clone(), SETTINGS).expect("registry");
+    let next = conformance::timed_writer(registry.locks("handoff").get("k"));
+    let took = next.await.expect("next") - released;
+    assert!(
+        took >= lease - Duration::from_millis(100) && took < lease + Duration::from_millis(800),
+        "free again {took:?} after the handoff, for a {lease:?} lease"
+    );
+}
+
+/// A holder's connection killed (`CLIENT KILL`): its release fails on the
+/// dead connection and is sent again on a fresh one, so the lock is free
+/// at once, not when the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_killed_connection_is_sent_again() {
+    let server = start();
+    let engine = engine(&server).await;
+    let holder = request("killed", "k", Mode::Write, Duration::from_secs(30), false);
+    assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut raw(&server).await)
+        .await
+        .expect("client kill");
+    assert!(killed >= 1, "the engine's connection was not killed");
+    // Let the client see its connection closed before the release.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        engine.release(&holder).await.expect("release"),
+        "the hold was lost"
+    );
+    let next = request("killed", "k", Mode::Write, Duration::from_secs(30), false);
+    assert!(
+        matches!(engine.acquire(&next).await, Ok(Poll::Held(_))),
+        "still taken after the release"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_during_use_is_transparent() {
     let server = start();

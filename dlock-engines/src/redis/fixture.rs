@@ -25,7 +25,7 @@ impl Fixture for Redis {
 
     fn engine_config(&self) -> String {
         format!(
-            "kind = \"redis\"\nurl = \"redis://{}\"\nfence_retention = \"2s\"\nwaiter_ttl = \"1s\"",
+            "kind = \"redis\"\nurl = \"redis://{}\"\nfence_retention = \"2s\"",
             self.server.address()
         )
     }
@@ -209,7 +209,7 @@ impl Fixture for RedisSentinel {
             .unwrap_or_default();
         format!(
             "kind = \"redis-sentinel\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\n\
-             fence_retention = \"2s\"\nwaiter_ttl = \"1s\"{password}",
+             fence_retention = \"2s\"{password}",
             urls.join(", ")
         )
     }
@@ -244,7 +244,7 @@ impl Fixture for RedisCluster {
             .map(|n| format!("\"redis://{}\"", n.address()))
             .collect();
         format!(
-            "kind = \"redis-cluster\"\nnodes = [{}]\nfence_retention = \"1s\"\nwaiter_ttl = \"1s\"",
+            "kind = \"redis-cluster\"\nnodes = [{}]\nfence_retention = \"1s\"",
             nodes.join(", ")
         )
     }

@@ -443,12 +443,12 @@ impl RedisEngine {
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         let wake: Wake = match watching {
-            // A handed-over grant lasts the waiter's liveness window (see
-            // release.lua), which its last call restarted.
+            // A handed-over grant lasts the waiter's lease (see
+            // release.lua), counted from this call on both sides.
             // With replicas_ack a handed-over grant must still be
             // acknowledged: the waiter then claims it by polling.
             Some(receiver) => {
-                let handoff = self.replicas_ack.is_none().then_some(self.waiter_ttl);
+                let handoff = self.replicas_ack.is_none().then_some(req.lease);
                 notify::wake_for(receiver, req.owner, handoff)
             }
             None if !queue => Box::pin(std::future::pending()),
@@ -468,6 +468,29 @@ impl RedisEngine {
         req: &Request,
         arg: impl redis::ToRedisArgs,
     ) -> Result<bool, EngineError> {
+        self.invoke(script, req, arg).await.map_err(EngineError::failed)
+    }
+
+    /// A release or a withdrawal, sent once more on a fresh connection if
+    /// the first went down with a dead one (a killed connection fails its
+    /// next command): otherwise the lock would stay taken for the lease.
+    /// The core bounds both tries by the call timeout. If the first had
+    /// run after all, the second finds nothing of this owner's: a release
+    /// then reports the hold lost, never a hold that is still there.
+    async fn let_go(&self, req: &Request, how: &str) -> Result<bool, EngineError> {
+        let release = &self.scripts.release;
+        match self.invoke(release, req, how).await {
+            Err(e) if e.is_unrecoverable_error() => self.run(release, req, how).await,
+            done => done.map_err(EngineError::failed),
+        }
+    }
+
+    async fn invoke(
+        &self,
+        script: &Script,
+        req: &Request,
+        arg: impl redis::ToRedisArgs,
+    ) -> redis::RedisResult<bool> {
         let done: u8 = script
             .key(keys::prefix(&req.key))
             .arg(req.owner.to_string())
@@ -475,8 +498,7 @@ impl RedisEngine {
             .arg(millis(self.fence_retention))
             .arg(arg)
             .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(EngineError::failed)?;
+            .await?;
         Ok(done == 1)
     }
 }
@@ -567,7 +589,7 @@ impl Engine for RedisEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.run(&self.scripts.release, req, "cancel").await.map(drop)
+        self.let_go(req, "cancel").await.map(drop)
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
@@ -579,7 +601,7 @@ impl Engine for RedisEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.run(&self.scripts.release, req, "release").await
+        self.let_go(req, "release").await
     }
 }
 

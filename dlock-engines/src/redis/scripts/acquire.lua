@@ -20,7 +20,7 @@ if mode == 'w' and not holder and not crowded then
   return fence
 end
 
-local queue, readers, pending, settle, wake, live_head = crowd()
+local queue, readers, pending, settle, wake, live_head, waiter = crowd()
 
 -- A release handed this waiter the lock (see release.lua) and its
 -- notification went astray: it holds already; a fresh fence serves.
@@ -60,7 +60,7 @@ if not granted then
     if redis.call('EXISTS', alive) == 0 and redis.call('SISMEMBER', pending, me) == 0 then
       redis.call('RPUSH', queue, entry)
     end
-    redis.call('SET', alive, ARGV[8], 'PX', waiter_ttl)
+    redis.call('SET', alive, ARGV[5] .. ' ' .. ARGV[8], 'PX', waiter_ttl)
     if redis.call('PTTL', queue) < waiter_ttl * 2 then
       redis.call('PEXPIRE', queue, waiter_ttl * 2)
     end
@@ -95,7 +95,7 @@ while queued and string.sub(queued, 1, 2) == 'r:' do
   local owner = string.sub(queued, 3)
   redis.call('SADD', pending, owner)
   admitted = true
-  local engine = redis.call('GET', p .. ':a:' .. owner)
+  local engine = waiter(owner)
   if engine then
     engines[engine] = true
   end

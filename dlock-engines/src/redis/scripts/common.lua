@@ -85,21 +85,31 @@ local function crowd()
     put(holder, deadline, fence, now_ms, last)
   end
 
-  -- A waiter's liveness key holds the id of its engine, whose channel for
-  -- this lock (`:n:<engine>`) is where that waiter hears from the lock.
+  -- A waiter's liveness key holds `<lease ms> <engine id>`: the lease it
+  -- asked for, which a handed-over grant lasts, and its engine, whose
+  -- channel for this lock (`:n:<engine>`) is where that waiter hears from
+  -- the lock. Nil if the waiter is gone.
+  local function waiter(owner)
+    local value = redis.call('GET', p .. ':a:' .. owner)
+    if value then
+      local lease, engine = string.match(value, '^(%d+) (.+)$')
+      return engine, tonumber(lease)
+    end
+  end
+
   local function wake(engine, message)
     redis.call(publish, p .. ':n:' .. engine, message)
   end
 
   -- Drop waiters whose liveness key is gone (they died) from the head of the
-  -- queue, stopping at `keep` (the caller's own entry); returns the new head
-  -- and its engine.
+  -- queue, stopping at `keep` (the caller's own entry); returns the new head,
+  -- its engine and its lease.
   local function live_head(keep)
     local head = redis.call('LINDEX', queue, 0)
     while head and head ~= keep do
-      local engine = redis.call('GET', p .. ':a:' .. string.sub(head, 3))
+      local engine, lease = waiter(string.sub(head, 3))
       if engine then
-        return head, engine
+        return head, engine, lease
       end
       redis.call('LPOP', queue)
       head = redis.call('LINDEX', queue, 0)
@@ -107,5 +117,5 @@ local function crowd()
     return head
   end
 
-  return queue, readers, pending, settle, wake, live_head
+  return queue, readers, pending, settle, wake, live_head, waiter
 end

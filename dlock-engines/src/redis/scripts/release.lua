@@ -58,20 +58,19 @@ else
   end
 end
 
-local head, engine = live_head(nil)
+local head, engine, lease = live_head(nil)
 if head then
   local owner = string.sub(head, 3)
   local free = not holder and redis.call('SCARD', pending) == 0
     and redis.call('ZCOUNT', readers, now_ms + 1, '+inf') == 0
   if free and string.sub(head, 1, 2) == 'w:' then
-    -- Granted for the waiter's remaining liveness only: if it died since its
-    -- last poll the lock frees as fast as a dead waiter would be kicked; a live
-    -- one renews to its own lease soon after (the grant says how long it lasts).
-    local alive = p .. ':a:' .. owner
-    holder, deadline = owner, now_ms + math.max(redis.call('PTTL', alive), 1)
+    -- Granted for the waiter's own lease, as any grant: if it died since its
+    -- last poll the lock frees as a dead holder's would. Its client counts
+    -- the lease from that poll, never past this deadline.
+    holder, deadline = owner, now_ms + lease
     last = next_fence(time, last)
     redis.call('LPOP', queue)
-    redis.call('DEL', alive)
+    redis.call('DEL', p .. ':a:' .. owner)
     wake(engine, owner .. ':' .. string.format('%d', last))
   else
     wake(engine, owner)
