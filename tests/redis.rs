@@ -279,9 +279,10 @@ async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
     }
 }
 
-/// A lock handed straight to a waiter lasts that waiter's lease, as any
-/// grant does, not its liveness window (`waiter_ttl`, 3 s by default): a
-/// waiter that dies right after the handoff blocks the next for its lease.
+/// A lock handed straight to a waiter lasts at most that waiter's lease, as
+/// any grant does, not its whole liveness window (`waiter_ttl`, 3 s by
+/// default): a waiter that dies right after the handoff blocks the next for
+/// its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_grant_lasts_the_lease_not_the_waiter_ttl() {
     let server = start();

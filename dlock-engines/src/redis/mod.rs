@@ -154,6 +154,9 @@ pub struct RedisSentinelConfig {
     #[serde(default)]
     pub password: Option<String>,
     /// Replicas that must have a grant before it is handed out (`WAIT`).
+    /// With 1 or more a grant survives a failover, and an old primary that
+    /// no replica follows any more grants nothing; but the lock then stops
+    /// granting while fewer replicas are up, so it is not the default.
     #[serde(default)]
     pub replicas_ack: u32,
     /// How long a grant waits for `replicas_ack` replicas; too few in time,
@@ -295,31 +298,36 @@ impl RedisEngine {
         if config.sentinels.is_empty() {
             return Err(Error::config(field("sentinels"), "name at least one sentinel"));
         }
-        let mut addresses = Vec::new();
+        let mut infos = Vec::new();
         let mut sentinel_auth = None;
         for url in &config.sentinels {
             let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
                 .map_err(|e| Error::config(field("sentinels"), format!("`{url}`: {e}")))?;
             let settings = info.redis_settings();
             if sentinel_auth.is_none() && settings.password().is_some() {
-                sentinel_auth = Some((
-                    settings.username().map(str::to_owned),
-                    settings.password().map(str::to_owned),
-                ));
+                sentinel_auth = Some(settings.clone());
             }
-            addresses.push(info.addr().clone());
+            infos.push(info);
         }
+        // Every sentinel is reached with the first one's credentials.
+        if let Some(auth) = &sentinel_auth {
+            infos = infos
+                .into_iter()
+                .map(|info| info.set_redis_settings(auth.clone()))
+                .collect();
+        }
+        let addresses: Vec<_> = infos.iter().map(|info| info.addr().clone()).collect();
         let mut builder = redis::sentinel::SentinelClientBuilder::new(
             addresses,
             &config.master_name,
             redis::sentinel::SentinelServerType::Master,
         )
         .map_err(|e| Error::config(field("sentinels"), e.to_string()))?;
-        if let Some((username, password)) = sentinel_auth {
-            if let Some(username) = username {
+        if let Some(auth) = &sentinel_auth {
+            if let Some(username) = auth.username() {
                 builder = builder.set_client_to_sentinel_username(username);
             }
-            if let Some(password) = password {
+            if let Some(password) = auth.password() {
                 builder = builder.set_client_to_sentinel_password(password);
             }
         }
@@ -344,6 +352,7 @@ impl RedisEngine {
         };
         let primary = Arc::new(connection::Primary::new(sentinel, config.connect_timeout));
         let connection = connection::sentinel(primary.clone(), &target).await?;
+        primary.follow(infos, &config.master_name);
         let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
         let engine = Self::new(
             target,
@@ -443,12 +452,15 @@ impl RedisEngine {
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         let wake: Wake = match watching {
-            // A handed-over grant lasts the waiter's lease (see
-            // release.lua), counted from this call on both sides.
-            // With replicas_ack a handed-over grant must still be
-            // acknowledged: the waiter then claims it by polling.
+            // A handed-over grant lasts the waiter's lease or its liveness
+            // window, the shorter (see release.lua), counted from this call
+            // on both sides. With replicas_ack a handed-over grant must
+            // still be acknowledged: the waiter then claims it by polling.
             Some(receiver) => {
-                let handoff = self.replicas_ack.is_none().then_some(req.lease);
+                let handoff = self
+                    .replicas_ack
+                    .is_none()
+                    .then_some(req.lease.min(self.waiter_ttl));
                 notify::wake_for(receiver, req.owner, handoff)
             }
             None if !queue => Box::pin(std::future::pending()),

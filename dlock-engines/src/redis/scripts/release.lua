@@ -64,13 +64,16 @@ if head then
   local free = not holder and redis.call('SCARD', pending) == 0
     and redis.call('ZCOUNT', readers, now_ms + 1, '+inf') == 0
   if free and string.sub(head, 1, 2) == 'w:' then
-    -- Granted for the waiter's own lease, as any grant: if it died since its
-    -- last poll the lock frees as a dead holder's would. Its client counts
-    -- the lease from that poll, never past this deadline.
-    holder, deadline = owner, now_ms + lease
+    -- Granted for the waiter's lease, as any grant, or less: for what is
+    -- left of its liveness window, if that ends sooner, so a waiter that
+    -- died since its last poll frees the lock as fast as it would be kicked.
+    -- Its client counts the shorter of the two from that poll, never past
+    -- this deadline.
+    local alive = p .. ':a:' .. owner
+    holder, deadline = owner, now_ms + math.min(lease, math.max(redis.call('PTTL', alive), 1))
     last = next_fence(time, last)
     redis.call('LPOP', queue)
-    redis.call('DEL', p .. ':a:' .. owner)
+    redis.call('DEL', alive)
     wake(engine, owner .. ':' .. string.format('%d', last))
   else
     wake(engine, owner)
