@@ -5,6 +5,7 @@
 #![cfg(all(feature = "redis", feature = "zookeeper"))]
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
@@ -78,6 +79,54 @@ async fn the_fence_increases_across_a_failover_right_after_a_grant() {
         .expect("lock on the new primary");
     assert!(next.fence() > last, "{} after {last}", next.fence());
     next.release().await.expect("release");
+}
+
+/// The primary restarts in place, then the sentinels fail over while it
+/// runs, and it stays a writable primary that they cannot demote. An engine
+/// still connected to it, which hears no error from it, moves to the new
+/// primary on the sentinels' announcement, and shares the lock with an
+/// engine that connected after the failover: holders counted inside never
+/// overlap, and both finish their turns. Before, the old engine stayed on
+/// the old primary for as long as it answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_old_primary_still_writable_after_a_failover_is_left_at_once() {
+    let mut fixture = RedisSentinel::start();
+    let before = Registry::with_engine("before", engine(&fixture).await, SETTINGS).expect("registry");
+    fixture.restart_primary_undemotable();
+    // The old engine's next lock reconnects to the restarted primary.
+    before
+        .locks("two")
+        .get("k")
+        .lock_for(Duration::from_secs(20))
+        .await
+        .expect("lock on the restarted primary")
+        .release()
+        .await
+        .expect("release");
+    fixture.force_failover();
+    // The announcement crosses loopback from the sentinels to the engine.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = Registry::with_engine("after", engine(&fixture).await, SETTINGS).expect("registry");
+    let (inside, overlaps) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let tasks = [before, after].map(|registry| {
+        let (inside, overlaps) = (inside.clone(), overlaps.clone());
+        tokio::spawn(async move {
+            let lock = registry.locks("two").get("k");
+            for _ in 0..25 {
+                let guard = lock.lock_for(Duration::from_secs(20)).await.expect("lock");
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        })
+    });
+    for task in tasks {
+        task.await.expect("an engine never got its turns");
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
 }
 
 /// Workers hold and wait on one lock across processes; the primary dies and

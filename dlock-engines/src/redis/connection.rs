@@ -2,15 +2,22 @@
 //! Redis Cluster (routing each script by its key's slot), or the primary
 //! that Sentinel names (followed across failovers).
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::task::AbortHandle;
 
 use dlock_core::{BoxError, Error};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
-use redis::{Client, Cmd, ErrorKind, Pipeline, RedisFuture, RedisResult, ServerErrorKind, Value};
+use redis::{
+    Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
+};
 
 #[derive(Clone)]
 pub(crate) enum Connection {
@@ -53,12 +60,25 @@ impl ConnectionLike for Connection {
 }
 
 /// The primary Sentinel names, connected on first use and asked for again
-/// after any failure (a failover kills or demotes the old primary: its
-/// connection fails, or answers `READONLY`).
+/// after any failure (a failover that kills or demotes the old primary: its
+/// connection fails, or answers `READONLY`) and whenever a sentinel
+/// announces a new one (`+switch-master`): an old primary that comes back
+/// still writable, before the sentinels demote it, answers no error at all.
 pub(crate) struct Primary {
     sentinel: tokio::sync::Mutex<SentinelClient>,
-    current: Mutex<Option<ConnectionManager>>,
+    current: Mutex<Option<Current>>,
     timeout: Duration,
+    /// Primaries announced so far: the subscriber reconnects when it moves.
+    switches: AtomicU64,
+    /// The tasks that listen to each sentinel, ended with the engine.
+    listeners: Mutex<Vec<AbortHandle>>,
+}
+
+#[derive(Clone)]
+struct Current {
+    manager: ConnectionManager,
+    /// `host:port`, as the sentinels announce it.
+    address: String,
 }
 
 impl Primary {
@@ -67,6 +87,30 @@ impl Primary {
             sentinel: tokio::sync::Mutex::new(sentinel),
             current: Mutex::new(None),
             timeout,
+            switches: AtomicU64::new(0),
+            listeners: Mutex::default(),
+        }
+    }
+
+    /// Listens to every sentinel for the primary named `master` moving.
+    pub fn follow(self: &Arc<Self>, sentinels: Vec<ConnectionInfo>, master: &str) {
+        let handles = sentinels.into_iter().map(|sentinel| {
+            tokio::spawn(listen(Arc::downgrade(self), sentinel, master.to_owned())).abort_handle()
+        });
+        *lock(&self.listeners) = handles.collect();
+    }
+
+    pub fn switches(&self) -> u64 {
+        self.switches.load(Ordering::SeqCst)
+    }
+
+    /// The sentinels named the primary at `address`: the next call asks
+    /// them again, unless it is the one connected.
+    fn moved_to(&self, address: Option<&str>) {
+        let mut current = lock(&self.current);
+        if address.is_none() || current.as_ref().map(|c| c.address.as_str()) != address {
+            current.take();
+            self.switches.fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -79,12 +123,19 @@ impl Primary {
     }
 
     async fn connection(&self) -> RedisResult<ConnectionManager> {
-        if let Some(current) = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Ok(current);
+        if let Some(current) = lock(&self.current).clone() {
+            return Ok(current.manager);
         }
-        let manager =
-            ConnectionManager::new_with_config(self.client().await?, manager_config(self.timeout)).await?;
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(manager.clone());
+        let client = self.client().await?;
+        let address = match &client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+            other => other.to_string(),
+        };
+        let manager = ConnectionManager::new_with_config(client, manager_config(self.timeout)).await?;
+        *lock(&self.current) = Some(Current {
+            manager: manager.clone(),
+            address,
+        });
         Ok(manager)
     }
 
@@ -95,10 +146,58 @@ impl Primary {
         if let Err(e) = &result
             && e.kind() != ErrorKind::Server(ServerErrorKind::NoScript)
         {
-            self.current.lock().unwrap_or_else(|e| e.into_inner()).take();
+            lock(&self.current).take();
         }
         result
     }
+}
+
+impl Drop for Primary {
+    fn drop(&mut self) {
+        lock(&self.listeners).iter().for_each(AbortHandle::abort);
+    }
+}
+
+/// Follows one sentinel's `+switch-master` announcements for `master`
+/// while the engine lives, reconnecting after a second when it drops. A
+/// reconnect may have missed one, so it counts as a move to an unknown
+/// address.
+async fn listen(primary: Weak<Primary>, sentinel: ConnectionInfo, master: String) {
+    let mut connected_before = false;
+    loop {
+        if let Ok(Ok(mut pubsub)) = tokio::time::timeout(Duration::from_secs(5), async {
+            Client::open(sentinel.clone())?.get_async_pubsub().await
+        })
+        .await
+            && pubsub.subscribe("+switch-master").await.is_ok()
+        {
+            if connected_before {
+                let Some(primary) = primary.upgrade() else { return };
+                primary.moved_to(None);
+            }
+            connected_before = true;
+            let mut messages = pubsub.on_message();
+            while let Some(message) = messages.next().await {
+                // `<master> <old ip> <old port> <new ip> <new port>`
+                let text: String = message.get_payload().unwrap_or_default();
+                let words: Vec<&str> = text.split(' ').collect();
+                if let [name, _, _, ip, port] = words[..]
+                    && name == master
+                {
+                    let Some(primary) = primary.upgrade() else { return };
+                    primary.moved_to(Some(&format!("{ip}:{port}")));
+                }
+            }
+        }
+        if primary.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn manager_config(timeout: Duration) -> ConnectionManagerConfig {

@@ -100,6 +100,55 @@ impl RedisSentinel {
     pub fn fail_over(&mut self) -> Duration {
         let started = Instant::now();
         self.primary.kill();
+        self.promoted_since(started)
+    }
+
+    /// Restarts the primary in place as one the sentinels cannot demote
+    /// (`REPLICAOF` renamed away): after a failover it stays a writable
+    /// primary, as an old one back before the sentinels reconfigure it.
+    /// Returns once the replica follows it again.
+    pub fn restart_primary_undemotable(&mut self) {
+        let port = self.primary.port;
+        let mut args = auth_args(self.password.as_deref());
+        args.extend(
+            [
+                "--rename-command",
+                "REPLICAOF",
+                "",
+                "--rename-command",
+                "SLAVEOF",
+                "",
+            ]
+            .map(String::from),
+        );
+        self.primary.kill();
+        self.primary = TestServer::start_at(port, "redis-server", |port| {
+            redis_args(port, &args.iter().map(String::as_str).collect::<Vec<_>>())
+        });
+        let started = Instant::now();
+        while !self
+            .cli(self.replica.port, &["info", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the replica did not follow the restarted primary"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Has the sentinels promote the replica at once (`SENTINEL FAILOVER`),
+    /// the primary still running; returns once they name the replica.
+    pub fn force_failover(&mut self) -> Duration {
+        let started = Instant::now();
+        let answer = self.cli(self.sentinels[0].port, &["sentinel", "failover", MASTER_NAME]);
+        assert!(answer.starts_with("OK"), "SENTINEL FAILOVER: {answer}");
+        self.promoted_since(started)
+    }
+
+    /// Waits until the sentinels name the replica and it is a primary.
+    fn promoted_since(&self, started: Instant) -> Duration {
         let replica = self.replica.port;
         while self.current_primary() != Some(replica) {
             assert!(

@@ -45,6 +45,17 @@ pub(crate) enum Source {
     Sentinel(Arc<super::connection::Primary>),
 }
 
+impl Source {
+    /// How often the server moved: a subscriber on an old primary that
+    /// still answers hears nothing published on the new one.
+    fn moves(&self) -> u64 {
+        match self {
+            Source::Sentinel(primary) => primary.switches(),
+            _ => 0,
+        }
+    }
+}
+
 /// The subscriber connection, RESP3: messages arrive as pushes.
 enum Sink {
     Single(MultiplexedConnection),
@@ -144,6 +155,8 @@ struct Live {
     channels: Channels,
     /// Set when the connection drops.
     closed: Arc<AtomicBool>,
+    /// The source's moves when it connected (see [`Source::moves`]).
+    moves: u64,
 }
 
 impl Notifier {
@@ -164,7 +177,7 @@ impl Notifier {
 
     fn current(&self) -> Option<Live> {
         let live = self.live.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
-        (!live.closed.load(Ordering::Relaxed)).then_some(live)
+        (!live.closed.load(Ordering::Relaxed) && live.moves == self.source.moves()).then_some(live)
     }
 
     fn set(&self, live: Option<Live>) {
@@ -200,11 +213,13 @@ impl Notifier {
             return Some(live);
         }
         let (channels, closed) = (Channels::default(), Arc::new(AtomicBool::new(false)));
+        let moves = self.source.moves();
         let sink = connect(&self.source, channels.clone(), closed.clone()).await?;
         let live = Live {
             sink: Arc::new(tokio::sync::Mutex::new(sink)),
             channels,
             closed,
+            moves,
         };
         // Sweeps idle channels for as long as this subscriber is the live one.
         let (sink, channels) = (Arc::downgrade(&live.sink), live.channels.clone());
