@@ -10,8 +10,9 @@
 //!
 //! `--tasks` buyers run at once, each `--cycles` times; a buyer only writes
 //! while the register is below `--limit` (a flash sale's stock). Prints
-//! `entered <fence>` on entering each critical section, and at the end
-//! `bought=B sold_out=S refused=R lost=L failed=F`.
+//! `ready` once its engine is connected, `entered <fence>` on entering each
+//! critical section, and at the end `bought=B sold_out=S refused=R lost=L
+//! failed=F`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -115,6 +116,8 @@ async fn main() -> ExitCode {
         eprintln!("fault_worker: {e}");
         return ExitCode::from(2);
     }
+    println!("ready");
+    let _ = std::io::stdout().flush();
     let work = Arc::new(Work {
         register: FencedRegister::open(&register.expect("--register is required")),
         limit,

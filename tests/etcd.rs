@@ -406,6 +406,20 @@ async fn a_cut_off_holder_is_lost_before_the_next_gets_in_and_a_blip_loses_nothi
 /// A hold watches its session's end from the timer, not from a task of its
 /// own: holds add no task until their first renewal is due, and a revoked
 /// lease still makes every one lost at once, long before that renewal.
+
+/// The runtime's live tasks once the count has held still for 200 ms.
+async fn settled_task_count() -> usize {
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let (mut last, mut still) = (tasks(), 0);
+    while still < 4 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = tasks();
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    last
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_watch_their_session_without_a_task_each() {
     const HOLDS: usize = 20;
@@ -417,8 +431,7 @@ async fn holds_watch_their_session_without_a_task_each() {
     // The session, its keep-alive and the runtime's timer start with the first hold.
     let first = locks.get("first").with_lease(lease).lock().await.expect("lock");
     first.release().await.expect("release");
-    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
-    let before = tasks();
+    let before = settled_task_count().await;
 
     let mut guards = Vec::new();
     for i in 0..HOLDS {
@@ -431,7 +444,13 @@ async fn holds_watch_their_session_without_a_task_each() {
                 .expect("lock"),
         );
     }
-    assert_eq!(tasks(), before, "a hold spawned a task to watch its session");
+    // Counted once nothing is in flight: a release finishing in the
+    // background from before is not a hold's task.
+    assert_eq!(
+        settled_task_count().await,
+        before,
+        "a hold spawned a task to watch its session"
+    );
 
     let revoked = Instant::now();
     ctl(&endpoint, &["lease", "revoke", &format!("{:x}", engine.lease())]);

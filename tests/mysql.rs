@@ -62,6 +62,7 @@ fn clients_whose_clocks_are_hours_off_get_the_servers_expiry() {
     let ahead = Worker::start_with_clock("+2h", &config, &path, &["--hold-ms", "60000"]);
     ahead.entered(LONG);
     let waiter = Worker::start(&config, &path, &[]);
+    waiter.ready(LONG);
     std::thread::sleep(Duration::from_millis(300));
     let killed = Instant::now();
     ahead.signal("-KILL");

@@ -227,6 +227,20 @@ struct Prometheus {
     log: std::path::PathBuf,
 }
 
+/// Whether the Prometheus on `port` answers 200 on `/-/ready`.
+fn ready(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let mut answer = String::new();
+    stream
+        .write_all(b"GET /-/ready HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .and_then(|()| stream.read_to_string(&mut answer))
+        .is_ok()
+        && answer.starts_with("HTTP/1.0 200")
+}
+
 impl Prometheus {
     fn start(target: &str) -> Prometheus {
         let port = free_port();
@@ -255,14 +269,15 @@ impl Prometheus {
             dir,
             log,
         };
+        // Listening is not serving: until ready, queries answer 503.
         let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !ready(port) {
             if let Ok(Some(status)) = prometheus.child.try_wait() {
                 panic!("prometheus exited ({status}): {}", prometheus.log_text());
             }
             assert!(
                 started.elapsed() < PATIENCE,
-                "prometheus not listening: {}",
+                "prometheus not ready: {}",
                 prometheus.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));

@@ -152,6 +152,7 @@ fn workers_through_a_failover(replicas_ack: u32) {
     let waiters: Vec<Worker> = (0..3)
         .map(|_| Worker::start(&config, &path, &["--hold-ms", "100"]))
         .collect();
+    waiters.iter().for_each(|waiter| waiter.ready(long));
     std::thread::sleep(Duration::from_millis(300));
     let killed = Instant::now();
     let failover = setup.fixture.fail_over();

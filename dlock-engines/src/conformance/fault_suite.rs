@@ -160,9 +160,32 @@ impl Worker {
         Worker { child, lines }
     }
 
+    /// The fences of the critical sections it entered since the last look,
+    /// without waiting.
+    pub fn entries(&self) -> Vec<u64> {
+        self.lines
+            .try_iter()
+            .filter_map(|line| line.strip_prefix("entered ")?.parse().ok())
+            .collect()
+    }
+
     /// The worker's process id, as `kill` takes it.
     pub fn pid(&self) -> String {
         self.child.id().to_string()
+    }
+
+    /// Waits until the worker's engine is connected (its `ready` line): a
+    /// scenario that breaks the server breaks it for a worker that waits,
+    /// not for one still starting up.
+    pub fn ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).expect("worker never got ready");
+            if line == "ready" {
+                return;
+            }
+        }
     }
 
     /// Waits for the next `entered <fence>` line; returns the fence.
@@ -276,6 +299,7 @@ pub fn holder_killed_frees_the_lock_in_time<F: Breakable>(tmp: &Path) {
     let holder = setup.worker(&path, &["--hold-ms", "60000"]);
     holder.entered(LONG);
     let waiter = setup.worker(&path, &[]);
+    waiter.ready(LONG);
     std::thread::sleep(Duration::from_millis(300));
     let killed_at = Instant::now();
     holder.signal("-KILL");
@@ -306,6 +330,7 @@ fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
     let holder = setup.worker(&path, &["--hold-ms", "5000", "--on-lost", on_lost]);
     let stale_fence = holder.entered(LONG);
     let waiter = setup.worker(&path, &[]);
+    waiter.ready(LONG);
     std::thread::sleep(Duration::from_millis(300));
     let stopped_at = Instant::now();
     holder.signal("-STOP");
@@ -362,6 +387,7 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(tmp: &Path) {
     let waiters: Vec<Worker> = (0..3)
         .map(|_| setup.worker(&path, &["--hold-ms", "100"]))
         .collect();
+    waiters.iter().for_each(|waiter| waiter.ready(LONG));
     std::thread::sleep(Duration::from_millis(500));
     let restarted_at = Instant::now();
     setup.fixture.kill();
@@ -404,6 +430,7 @@ pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(tmp: &Path) {
     let holder = setup.worker(&path, &["--hold-ms", "60000"]);
     holder.entered(LONG);
     let waiter = Worker::start(&setup.config("3s"), &path, &[]);
+    waiter.ready(LONG);
     std::thread::sleep(Duration::from_millis(500));
     let gone_at = Instant::now();
     setup.fixture.kill();
