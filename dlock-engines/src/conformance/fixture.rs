@@ -37,6 +37,33 @@ pub trait Breakable: Fixture {
 
     /// Starts the crashed server again on its port; returns once it serves.
     fn restart(&mut self);
+
+    /// How long after a fault ends the lock may go without anyone entering
+    /// it (and, with a queue, any one worker): a dead holder's lease, a dead
+    /// waiter's time at the head of the queue, reconnecting, a server's
+    /// recovery. The randomized run holds the engine to it.
+    fn recovers_within(&self) -> Duration;
+
+    /// For the randomized run: an outage as a real one would go, down for
+    /// `down`: the server, or one of several (`pick` chooses), or a
+    /// failover. False where the setup has none to give.
+    fn outage(&mut self, pick: u64, down: Duration) -> bool {
+        let _ = pick;
+        if !Self::CRASHES {
+            return false;
+        }
+        self.kill();
+        std::thread::sleep(down);
+        self.restart();
+        true
+    }
+
+    /// For the randomized run: kills every client connection the servers
+    /// hold (`CLIENT KILL`, `pg_terminate_backend`, `KILL CONNECTION`, a
+    /// lease revoked); false where the server offers no way to.
+    fn kill_connections(&self) -> bool {
+        false
+    }
 }
 
 /// Builds the fixture's engine through the registered kinds, from its

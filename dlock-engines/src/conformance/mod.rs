@@ -24,6 +24,7 @@ pub mod fault_suite;
 mod faults;
 mod fixture;
 pub mod proxy;
+pub mod random_faults;
 pub mod register;
 pub mod server;
 

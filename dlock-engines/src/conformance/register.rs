@@ -199,6 +199,24 @@ impl FencedRegister {
         }
         report
     }
+
+    /// Fences that more than one critical section entered with: a token
+    /// handed out twice.
+    pub fn repeated_fences(&self) -> Vec<u64> {
+        let _lock = self.lock();
+        let text = std::fs::read_to_string(&self.journal).expect("read journal");
+        let mut seen = std::collections::HashSet::new();
+        let mut repeated: Vec<u64> = text
+            .lines()
+            .filter_map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
+                [_, _, fence, "enter"] => fence.parse().ok(),
+                _ => None,
+            })
+            .filter(|fence| !seen.insert(*fence))
+            .collect();
+        repeated.dedup();
+        repeated
+    }
 }
 
 /// The state file's content: always the same length, so that a rewrite in

@@ -47,6 +47,24 @@ impl Breakable for Etcd {
         self.server.restart();
         wait_serving(&self.server.address());
     }
+
+    /// A dead holder's lease TTL, then the next in line's watch.
+    fn recovers_within(&self) -> Duration {
+        SESSION_TTL + Duration::from_millis(1500)
+    }
+
+    /// Revokes every lease: each client's session ends with its holds.
+    fn kill_connections(&self) -> bool {
+        let address = self.server.address();
+        let listed = etcdctl(&address)
+            .args(["lease", "list"])
+            .output()
+            .expect("etcdctl");
+        for lease in String::from_utf8_lossy(&listed.stdout).lines().skip(1) {
+            let _ = etcdctl(&address).args(["lease", "revoke", lease.trim()]).output();
+        }
+        true
+    }
 }
 
 /// Arguments for `etcd` as member `id` (from 0) of `members`, each given as

@@ -60,4 +60,9 @@ impl Breakable for Memcached {
     fn restart(&mut self) {
         self.server.restart();
     }
+
+    /// A dead holder's item TTL (2 s), then a poll.
+    fn recovers_within(&self) -> Duration {
+        Duration::from_millis(2000 + 1000)
+    }
 }

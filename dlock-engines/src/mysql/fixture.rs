@@ -52,6 +52,23 @@ impl Breakable for Mysql {
     fn restart(&mut self) {
         self.server.restart();
     }
+
+    /// A dead holder's lease, or a dead waiter's turn (`waiter_ttl`, 3 s);
+    /// then a poll.
+    fn recovers_within(&self) -> Duration {
+        Duration::from_millis(1000 + 3000 + 1000)
+    }
+
+    fn kill_connections(&self) -> bool {
+        let ids = self.server.sql(&format!(
+            "SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND user = '{USER}'"
+        ));
+        for id in ids.lines() {
+            // Gone already is fine: it ended on its own meanwhile.
+            let _ = self.server.try_sql(&format!("KILL CONNECTION {id}"));
+        }
+        true
+    }
 }
 
 /// One MariaDB server of the tests.
@@ -167,18 +184,22 @@ impl MariaDb {
 
     /// Runs `sql` as root over the private socket; its output, tab-separated, trimmed.
     pub fn sql(&self, sql: &str) -> String {
+        self.try_sql(sql)
+            .unwrap_or_else(|error| panic!("mariadb {sql:?}: {error}"))
+    }
+
+    /// [`Self::sql`], or what the client printed on failure.
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
         let out = Command::new("mariadb")
             .arg("--no-defaults")
             .arg(format!("--socket={}", self.dir.join("sock").display()))
             .args(["-uroot", "-N", "-B", "-e", sql])
             .output()
             .expect("run mariadb");
-        assert!(
-            out.status.success(),
-            "mariadb {sql:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
     /// Kills the server (SIGKILL), as a crash would.

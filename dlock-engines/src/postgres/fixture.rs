@@ -53,6 +53,19 @@ impl Breakable for Postgres {
     fn restart(&mut self) {
         self.server.restart();
     }
+
+    /// A paused holder's session idles out after its lease; then a poll.
+    fn recovers_within(&self) -> Duration {
+        Duration::from_millis(1000 + 1000)
+    }
+
+    fn kill_connections(&self) -> bool {
+        self.server.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        );
+        true
+    }
 }
 
 /// One PostgreSQL server of the tests.

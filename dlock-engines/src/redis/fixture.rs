@@ -43,6 +43,28 @@ impl Breakable for Redis {
     fn restart(&mut self) {
         self.server.restart();
     }
+
+    fn recovers_within(&self) -> Duration {
+        RECOVERY
+    }
+
+    fn kill_connections(&self) -> bool {
+        kill_clients(&[self.server.port])
+    }
+}
+
+/// A dead holder's lease (1 s), then a dead waiter's time at the head of
+/// the queue (`waiter_ttl`, 3 s), then a poll.
+const RECOVERY: Duration = Duration::from_millis(1000 + 3000 + 1000);
+
+/// `CLIENT KILL` of every client of the servers on `ports`, subscribers too.
+fn kill_clients(ports: &[u16]) -> bool {
+    for port in ports {
+        for kind in ["normal", "pubsub"] {
+            redis_cli(&["-p", &port.to_string(), "client", "kill", "type", kind]);
+        }
+    }
+    true
 }
 
 /// A primary with one replica, watched by 3 sentinels (quorum 2, a primary
@@ -171,7 +193,8 @@ impl RedisSentinel {
 impl RedisSentinel {
     /// Brings the failed old primary back as a replica of the new one, as
     /// an operator would (the sentinels would convert it too, within about
-    /// 10 s, at their next look).
+    /// 10 s, at their next look); then `primary` and `replica` name their
+    /// new roles.
     pub fn rejoin_as_replica(&mut self) {
         let primary = self.replica.port.to_string();
         let port = self.primary.port;
@@ -181,6 +204,7 @@ impl RedisSentinel {
             args.extend(auth.iter().map(String::as_str));
             redis_args(port, &args)
         });
+        std::mem::swap(&mut self.primary, &mut self.replica);
     }
 
     /// Data nodes and sentinels that all require `password`.
@@ -312,6 +336,58 @@ impl Breakable for RedisCluster {
 
     fn restart(&mut self) {
         unreachable!("a cluster is not crashed as a whole")
+    }
+
+    /// A cluster node (master of a third of the slots) restarted, its
+    /// data lost; the others mark it failed and well again meanwhile.
+    fn recovers_within(&self) -> Duration {
+        RECOVERY + Duration::from_secs(3)
+    }
+
+    fn outage(&mut self, pick: u64, down: Duration) -> bool {
+        let node = &mut self.nodes[pick as usize % 3];
+        node.kill();
+        std::thread::sleep(down);
+        node.restart();
+        let port = node.port.to_string();
+        let started = Instant::now();
+        while !redis_cli(&["-p", &port, "cluster", "info"]).contains("cluster_state:ok") {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "cluster not ok within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
+    fn kill_connections(&self) -> bool {
+        kill_clients(&self.nodes.iter().map(|n| n.port).collect::<Vec<_>>())
+    }
+}
+
+/// For the fault suites: a crash of the primary is a failover to the
+/// replica, and its restart brings the old primary back as the new one's
+/// replica.
+impl Breakable for RedisSentinel {
+    fn frees_dead_holder_within(&self) -> (Duration, &'static str) {
+        (Duration::from_millis(1000 + 700), "lease 1 s")
+    }
+
+    fn kill(&mut self) {
+        self.fail_over();
+    }
+
+    fn restart(&mut self) {
+        self.rejoin_as_replica();
+    }
+
+    fn recovers_within(&self) -> Duration {
+        RECOVERY
+    }
+
+    fn kill_connections(&self) -> bool {
+        kill_clients(&[self.primary.port])
     }
 }
 

@@ -63,4 +63,34 @@ impl Breakable for RedLock {
     fn restart(&mut self) {
         self.masters.iter_mut().for_each(TestServer::restart);
     }
+
+    /// A dead holder's lease, then a poll: there is no queue to wait out.
+    fn recovers_within(&self) -> Duration {
+        Duration::from_millis(1000 + 1000)
+    }
+
+    /// One master of the five, as in a real outage.
+    fn outage(&mut self, pick: u64, down: Duration) -> bool {
+        let master = &mut self.masters[pick as usize % 5];
+        master.kill();
+        std::thread::sleep(down);
+        master.restart();
+        true
+    }
+
+    fn kill_connections(&self) -> bool {
+        for master in &self.masters {
+            for kind in ["normal", "pubsub"] {
+                crate::redis::fixture::redis_cli(&[
+                    "-p",
+                    &master.port.to_string(),
+                    "client",
+                    "kill",
+                    "type",
+                    kind,
+                ]);
+            }
+        }
+        true
+    }
 }

@@ -43,6 +43,11 @@ impl Breakable for ZooKeeper {
         self.server.restart();
         wait_serving(&self.server.address());
     }
+
+    /// A dead holder's session (2 s), then the next in line's watch.
+    fn recovers_within(&self) -> Duration {
+        Duration::from_millis(2000 + 1500)
+    }
 }
 
 /// Arguments for `java` running a throwaway ZooKeeper on `port`, loopback

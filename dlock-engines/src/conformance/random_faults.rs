@@ -1,0 +1,205 @@
+//! The randomized fault run: five worker processes (examples/fault_worker.rs)
+//! loop over one lock with a 1 s lease and `on_lost = "ignore"`, each
+//! reading and then writing the fenced register, while a driver, from a
+//! seeded generator, pauses a worker past its lease, kills and respawns
+//! one, crashes and restarts the server (one of several, or a failover
+//! where the setup has one), and kills the clients' connections. The fixed
+//! scenarios of [`fault_suite`](super::fault_suite) each test one fault;
+//! this finds what their mix does.
+//!
+//! It checks what must hold under any faults: no update lost, no fence
+//! handed out twice, and no silence (no worker entering) longer than the
+//! engine's [`Breakable::recovers_within`] after the end of the last fault;
+//! per worker too where the engine queues fairly. Faults stop for that
+//! long plus a second at the end, so a worker stuck for good is caught
+//! even when faults came faster than the bound.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dlock_core::{Fairness, Fencing};
+
+use super::fault_suite::{Setup, Worker};
+use super::{Breakable, engine};
+
+/// Workers contending for the one lock.
+const WORKERS: usize = 5;
+
+/// What one run measured; [`run`] has already checked it.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Faults applied, by kind: pauses, kills, outages, connection kills.
+    pub faults: [u32; 4],
+    /// Critical sections entered.
+    pub entered: u64,
+    /// Writes the register accepted, and reads and writes it refused as stale.
+    pub writes: u64,
+    /// Stale reads and writes refused.
+    pub refused: u64,
+    /// Pairs of critical sections open at once (the fence kept them apart).
+    pub overlaps: u64,
+    /// The longest time nobody entered, past the end of the fault before.
+    pub silence: Duration,
+    /// The longest time one worker did not enter, likewise.
+    pub worker_silence: Duration,
+}
+
+/// A small seeded generator (SplitMix64): the same seed, the same faults.
+struct Dice(u64);
+
+impl Dice {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(low + self.below(high - low))
+    }
+}
+
+/// One worker slot: the process and when its silence started counting.
+struct Slot {
+    worker: Worker,
+    since: Instant,
+}
+
+/// Runs the randomized faults on `F` for `duration` with `seed`, then a
+/// quiet stretch; panics, naming the seed, if a check fails.
+pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
+    println!("{}: random faults, seed {seed}, {duration:?}", F::NAME);
+    let mut setup = Setup::<F>::start(tmp, &format!("random-{seed}"));
+    let capabilities = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(engine(&setup.fixture))
+        .capabilities();
+    let bound = setup.fixture.recovers_within();
+    let (path, register) = setup.register("random");
+    let config = setup.config("10s");
+    let start = |at: Instant| Slot {
+        worker: Worker::start(
+            &config,
+            &path,
+            &["--cycles", "1000000000", "--hold-ms", "10", "--on-lost", "ignore"],
+        ),
+        since: at,
+    };
+    let mut dice = Dice(seed);
+    let mut out = Outcome::default();
+    let began = Instant::now();
+    let mut slots: Vec<Slot> = (0..WORKERS).map(|_| start(began)).collect();
+    let mut last_entrant = 0;
+    let mut last_entry = began;
+    let mut fault_ended = began;
+    let mut next_fault = began + dice.millis(300, 1500);
+    let check_silence = |slots: &[Slot], last_entry: Instant, fault_ended: Instant, out: &mut Outcome| {
+        let now = Instant::now();
+        let silent = now - last_entry.max(fault_ended);
+        out.silence = out.silence.max(silent);
+        assert!(
+            silent <= bound,
+            "{} seed {seed}: nobody entered for {silent:?} (bound {bound:?})",
+            F::NAME
+        );
+        for slot in slots {
+            let silent = now - slot.since.max(fault_ended);
+            out.worker_silence = out.worker_silence.max(silent);
+            // Without a queue a worker may starve while others get in.
+            if capabilities.fairness == Fairness::Fifo {
+                assert!(
+                    silent <= bound,
+                    "{} seed {seed}: a worker did not enter for {silent:?} (bound {bound:?})",
+                    F::NAME
+                );
+            }
+        }
+    };
+    let quiet = bound + Duration::from_secs(1);
+    while began.elapsed() < duration + quiet {
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let entered = slot.worker.entries();
+            if !entered.is_empty() {
+                out.entered += entered.len() as u64;
+                slot.since = Instant::now();
+                last_entry = slot.since;
+                last_entrant = i;
+            }
+        }
+        check_silence(&slots, last_entry, fault_ended, &mut out);
+        if Instant::now() >= next_fault && began.elapsed() < duration {
+            // The holder most of the time, so that pauses and kills bite.
+            let victim = if dice.below(4) > 0 {
+                last_entrant
+            } else {
+                dice.below(WORKERS as u64) as usize
+            };
+            let kind = dice.below(4) as usize;
+            let applied = match kind {
+                0 => {
+                    slots[victim].worker.signal("-STOP");
+                    std::thread::sleep(dice.millis(1100, 1800));
+                    slots[victim].worker.signal("-CONT");
+                    true
+                }
+                1 => {
+                    out.entered += slots[victim].worker.entries().len() as u64;
+                    slots[victim].worker.signal("-KILL");
+                    slots[victim] = start(Instant::now());
+                    true
+                }
+                2 => {
+                    let down = dice.millis(0, 1500);
+                    let pick = dice.next();
+                    setup.fixture.outage(pick, down)
+                }
+                _ => setup.fixture.kill_connections(),
+            };
+            if applied {
+                out.faults[kind] += 1;
+                fault_ended = Instant::now();
+            }
+            next_fault = fault_ended + dice.millis(300, 2000);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(slots);
+    let report = register.report();
+    (out.writes, out.refused, out.overlaps) = (report.writes, report.stale_refused, report.overlaps);
+    assert_eq!(
+        register.value(),
+        report.writes,
+        "{} seed {seed}: an update was lost",
+        F::NAME
+    );
+    if capabilities.fencing != Fencing::None {
+        let repeated = register.repeated_fences();
+        assert!(
+            repeated.is_empty(),
+            "{} seed {seed}: fences handed out twice: {repeated:?}",
+            F::NAME
+        );
+    }
+    assert!(out.entered > 0, "{} seed {seed}: nobody ever entered", F::NAME);
+    setup.figure(format!(
+        "random faults, seed {seed}, {duration:?} then {quiet:?} quiet: pauses {} kills {} outages {} connection kills {}; \
+         entered {}, writes {}, stale refused {}, overlaps {}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
+        out.faults[0],
+        out.faults[1],
+        out.faults[2],
+        out.faults[3],
+        out.entered,
+        out.writes,
+        out.refused,
+        out.overlaps,
+        out.silence,
+        out.worker_silence,
+    ));
+    out
+}

@@ -1,0 +1,71 @@
+//! The randomized fault run (`dlock::engines::conformance::random_faults`)
+//! on every engine with a server, one test per engine, each at three seeds
+//! for 6 s of faults and a quiet stretch (30–45 s an engine). The seeds are
+//! printed; to run
+//! one engine longer or at a given seed, `scripts/fault-run <engine>
+//! <seconds> [seed]`, which sets `FAULT_RUN_SECONDS` and `FAULT_RUN_SEED`.
+//! The engines run one at a time: five workers and a server each are load
+//! enough for a 2-core machine.
+
+#![cfg(all(
+    feature = "redis",
+    feature = "redlock",
+    feature = "zookeeper",
+    feature = "etcd",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "memcached"
+))]
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use dlock::engines::conformance::{Breakable, random_faults};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run<F: Breakable>() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let number = |name: &str| {
+        std::env::var(name).ok().map(|v| {
+            v.parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
+        })
+    };
+    let seconds = number("FAULT_RUN_SECONDS").unwrap_or(6);
+    let seeds = match number("FAULT_RUN_SEED") {
+        Some(seed) => vec![seed],
+        None => {
+            let first = (dlock::OwnerId::random().as_u128() as u64) >> 16;
+            vec![first, first + 1, first + 2]
+        }
+    };
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    for seed in seeds {
+        random_faults::run::<F>(&tmp, seed, Duration::from_secs(seconds));
+    }
+}
+
+macro_rules! engines {
+    ($($name:ident: $fixture:ty,)*) => {
+        $(
+            #[test]
+            fn $name() {
+                run::<$fixture>();
+            }
+        )*
+    };
+}
+
+engines! {
+    redis: dlock::engines::redis::fixture::Redis,
+    redis_cluster: dlock::engines::redis::fixture::RedisCluster,
+    redis_sentinel: dlock::engines::redis::fixture::RedisSentinel,
+    redlock: dlock::engines::redlock::fixture::RedLock,
+    zookeeper: dlock::engines::zookeeper::fixture::ZooKeeper,
+    etcd: dlock::engines::etcd::fixture::Etcd,
+    postgres: dlock::engines::postgres::fixture::Postgres,
+    mysql: dlock::engines::mysql::fixture::Mysql,
+    memcached: dlock::engines::memcached::fixture::Memcached,
+}
