@@ -403,10 +403,6 @@ async fn a_cut_off_holder_is_lost_before_the_next_gets_in_and_a_blip_loses_nothi
     );
 }
 
-/// A hold watches its session's end from the timer, not from a task of its
-/// own: holds add no task until their first renewal is due, and a revoked
-/// lease still makes every one lost at once, long before that renewal.
-
 /// The runtime's live tasks once the count has held still for 200 ms.
 async fn settled_task_count() -> usize {
     let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
@@ -420,6 +416,9 @@ async fn settled_task_count() -> usize {
     last
 }
 
+/// A hold watches its session's end from the timer, not from a task of its
+/// own: holds add no task until their first renewal is due, and a revoked
+/// lease still makes every one lost at once, long before that renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_watch_their_session_without_a_task_each() {
     const HOLDS: usize = 20;

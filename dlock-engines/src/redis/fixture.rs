@@ -58,7 +58,7 @@ impl Breakable for Redis {
 const RECOVERY: Duration = Duration::from_millis(1000 + 3000 + 1000);
 
 /// `CLIENT KILL` of every client of the servers on `ports`, subscribers too.
-fn kill_clients(ports: &[u16]) -> bool {
+pub(crate) fn kill_clients(ports: &[u16]) -> bool {
     for port in ports {
         for kind in ["normal", "pubsub"] {
             redis_cli(&["-p", &port.to_string(), "client", "kill", "type", kind]);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::conformance::server::TestServer;
 use crate::conformance::{Breakable, Fixture};
-use crate::redis::fixture::redis_args;
+use crate::redis::fixture::{kill_clients, redis_args};
 
 /// Independent redis-servers, 5 unless made [`with_masters`](Self::with_masters).
 pub struct RedLock {
@@ -79,18 +79,6 @@ impl Breakable for RedLock {
     }
 
     fn kill_connections(&self) -> bool {
-        for master in &self.masters {
-            for kind in ["normal", "pubsub"] {
-                crate::redis::fixture::redis_cli(&[
-                    "-p",
-                    &master.port.to_string(),
-                    "client",
-                    "kill",
-                    "type",
-                    kind,
-                ]);
-            }
-        }
-        true
+        kill_clients(&self.masters.iter().map(|m| m.port).collect::<Vec<_>>())
     }
 }
