@@ -17,12 +17,12 @@
 //! it on the same connection, so a holder's token is taken after the
 //! previous holder's delete. When the counter is missing (a restart, a
 //! `flush_all`, an eviction) the holder that finds it so starts it again
-//! from the server's clock in microseconds (`stats` gives the second, the
-//! client's clock the fraction), as the Redis engine's tokens are. So tokens
-//! keep rising across a restart as long as the server's clock does not step
-//! back, and fewer than a million locks a second were taken since the
-//! counter started. Two restarts within one second of the server's clock
-//! are ordered by the clients' clocks alone. memcached's own CAS values are
+//! from its own clock in microseconds, or from the server's clock less a
+//! second if that is later (it ticks in whole seconds, so it cannot order
+//! two restarts within a second). So tokens keep rising across restarts
+//! as long as the engines' clocks agree to better than the time between
+//! two restarts and do not step back, and fewer than a million locks a
+//! second were taken since the counter started. memcached's own CAS values are
 //! unique but not ordered (memcached issue 1302), so they are only used to
 //! check ownership. Run memcached with `-M` (return errors instead of
 //! evicting) in production, as the tests do.
@@ -189,24 +189,28 @@ impl MemcachedEngine {
         Ok(reply.is_some())
     }
 
-    /// Starts the missing fence counter from the server's clock in
-    /// microseconds and takes its first token; if another holder started it
-    /// meanwhile, takes the next one (see the module docs).
+    /// Starts the missing fence counter from the clock in microseconds and
+    /// takes its first token; if another holder started it meanwhile, takes
+    /// the next one (see the module docs).
     async fn restart_fences(&self) -> Result<u64, EngineError> {
         let stats = self
             .pool
             .call_until(b"stats\r\n", |read| read.last().is_some_and(|r| r.code == "END"))
             .await
             .map_err(EngineError::failed)?;
-        let second: u64 = stats
+        let server_second: u64 = stats
             .iter()
             .find(|r| r.flags.first().is_some_and(|name| name == "time"))
             .and_then(|r| r.flags.get(1)?.parse().ok())
             .ok_or_else(|| EngineError::failed("memcached: `stats` has no time"))?;
-        let fraction = std::time::SystemTime::now()
+        let own = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |now| now.subsec_micros());
-        let start = second * 1_000_000 + u64::from(fraction);
+            .map_or(0, |now| now.as_micros() as u64);
+        // The server's second can be up to a second ahead of the true time
+        // (it adds whole seconds of uptime to its whole start second): one
+        // second less is never ahead, so it only lifts a client clock that
+        // is far behind.
+        let start = own.max(server_second.saturating_sub(1) * 1_000_000);
         let command = format!("ma {FENCE_KEY} N0 J{start} v\r\n");
         counter(self.call(command.as_bytes(), 1).await?.remove(0))
     }
