@@ -10,6 +10,7 @@ use dlock::engines::memory::MemoryEngine;
 use dlock::{Error, Registry, Settings};
 
 struct Setup {
+    call_timeout: Duration,
     memory: Arc<MemoryEngine>,
     faults: Arc<Faults>,
     registry: Registry,
@@ -25,6 +26,7 @@ fn setup(call_timeout: Duration) -> Setup {
         ..Settings::default()
     };
     Setup {
+        call_timeout,
         registry: Registry::with_engine("hung", faults.clone(), settings).expect("registry"),
         peer: Registry::with_engine("hung", memory.clone(), settings).expect("registry"),
         memory,
@@ -32,9 +34,11 @@ fn setup(call_timeout: Duration) -> Setup {
     }
 }
 
-async fn nothing_held(memory: &MemoryEngine) {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while memory.active_locks() != 0 {
+/// Waits until the engine holds nothing: a hung call is not cut at once but
+/// runs on for `call_timeout` before its request is withdrawn.
+async fn nothing_held(s: &Setup) {
+    let deadline = Instant::now() + s.call_timeout + Duration::from_secs(2);
+    while s.memory.active_locks() != 0 {
         assert!(Instant::now() < deadline, "a hung request was left in the engine");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -42,8 +46,8 @@ async fn nothing_held(memory: &MemoryEngine) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_for_on_a_hung_engine_times_out_in_time_and_leaves_nothing_held() {
-    // The default call timeout (5 s): the wait is what cuts the hung call.
-    let s = setup(Settings::default().call_timeout);
+    // A call timeout past the wait: the wait is what cuts the hung call.
+    let s = setup(Duration::from_secs(1));
     s.faults.set_hung(true);
     for busy in [false, true] {
         // Busy: a peer holds it, so the hung request is queued in the engine.
@@ -68,7 +72,7 @@ async fn lock_for_on_a_hung_engine_times_out_in_time_and_leaves_nothing_held() {
         if let Some(holder) = holder {
             holder.release().await.expect("peer release");
         }
-        nothing_held(&s.memory).await;
+        nothing_held(&s).await;
     }
 }
 
@@ -86,7 +90,7 @@ async fn try_lock_and_release_on_a_hung_engine_fail_within_the_call_timeout() {
         "release took {:?}",
         started.elapsed()
     );
-    nothing_held(&s.memory).await;
+    nothing_held(&s).await;
 
     let started = Instant::now();
     let err = lock.try_lock().await.expect_err("a hung try succeeded");
@@ -96,7 +100,7 @@ async fn try_lock_and_release_on_a_hung_engine_fail_within_the_call_timeout() {
         "try took {:?}",
         started.elapsed()
     );
-    nothing_held(&s.memory).await;
+    nothing_held(&s).await;
 }
 
 /// A release whose caller stops waiting (a timeout around the annotated
@@ -108,7 +112,7 @@ async fn a_release_the_caller_stops_waiting_for_still_lets_go() {
     s.faults.set_delay(Duration::from_millis(100));
     let cut_short = tokio::time::timeout(Duration::from_millis(10), guard.release()).await;
     assert!(cut_short.is_err(), "the release was not cut short");
-    nothing_held(&s.memory).await;
+    nothing_held(&s).await;
 }
 
 /// Waiting forever, a waiter rides out an engine error however long it has

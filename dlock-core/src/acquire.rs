@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::config::{Queue, Wait};
-use crate::engine::{Woken, within};
+use crate::engine::{Call, Woken, within};
 use crate::guard::Guard;
 use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
 use crate::local_queue::Place;
@@ -133,14 +133,19 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             return Err(give_up(&mut withdraw, group, req, since, failure.map(|(e, _)| e)).await);
         }
         let bound = deadline.map_or(sent + call_timeout, |d| d.min(sent + call_timeout));
-        let call = async {
-            if queued {
-                engine.poll(req).await
-            } else {
-                engine.acquire(req).await
-            }
-        };
-        let answer = within(bound, call).await;
+        let answer = withdraw
+            .answer(bound, || {
+                let (engine, req) = (engine.clone(), req.clone());
+                let call = async move {
+                    if queued {
+                        engine.poll(&req).await
+                    } else {
+                        engine.acquire(&req).await
+                    }
+                };
+                Call::new(call, Some(call_timeout))
+            })
+            .await;
         let now = Instant::now();
         let wake = match answer {
             Ok(Poll::Held(fence)) => {
@@ -254,21 +259,40 @@ fn never() -> crate::Wake {
 }
 
 /// Withdraws the request if the waiting future is dropped (caller cancelled)
-/// or gives up, so no dead waiter or orphan hold is left behind. The
-/// withdrawal runs in its own task, bounded by `call_timeout`.
+/// or gives up, so no dead waiter or orphan hold is left behind. It also
+/// keeps the request's engine call under way: a call is never cut (see
+/// `run_on.rs`), so a withdrawal waits for its end, and a call not answered
+/// by `call_timeout` is awaited again rather than sent twice. The withdrawal
+/// runs in its own task, bounded by `call_timeout`.
 struct Withdraw<'a> {
     armed: Option<(&'a Group, &'a Request)>,
+    under_way: Option<Call<Poll>>,
 }
 
 impl<'a> Withdraw<'a> {
     fn arm(group: &'a Group, req: &'a Request) -> Self {
         Withdraw {
             armed: Some((group, req)),
+            under_way: None,
         }
     }
 
     fn disarm(&mut self) {
         self.armed = None;
+    }
+
+    /// Awaits the call under way, or else the one `next` makes, until `bound`.
+    async fn answer(
+        &mut self,
+        bound: Instant,
+        next: impl FnOnce() -> Call<Poll>,
+    ) -> Result<Poll, EngineError> {
+        let call = self.under_way.get_or_insert_with(next);
+        let answer = within(bound, &mut *call).await;
+        if call.is_done() {
+            self.under_way = None;
+        }
+        answer
     }
 
     /// Withdraws now, and waits a moment for it, so that the queue is
@@ -282,10 +306,15 @@ impl<'a> Withdraw<'a> {
     fn spawn(&mut self) -> Option<tokio::task::JoinHandle<()>> {
         let (group, req) = self.armed.take()?;
         let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let under_way = self.under_way.take().and_then(Call::into_rest);
         let (engine, req) = (group.engine.clone(), req.clone());
-        let until = Instant::now() + group.settings.call_timeout;
+        let call_timeout = group.settings.call_timeout;
         Some(runtime.spawn(async move {
-            let _ = within(until, engine.cancel(&req)).await;
+            if let Some(call) = under_way {
+                let _ = timeout(call_timeout, call).await;
+            }
+            let cancel = Call::new(async move { engine.cancel(&req).await }, Some(call_timeout));
+            let _ = within(Instant::now() + call_timeout, cancel).await;
         }))
     }
 }

@@ -18,7 +18,11 @@
 //!
 //! The core bounds every call: acquire and poll by the wait, renew by the
 //! lease, release and cancel by `call_timeout`. An engine never needs its
-//! own timeouts around a call that may block.
+//! own timeouts around a call that may block. Nor is a call dropped
+//! half-way, when its bound passes or its caller goes away: it runs on to
+//! its end (for `call_timeout` more at most) before the request is
+//! withdrawn or the next call for it is made. So an engine needs no guard
+//! for being cut between two awaits.
 //!
 //! Each request carries a fresh random [`OwnerId`], and a place for what the
 //! engine must remember about it from acquire to release (a node, a
@@ -36,6 +40,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::run_on::RunOn;
 use crate::{BoxError, LockKey, Mode};
 
 /// A future that resolves when a waiting request should be polled again, or
@@ -419,8 +424,9 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
-/// Runs one engine call, giving up at `until`: a call that never answers is
-/// a failure, never a hang.
+/// Awaits one engine call until `until`: a call that has not answered by
+/// then is a failure, never a hang. Given a [`Call`], the call itself is not
+/// cut there: it runs on to its end.
 pub(crate) async fn within<T>(
     until: tokio::time::Instant,
     call: impl Future<Output = Result<T, EngineError>>,
@@ -430,3 +436,7 @@ pub(crate) async fn within<T>(
         Err(_) => Err(EngineError::failed("no answer in time")),
     }
 }
+
+/// One engine call as work of its own (owning the engine and the request),
+/// so that it can outlive whoever awaits it: by `call_timeout` at most.
+pub(crate) type Call<T> = RunOn<Result<T, EngineError>>;

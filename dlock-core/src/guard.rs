@@ -1,11 +1,12 @@
 //! What an acquisition hands back: proof of holding, released on drop.
 
 use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
 
 use crate::hold::{Exit, Hold, held_by_this_task};
+use crate::run_on::RunOn;
 use crate::{Error, LockKey, LostReason, Mode};
 
 /// A held lock (write or read). Dropping it releases the hold in the
@@ -233,20 +234,7 @@ impl Guard {
 /// Awaits `work`; if the caller stops waiting first, `work` goes on in a
 /// task of its own (without a runtime, the lease frees the lock).
 async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
-    struct Finish<T: Send + 'static>(Option<Pin<Box<dyn Future<Output = T> + Send>>>);
-    impl<T: Send + 'static> Drop for Finish<T> {
-        fn drop(&mut self) {
-            if let Some(work) = self.0.take()
-                && let Ok(runtime) = tokio::runtime::Handle::try_current()
-            {
-                runtime.spawn(work);
-            }
-        }
-    }
-    let mut finish = Finish(Some(Box::pin(work)));
-    let out = poll_fn(|cx| finish.0.as_mut().expect("polled after the end").as_mut().poll(cx)).await;
-    finish.0 = None;
-    out
+    RunOn::new(work, None).await
 }
 
 impl Drop for Guard {

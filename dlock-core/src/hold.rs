@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::thread::ThreadId;
@@ -11,11 +12,11 @@ use std::thread::ThreadId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::within;
+use crate::engine::{Call, within};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
 use crate::registry::Group;
-use crate::{Error, LockKey, LostReason, Mode, Request, trace};
+use crate::{Engine, EngineError, Error, LockKey, LostReason, Mode, Request, trace};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
 /// outside any task (`block_on`, whose future never changes thread).
@@ -317,7 +318,11 @@ impl Hold {
         let _ = self.lost_reason();
         lock(&self.valid_until).take();
         let started = Instant::now();
-        let result = within(self.call_deadline(), self.group.engine.release(&self.req)).await;
+        let result = within(
+            self.call_deadline(),
+            self.call(|engine, req| async move { engine.release(&req).await }),
+        )
+        .await;
         // The next local request goes to the engine only once this one let go.
         lock(&self.place).take();
         let (labels, mode) = (&self.group.labels, self.req.mode);
@@ -339,13 +344,37 @@ impl Hold {
         Instant::now() + self.group.settings.call_timeout
     }
 
+    /// The engine call `make` makes for this hold, as a [`Call`].
+    fn call<T: Send + 'static, F>(&self, make: impl FnOnce(Arc<dyn Engine>, Request) -> F) -> Call<T>
+    where
+        F: Future<Output = Result<T, EngineError>> + Send + 'static,
+    {
+        let call = make(self.group.engine.clone(), self.req.clone());
+        Call::new(call, Some(self.group.settings.call_timeout))
+    }
+
+    /// One renewal. Should the watchdog stop mid-call, the renewal still
+    /// ends before a release or downgrade starts: each waits for it.
+    pub(crate) fn renewal(self: &Arc<Self>) -> Call<bool> {
+        let hold = self.clone();
+        let call = async move {
+            let released = hold.released.lock().await;
+            if *released {
+                return Ok(false);
+            }
+            hold.group.engine.renew(&hold.req).await
+        };
+        Call::new(call, Some(self.group.settings.call_timeout))
+    }
+
     /// Turns the engine-level hold into a read hold.
     pub async fn downgrade(&self) -> Result<(), Error> {
         let released = self.released.lock().await;
         if *released {
             return Ok(());
         }
-        match within(self.call_deadline(), self.group.engine.downgrade(&self.req)).await {
+        let call = self.call(|engine, req| async move { engine.downgrade(&req).await });
+        match within(self.call_deadline(), call).await {
             Ok(true) => {
                 if let Some(place) = lock(&self.place).as_ref() {
                     place.downgrade();

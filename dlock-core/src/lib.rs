@@ -24,6 +24,7 @@ pub mod lock;
 pub mod metrics;
 mod mode;
 pub mod registry;
+mod run_on;
 pub mod session;
 mod trace;
 mod waiters;

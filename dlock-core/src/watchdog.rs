@@ -202,7 +202,6 @@ fn this_runtimes_timer() -> Arc<Timer> {
 
 /// Renews `hold` now, then every lease/3, until released or lost.
 async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
-    let engine = hold.group.engine.clone();
     let lease = hold.req.lease;
     let mut pause = Duration::ZERO;
     loop {
@@ -219,7 +218,7 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
             return;
         }
         let sent = Instant::now();
-        match timeout_at(deadline, engine.renew(&hold.req)).await {
+        match timeout_at(deadline, hold.renewal()).await {
             Ok(Ok(true)) => {
                 hold.renewed(sent);
                 pause = lease / 3;

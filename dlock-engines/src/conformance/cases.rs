@@ -42,6 +42,12 @@ async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) ->
         .unwrap_or_else(|_| panic!("{what}: not done within {limit:?}"))
 }
 
+/// Asserts that `lock` is taken within `limit`, and lets it go.
+async fn served_within(limit: Duration, what: &str, lock: Lock) {
+    let next = within(limit, what, lock.lock()).await;
+    next.expect("lock").release().await.expect("release");
+}
+
 /// A counter incremented by a read-pause-write under the lock, from both
 /// clients at once: it comes out exact only if no two holders overlapped.
 pub async fn mutual_exclusion(h: &Harness) {
@@ -412,13 +418,12 @@ pub async fn wait_timeout(h: &Harness) {
         "message names the lock: {err}"
     );
     holder.release().await.expect("release");
-    let next = within(
+    served_within(
         Duration::from_secs(1),
         "acquire after a timed-out waiter",
-        h.lock("timeout").lock(),
+        h.lock("timeout"),
     )
     .await;
-    next.expect("lock").release().await.expect("release");
 }
 
 /// A waiter whose task is aborted withdraws at once; the next one is not
@@ -432,13 +437,54 @@ pub async fn cancelled_waiter_leaves_queue(h: &Harness) {
     assert!(waiter.await.is_err(), "waiter was not cancelled");
     sleep(Duration::from_millis(100)).await;
     holder.release().await.expect("release");
-    let next = within(
+    served_within(
         Duration::from_millis(700),
         "acquire after a cancelled waiter",
-        h.peer_lock("abort-wait").lock(),
+        h.peer_lock("abort-wait"),
     )
     .await;
-    next.expect("lock").release().await.expect("release");
+}
+
+/// Waiters dropped at every moment of their acquisition, many in the middle
+/// of an engine call (sent, not yet answered), leave nothing behind: once
+/// the holder lets go, the next caller is served as after clean cancels.
+pub async fn waiters_dropped_mid_call_leave_nothing_behind(h: &Harness) {
+    const ROUNDS: u64 = 60;
+    let holder = h.lock("dropped").lock().await.expect("lock");
+    for round in 0..ROUNDS {
+        let lock = if round % 2 == 0 {
+            h.lock("dropped")
+        } else {
+            h.peer_lock("dropped")
+        };
+        // From before the first request leaves to after it is queued: a
+        // loopback round trip takes 0.1 to 2 ms.
+        let after = Duration::from_micros(round * 4000 / ROUNDS);
+        // In a task of its own: in the holder's task the lock would reenter.
+        let attempt = tokio::spawn(async move {
+            let granted = async {
+                if round % 3 == 0 {
+                    lock.try_lock().await.map(|guard| guard.is_some())
+                } else {
+                    lock.lock().await.map(|_| true)
+                }
+            };
+            timeout(after, granted).await
+        });
+        if let Ok(answer) = attempt.await.expect("task panicked") {
+            assert!(
+                !answer.expect("engine failed"),
+                "round {round}: granted while held"
+            );
+        }
+    }
+    holder.release().await.expect("release");
+    served_within(
+        Duration::from_millis(700),
+        "acquire after waiters dropped mid-call",
+        h.peer_lock("dropped"),
+    )
+    .await;
 }
 
 /// A guard dropped because its task was aborted frees the lock well before its lease.
@@ -454,13 +500,12 @@ pub async fn guard_dropped_in_cancelled_task_frees_lock(h: &Harness) {
     assert!(!available(&h.peer_lock("abort-hold"), Mode::Write).await);
     task.abort();
     let _ = task.await;
-    let next = within(
+    served_within(
         Duration::from_secs(3),
         "acquire after the holder was aborted",
-        h.peer_lock("abort-hold").lock(),
+        h.peer_lock("abort-hold"),
     )
     .await;
-    next.expect("lock").release().await.expect("release");
 }
 
 /// A peer that took the lock and vanished (no renewal, no release) holds it

@@ -242,6 +242,7 @@ macro_rules! conformance_suite {
             try_lock_does_not_queue [],
             wait_timeout [],
             cancelled_waiter_leaves_queue [],
+            waiters_dropped_mid_call_leave_nothing_behind [],
             guard_dropped_in_cancelled_task_frees_lock [],
             lease_expiry_frees_abandoned_holder [Lease],
             fencing_is_monotonic [Fencing],

@@ -215,6 +215,11 @@ impl ZooKeeperEngine {
     /// Joins the line with a new node on the live session, then looks.
     async fn enqueue(&self, req: &Request) -> Result<Poll, EngineError> {
         let path = self.path(req);
+        // An earlier attempt that failed after its create left a node in
+        // line: keep its place rather than leave it behind as an orphan.
+        if self.node(req, |n| !n.session.is_ended()).unwrap_or(false) {
+            return self.look(req, &path, None).await;
+        }
         let mut session = self.sessions.live().await?;
         let (name, fence, children) = match self.create(&session, &path, req).await {
             Ok(created) => created,
