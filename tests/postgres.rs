@@ -230,9 +230,13 @@ async fn killed_sessions_over_and_over_leave_every_pool_whole() {
             })
         })
         .collect();
+    // At least 5 s and 60 kills: a busy machine reconnects more slowly, so
+    // fewer sessions are there to kill each time.
     let mut kills = 0;
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(5) {
+    while started.elapsed() < Duration::from_secs(5)
+        || (kills < 60 && started.elapsed() < Duration::from_secs(60))
+    {
         let row = killer
             .query_one(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'killed'",
@@ -247,7 +251,7 @@ async fn killed_sessions_over_and_over_leave_every_pool_whole() {
     for worker in workers {
         worker.await.expect("worker");
     }
-    assert!(kills > 50, "only {kills} sessions killed");
+    assert!(kills >= 60, "only {kills} sessions killed in a minute");
     // The kills have stopped: every worker gets its turns again, each
     // within a wait that an intact pool never comes near.
     let counter = Arc::new(AtomicU64::new(0));
