@@ -167,8 +167,13 @@ impl Peer {
             .status()
             .expect("build the peer");
         assert!(built.success(), "the distributed-lock peer did not build");
-        let mut child = Command::new(format!("{target}/release/distributed-lock-peer"))
-            .args([kind, url])
+        let mut command = Command::new(format!("{target}/release/distributed-lock-peer"));
+        Self::spawn(command.args([kind, url]))
+    }
+
+    /// Starts `command`, a process that answers as the peer does.
+    pub fn spawn(command: &mut Command) -> Self {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
