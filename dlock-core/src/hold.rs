@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -13,10 +13,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::engine::{Call, within};
+use crate::key::shard_of;
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
 use crate::registry::Group;
-use crate::{Engine, EngineError, Error, LockKey, LostReason, Mode, Request, trace};
+use crate::{Engine, EngineError, Error, KeyHashing, LockKey, LostReason, Mode, Request, trace};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
 /// outside any task (`block_on`, whose future never changes thread).
@@ -54,10 +55,8 @@ impl Slot {
         }
     }
 
-    fn shard(&self) -> MutexGuard<'static, HashMap<Slot, Arc<Hold>>> {
-        let mut hasher = std::hash::DefaultHasher::new();
-        self.hash(&mut hasher);
-        lock(&TABLE[hasher.finish() as usize % SHARDS])
+    fn shard(&self) -> MutexGuard<'static, HashMap<Slot, Arc<Hold>, KeyHashing>> {
+        lock(&TABLE[shard_of::<SHARDS>(self)])
     }
 }
 
@@ -67,7 +66,7 @@ pub(crate) fn engine_id(group: &Group) -> usize {
 }
 
 const SHARDS: usize = 32;
-type Shard = Mutex<HashMap<Slot, Arc<Hold>>>;
+type Shard = Mutex<HashMap<Slot, Arc<Hold>, KeyHashing>>;
 static TABLE: LazyLock<[Shard; SHARDS]> = LazyLock::new(|| std::array::from_fn(|_| Shard::default()));
 
 /// Locks a std mutex, ignoring poison: every critical section here is a few

@@ -1,7 +1,8 @@
 //! Lock identity: a group (the business purpose) and a name within it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::sync::{Arc, LazyLock};
 
 use crate::Error;
 
@@ -17,10 +18,60 @@ pub const MAX_NAME_LEN: usize = 64 * 1024;
 /// let key = dlock_core::LockKey::new("order", "{tenant}:42").unwrap();
 /// assert_eq!(key.to_string(), "order/{tenant}:42");
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LockKey {
+    /// Hashed once, here: every table a request passes through (the holds,
+    /// the local queue, an engine's own) uses this rather than hashing the
+    /// text again. SipHash with a key random per process, so names chosen
+    /// by users cannot be made to collide.
+    hash: u64,
     group: Arc<str>,
     name: Arc<str>,
+}
+
+impl Hash for LockKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// The hasher for tables keyed by [`LockKey`]s (alone, or with ids beside
+/// them): it mixes the hash each key carries with the ids' numbers, one
+/// multiplication each, instead of hashing the key's text again.
+#[derive(Clone, Copy, Default)]
+pub struct KeyHasher(u64);
+
+/// Builds [`KeyHasher`]s: `HashMap<LockKey, V, KeyHashing>`.
+pub type KeyHashing = BuildHasherDefault<KeyHasher>;
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // FxHash's step: the product's high bits depend on every input bit.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+static HASHING: LazyLock<RandomState> = LazyLock::new(RandomState::new);
+
+/// Which of `SHARDS` tables `item` (a key, or a key with ids) goes in.
+pub(crate) fn shard_of<const SHARDS: usize>(item: &impl Hash) -> usize {
+    let mut hasher = KeyHasher::default();
+    item.hash(&mut hasher);
+    (hasher.finish() >> 32) as usize % SHARDS
 }
 
 impl LockKey {
@@ -43,7 +94,11 @@ impl LockKey {
                 key: shorten(&group) + "/" + &shorten(&name),
                 reason,
             }),
-            None => Ok(Self { group, name }),
+            None => Ok(Self {
+                hash: HASHING.hash_one((&*group, &*name)),
+                group,
+                name,
+            }),
         }
     }
 

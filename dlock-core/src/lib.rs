@@ -37,7 +37,7 @@ pub use engine::{
 };
 pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};
-pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN, percent_escape};
+pub use key::{KeyHasher, KeyHashing, LockKey, MAX_GROUP_LEN, MAX_NAME_LEN, percent_escape};
 pub use lock::{Lock, Locks};
 pub use mode::Mode;
 pub use registry::{Kinds, Registry};

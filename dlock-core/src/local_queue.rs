@@ -7,17 +7,17 @@
 //! a process and, on a fair engine, FIFO among the processes' heads.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::{LockKey, Mode};
+use crate::key::shard_of;
+use crate::{KeyHashing, LockKey, Mode};
 
 const SHARDS: usize = 64;
 
-type Queues = HashMap<(usize, LockKey), Line>;
+type Queues = HashMap<(usize, LockKey), Line, KeyHashing>;
 
 static QUEUES: LazyLock<[Mutex<Queues>; SHARDS]> =
     LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
@@ -26,7 +26,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 struct Waiter {
     id: u64,
     mode: Mode,
-    turn: Arc<Notify>,
+    /// Wakes a waiter whose turn comes later; one let through as it came
+    /// needs none.
+    turn: Option<Arc<Notify>>,
 }
 
 /// One lock's line. The first `through` waiters have had their turn: one
@@ -51,7 +53,9 @@ impl Line {
     /// Lets through every waiter whose turn has come, waking each.
     fn pass(&mut self) {
         while self.next_may_pass() {
-            self.waiters[self.through].turn.notify_one();
+            if let Some(turn) = &self.waiters[self.through].turn {
+                turn.notify_one();
+            }
             self.through += 1;
         }
     }
@@ -93,20 +97,23 @@ impl Place {
     /// Joins the queue of `key` on engine `engine` and waits for its turn.
     /// Cancel-safe: a dropped wait leaves the queue.
     pub async fn take(engine: usize, key: &LockKey, mode: Mode) -> Place {
-        let turn = Arc::new(Notify::new());
         let place = Place::new(engine, key);
-        let through = {
+        let waiting = {
             let mut queues = place.shard();
             let line = queues.entry((engine, key.clone())).or_default();
             line.waiters.push_back(Waiter {
                 id: place.id,
                 mode,
-                turn: turn.clone(),
+                turn: None,
             });
             line.pass();
-            line.through == line.waiters.len()
+            (line.through < line.waiters.len()).then(|| {
+                let turn = Arc::new(Notify::new());
+                line.waiters.back_mut().expect("just pushed").turn = Some(turn.clone());
+                turn
+            })
         };
-        if !through {
+        if let Some(turn) = waiting {
             // Woken by `notify_one`, which keeps a permit if the wake comes first.
             turn.notified().await;
         }
@@ -129,7 +136,7 @@ impl Place {
         line.waiters.push_back(Waiter {
             id: place.id,
             mode,
-            turn: Arc::new(Notify::new()),
+            turn: None,
         });
         line.through += 1;
         drop(queues);
@@ -148,9 +155,7 @@ impl Place {
     }
 
     fn shard(&self) -> MutexGuard<'static, Queues> {
-        let mut hasher = std::hash::DefaultHasher::new();
-        (self.engine, &self.key).hash(&mut hasher);
-        QUEUES[hasher.finish() as usize % SHARDS]
+        QUEUES[shard_of::<SHARDS>(&(self.engine, &self.key))]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }

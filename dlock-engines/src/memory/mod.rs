@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dlock_core::{
-    Capabilities, Engine, EngineError, LockKey, Mode, OwnerId, Poll, Request, Wake, Woken, async_trait,
+    Capabilities, Engine, EngineError, KeyHashing, LockKey, Mode, OwnerId, Poll, Request, Wake, Woken,
+    async_trait,
 };
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
@@ -38,7 +39,7 @@ pub struct MemoryEngine {
 
 #[derive(Default)]
 struct Locks {
-    by_key: HashMap<LockKey, LockState>,
+    by_key: HashMap<LockKey, LockState, KeyHashing>,
     /// One counter for all keys: strictly increasing per lock, and no state
     /// is kept for a lock nobody holds or waits for.
     last_fence: u64,

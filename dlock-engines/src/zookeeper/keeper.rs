@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use dlock_core::LockKey;
+use dlock_core::{KeyHashing, LockKey};
 
 struct Entry {
     path: Arc<str>,
@@ -18,7 +18,7 @@ struct Entry {
 
 pub(crate) struct Keeper {
     idle: Duration,
-    locks: Mutex<HashMap<LockKey, Entry>>,
+    locks: Mutex<HashMap<LockKey, Entry, KeyHashing>>,
 }
 
 impl Keeper {
@@ -27,7 +27,7 @@ impl Keeper {
     pub fn new(idle: Duration) -> Arc<Self> {
         let keeper = Arc::new(Keeper {
             idle,
-            locks: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::default()),
         });
         tokio::spawn(sweep(Arc::downgrade(&keeper), idle));
         keeper
@@ -59,7 +59,7 @@ impl Keeper {
         }
     }
 
-    fn locks(&self) -> MutexGuard<'_, HashMap<LockKey, Entry>> {
+    fn locks(&self) -> MutexGuard<'_, HashMap<LockKey, Entry, KeyHashing>> {
         self.locks.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
