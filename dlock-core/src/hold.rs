@@ -17,6 +17,7 @@ use crate::key::shard_of;
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
 use crate::registry::Group;
+use crate::watchdog::Stop;
 use crate::{Engine, EngineError, Error, KeyHashing, LockKey, LostReason, Mode, Request, trace};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
@@ -142,9 +143,6 @@ pub(crate) struct Grant {
     pub fence: u64,
     pub valid_until: Instant,
 }
-
-/// Stops a hold's watchdog: aborts its task, or unfiles it from the timer.
-pub(crate) type Stop = Box<dyn FnOnce() + Send>;
 
 pub(crate) struct Hold {
     pub group: Arc<Group>,
@@ -275,7 +273,7 @@ impl Hold {
         let counts = lock(&self.counts);
         if counts.writes == 0 && counts.reads == 0 {
             drop((counts, watchdog));
-            return stop();
+            return stop.stop();
         }
         *watchdog = Some(stop);
     }
@@ -305,7 +303,7 @@ impl Hold {
     fn stop_watchdog(&self) {
         let stop = lock(&self.watchdog).take();
         if let Some(stop) = stop {
-            stop();
+            stop.stop();
         }
     }
 

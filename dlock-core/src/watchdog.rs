@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::LostSignal;
-use crate::hold::{Hold, Stop};
+use crate::hold::Hold;
 use crate::metrics::Event;
 use crate::{LostReason, trace};
 
@@ -30,14 +30,33 @@ pub(crate) fn start(hold: &Arc<Hold>) {
         return;
     };
     // A handed-over grant may be valid for less than the lease.
-    let pause = (until.saturating_duration_since(Instant::now()) / 3).min(hold.req.lease / 3);
+    let now = Instant::now();
+    let pause = (until.saturating_duration_since(now) / 3).min(hold.req.lease / 3);
     let pushed = hold.group.engine.lost(&hold.req);
-    hold.set_watchdog(renew_later(hold, Instant::now() + pause, pushed));
+    hold.set_watchdog(renew_later(hold, now + pause, pushed));
+}
+
+/// Stops a hold's watchdog: unfiles it from the timer, or aborts its task.
+pub(crate) struct Stop(Watching);
+
+enum Watching {
+    Filed(Arc<Timer>, Key),
+    Running(AbortHandle),
+}
+
+impl Stop {
+    pub(crate) fn stop(self) {
+        match self.0 {
+            Watching::Filed(timer, key) => drop(timer.due().holds.remove(&key)),
+            Watching::Running(task) => task.abort(),
+        }
+    }
 }
 
 fn spawn(hold: &Arc<Hold>, pushed: LostSignal) -> Stop {
-    let task = tokio::spawn(renew(hold.clone(), pushed)).abort_handle();
-    Box::new(move || task.abort())
+    Stop(Watching::Running(
+        tokio::spawn(renew(hold.clone(), pushed)).abort_handle(),
+    ))
 }
 
 /// Files `hold` with this runtime's timer, to start its task at `at`, or
@@ -63,9 +82,7 @@ fn renew_later(hold: &Arc<Hold>, at: Instant, pushed: Option<LostSignal>) -> Sto
         }
         key
     };
-    Box::new(move || {
-        timer.due().holds.remove(&key);
-    })
+    Stop(Watching::Filed(timer, key))
 }
 
 /// Polls a loss signal once, so that its firing makes the hold filed at
