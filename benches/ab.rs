@@ -30,7 +30,7 @@ use dlock::engines::redis::fixture::Redis;
 use dlock::engines::redlock::fixture::RedLock;
 use dlock::engines::zookeeper::fixture::ZooKeeper;
 
-const ROUNDS: usize = 40;
+const ROUNDS: usize = 200;
 /// How long a block should take: long enough that switching sides costs
 /// nothing measurable, short enough that both sides see the same load.
 const BLOCK_TIME: f64 = 20e6;
