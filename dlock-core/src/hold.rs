@@ -17,7 +17,6 @@ use crate::key::shard_of;
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
 use crate::registry::Group;
-use crate::watchdog::Stop;
 use crate::{Engine, EngineError, Error, KeyHashing, LockKey, LostReason, Mode, Request, trace};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
@@ -142,6 +141,26 @@ pub(crate) enum Exit {
 pub(crate) struct Grant {
     pub fence: u64,
     pub valid_until: Instant,
+}
+
+/// Stops a hold's watchdog: unfiles it from the timer, or aborts its task.
+pub(crate) enum Stop {
+    Filed(Arc<dyn Unfile>, (Instant, u64)),
+    Running(tokio::task::AbortHandle),
+}
+
+/// The watchdog's timer, where holds wait for their first renewal.
+pub(crate) trait Unfile: Send + Sync {
+    fn unfile(&self, key: (Instant, u64));
+}
+
+impl Stop {
+    fn stop(self) {
+        match self {
+            Stop::Filed(timer, key) => timer.unfile(key),
+            Stop::Running(task) => task.abort(),
+        }
+    }
 }
 
 pub(crate) struct Hold {

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::LostSignal;
-use crate::hold::Hold;
+use crate::hold::{Hold, Stop, Unfile};
 use crate::metrics::Event;
 use crate::{LostReason, trace};
 
@@ -36,27 +36,8 @@ pub(crate) fn start(hold: &Arc<Hold>) {
     hold.set_watchdog(renew_later(hold, now + pause, pushed));
 }
 
-/// Stops a hold's watchdog: unfiles it from the timer, or aborts its task.
-pub(crate) struct Stop(Watching);
-
-enum Watching {
-    Filed(Arc<Timer>, Key),
-    Running(AbortHandle),
-}
-
-impl Stop {
-    pub(crate) fn stop(self) {
-        match self.0 {
-            Watching::Filed(timer, key) => drop(timer.due().holds.remove(&key)),
-            Watching::Running(task) => task.abort(),
-        }
-    }
-}
-
 fn spawn(hold: &Arc<Hold>, pushed: LostSignal) -> Stop {
-    Stop(Watching::Running(
-        tokio::spawn(renew(hold.clone(), pushed)).abort_handle(),
-    ))
+    Stop::Running(tokio::spawn(renew(hold.clone(), pushed)).abort_handle())
 }
 
 /// Files `hold` with this runtime's timer, to start its task at `at`, or
@@ -82,7 +63,7 @@ fn renew_later(hold: &Arc<Hold>, at: Instant, pushed: Option<LostSignal>) -> Sto
         }
         key
     };
-    Stop(Watching::Filed(timer, key))
+    Stop::Filed(timer, key)
 }
 
 /// Polls a loss signal once, so that its firing makes the hold filed at
@@ -102,6 +83,12 @@ fn watch(mut signal: LostSignal, timer: &Arc<Timer>, key: Key) -> LostSignal {
 }
 
 type Key = (Instant, u64);
+
+impl Unfile for Timer {
+    fn unfile(&self, key: Key) {
+        self.due().holds.remove(&key);
+    }
+}
 
 /// A hold's entry with the timer.
 struct Filed {
