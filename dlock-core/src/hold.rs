@@ -143,6 +143,15 @@ pub(crate) struct Grant {
     pub valid_until: Instant,
 }
 
+/// Whether and why a hold is lost, and who watches for it: the channel is
+/// made only when someone asks for the signal, as most holds are never lost
+/// and nobody watches.
+#[derive(Default)]
+struct Lost {
+    reason: Option<LostReason>,
+    watchers: Option<watch::Sender<Option<LostReason>>>,
+}
+
 /// Stops a hold's watchdog: unfiles it from the timer, or aborts its task.
 pub(crate) enum Stop {
     Filed(Arc<dyn Unfile>, (Instant, u64)),
@@ -169,7 +178,7 @@ pub(crate) struct Hold {
     pub fence: u64,
     slot: Slot,
     counts: Mutex<Counts>,
-    lost: watch::Sender<Option<LostReason>>,
+    lost: Mutex<Lost>,
     /// Until when the engine is known to keep the hold; the watchdog moves it
     /// on with each renewal. `None` once released.
     valid_until: Mutex<Option<Instant>>,
@@ -227,7 +236,7 @@ impl Hold {
             req,
             fence: grant.fence,
             counts: Mutex::new(counts),
-            lost: watch::Sender::new(None),
+            lost: Mutex::default(),
             valid_until: Mutex::new(Some(grant.valid_until)),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
@@ -417,11 +426,17 @@ impl Hold {
 
     /// Records the loss once; later reasons are ignored.
     pub fn mark_lost(&self, reason: LostReason) {
-        let first = self.lost.send_if_modified(|lost| {
-            let first = lost.is_none();
-            lost.get_or_insert(reason);
+        let first = {
+            let mut lost = lock(&self.lost);
+            let first = lost.reason.is_none();
+            if first {
+                lost.reason = Some(reason);
+                if let Some(watchers) = &lost.watchers {
+                    watchers.send_replace(Some(reason));
+                }
+            }
             first
-        });
+        };
         if first {
             self.group.labels.event(self.req.mode, Event::Lost);
             trace::lost(&self.span, reason);
@@ -432,7 +447,7 @@ impl Hold {
     /// past its validity is lost even before the watchdog wakes (a process
     /// resumed after a long pause must not act first and learn later).
     pub fn lost_reason(&self) -> Option<LostReason> {
-        if let Some(reason) = *self.lost.borrow() {
+        if let Some(reason) = lock(&self.lost).reason {
             return Some(reason);
         }
         let expired = lock(&self.valid_until).is_some_and(|until| Instant::now() >= until);
@@ -456,6 +471,10 @@ impl Hold {
     }
 
     pub fn subscribe_lost(&self) -> watch::Receiver<Option<LostReason>> {
-        self.lost.subscribe()
+        let mut lost = lock(&self.lost);
+        let reason = lost.reason;
+        lost.watchers
+            .get_or_insert_with(|| watch::Sender::new(reason))
+            .subscribe()
     }
 }
