@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -219,6 +219,11 @@ impl Worker {
             .find(|l| l.starts_with("bought="))
             .expect("worker summary");
         Summary::parse(&summary)
+    }
+
+    /// How the worker ended, if it has.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("wait")
     }
 
     /// Sends `signal` (`"-STOP"`, `"-CONT"`, `"-KILL"`) to the worker.

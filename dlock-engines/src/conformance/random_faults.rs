@@ -30,6 +30,8 @@ const WORKERS: usize = 5;
 pub struct Outcome {
     /// Faults applied, by kind: pauses, kills, outages, connection kills.
     pub faults: [u32; 4],
+    /// Workers started again after they could not connect at startup.
+    pub restarts: u32,
     /// Critical sections entered.
     pub entered: u64,
     /// Writes the register accepted, and reads and writes it refused as stale.
@@ -83,29 +85,39 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
     let bound = setup.fixture.recovers_within();
     let (path, register) = setup.register("random");
     let config = setup.config("10s");
-    let start = |at: Instant| Slot {
-        worker: Worker::start(
+    let launch = || {
+        Worker::start(
             &config,
             &path,
             &["--cycles", "1000000000", "--hold-ms", "10", "--on-lost", "ignore"],
-        ),
-        since: at,
+        )
     };
     let mut dice = Dice(seed);
     let mut out = Outcome::default();
     let began = Instant::now();
-    let mut slots: Vec<Slot> = (0..WORKERS).map(|_| start(began)).collect();
+    let mut slots: Vec<Slot> = (0..WORKERS)
+        .map(|_| Slot {
+            worker: launch(),
+            since: began,
+        })
+        .collect();
     let mut last_entrant = 0;
     let mut last_entry = began;
     let mut fault_ended = began;
     let mut next_fault = began + dice.millis(300, 1500);
-    let check_silence = |slots: &[Slot], last_entry: Instant, fault_ended: Instant, out: &mut Outcome| {
+    // What the last fault was, for a failure's message.
+    let mut last_fault = "none";
+    let check_silence = |slots: &[Slot],
+                         last_entry: Instant,
+                         fault_ended: Instant,
+                         last_fault: &str,
+                         out: &mut Outcome| {
         let now = Instant::now();
         let silent = now - last_entry.max(fault_ended);
         out.silence = out.silence.max(silent);
         assert!(
             silent <= bound,
-            "{} seed {seed}: nobody entered for {silent:?} (bound {bound:?})",
+            "{} seed {seed}: nobody entered for {silent:?} (bound {bound:?}) after {last_fault}",
             F::NAME
         );
         for slot in slots {
@@ -115,7 +127,7 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
             if capabilities.fairness == Fairness::Fifo {
                 assert!(
                     silent <= bound,
-                    "{} seed {seed}: a worker did not enter for {silent:?} (bound {bound:?})",
+                    "{} seed {seed}: a worker did not enter for {silent:?} (bound {bound:?}) after {last_fault}",
                     F::NAME
                 );
             }
@@ -123,6 +135,22 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
     };
     let quiet = bound + Duration::from_secs(1);
     while began.elapsed() < duration + quiet {
+        for slot in &mut slots {
+            // A worker started just before an outage or a connection kill
+            // fails to connect and exits, as it should (exit code 2, the
+            // error printed); a supervisor starts it again. Anything else
+            // is a crash.
+            if let Some(status) = slot.worker.exited() {
+                assert_eq!(
+                    status.code(),
+                    Some(2),
+                    "{} seed {seed}: a worker crashed: {status}",
+                    F::NAME
+                );
+                out.restarts += 1;
+                slot.worker = launch();
+            }
+        }
         for (i, slot) in slots.iter_mut().enumerate() {
             let entered = slot.worker.entries();
             if !entered.is_empty() {
@@ -132,7 +160,7 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
                 last_entrant = i;
             }
         }
-        check_silence(&slots, last_entry, fault_ended, &mut out);
+        check_silence(&slots, last_entry, fault_ended, last_fault, &mut out);
         if Instant::now() >= next_fault && began.elapsed() < duration {
             // The holder most of the time, so that pauses and kills bite.
             let victim = if dice.below(4) > 0 {
@@ -151,7 +179,10 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
                 1 => {
                     out.entered += slots[victim].worker.entries().len() as u64;
                     slots[victim].worker.signal("-KILL");
-                    slots[victim] = start(Instant::now());
+                    slots[victim] = Slot {
+                        worker: launch(),
+                        since: Instant::now(),
+                    };
                     true
                 }
                 2 => {
@@ -163,6 +194,7 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
             };
             if applied {
                 out.faults[kind] += 1;
+                last_fault = ["a pause", "a kill", "an outage", "connection kills"][kind];
                 fault_ended = Instant::now();
             }
             next_fault = fault_ended + dice.millis(300, 2000);
@@ -189,11 +221,12 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
     assert!(out.entered > 0, "{} seed {seed}: nobody ever entered", F::NAME);
     setup.figure(format!(
         "random faults, seed {seed}, {duration:?} then {quiet:?} quiet: pauses {} kills {} outages {} connection kills {}; \
-         entered {}, writes {}, stale refused {}, overlaps {}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
+         workers started again after a failed start {}; entered {}, writes {}, stale refused {}, overlaps {}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
         out.faults[0],
         out.faults[1],
         out.faults[2],
         out.faults[3],
+        out.restarts,
         out.entered,
         out.writes,
         out.refused,
