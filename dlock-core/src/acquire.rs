@@ -54,14 +54,16 @@ pub(crate) async fn acquire(
         let mut waited = pin!(warn_if_stuck_behind_this_process(group, &req.key, since, waited));
         poll_fn(|cx| span.in_scope(|| waited.as_mut().poll(cx))).await
     };
-    let waited = since.elapsed();
+    // One clock read serves the wait's span, the hold's start and its first renewal.
+    let now = Instant::now();
+    let waited = now - since;
     match granted {
         Ok((place, grant)) => {
             group.labels.span(Span::Wait, mode, waited);
             group.labels.event(mode, Event::Acquired);
             trace::waited(&span, waited, Event::Acquired.as_str());
-            let hold = Hold::start(group.clone(), req, place, grant, &span);
-            watchdog::start(&hold);
+            let hold = Hold::start(group.clone(), req, place, grant, now, &span);
+            watchdog::start(&hold, now);
             Ok(Guard::new(hold, mode))
         }
         Err(e) => {
@@ -146,8 +148,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
                 Call::new(call, Some(call_timeout))
             })
             .await;
-        let now = Instant::now();
-        let wake = match answer {
+        let answer = match answer {
             Ok(Poll::Held(fence)) => {
                 withdraw.disarm();
                 return Ok(Grant {
@@ -155,7 +156,12 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
                     valid_until: sent + req.lease,
                 });
             }
-            Ok(Poll::Waiting(wake)) => {
+            Ok(Poll::Waiting(wake)) => Ok(wake),
+            Err(e) => Err(e),
+        };
+        let now = Instant::now();
+        let wake = match answer {
+            Ok(wake) => {
                 queued = true;
                 failure = None;
                 wake

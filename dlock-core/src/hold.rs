@@ -223,6 +223,7 @@ impl Hold {
         req: Request,
         place: Option<Place>,
         grant: Grant,
+        since: Instant,
         acquired: &tracing::Span,
     ) -> Arc<Hold> {
         let span = trace::hold(&req.key, req.mode, &group.engine_name, grant.fence, acquired);
@@ -240,7 +241,7 @@ impl Hold {
             valid_until: Mutex::new(Some(grant.valid_until)),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
-            held_since: Instant::now(),
+            held_since: since,
             place: Mutex::new(place),
             span,
         });
@@ -344,15 +345,16 @@ impl Hold {
         lock(&self.valid_until).take();
         let started = Instant::now();
         let result = within(
-            self.call_deadline(),
+            started + self.group.settings.call_timeout,
             self.call(|engine, req| async move { engine.release(&req).await }),
         )
         .await;
         // The next local request goes to the engine only once this one let go.
         lock(&self.place).take();
         let (labels, mode) = (&self.group.labels, self.req.mode);
-        labels.span(Span::Release, mode, started.elapsed());
-        labels.span(Span::Hold, mode, self.held_since.elapsed());
+        let ended = Instant::now();
+        labels.span(Span::Release, mode, ended - started);
+        labels.span(Span::Hold, mode, ended - self.held_since);
         labels.gauge(Gauge::Held, mode, -1.0);
         labels.event(mode, Event::Released);
         match result {
@@ -363,10 +365,6 @@ impl Hold {
             }
             Err(e) => Err(self.group.engine_error(&self.req.key, e)),
         }
-    }
-
-    fn call_deadline(&self) -> Instant {
-        Instant::now() + self.group.settings.call_timeout
     }
 
     /// The engine call `make` makes for this hold, as a [`Call`].
@@ -399,7 +397,7 @@ impl Hold {
             return Ok(());
         }
         let call = self.call(|engine, req| async move { engine.downgrade(&req).await });
-        match within(self.call_deadline(), call).await {
+        match within(Instant::now() + self.group.settings.call_timeout, call).await {
             Ok(true) => {
                 if let Some(place) = lock(&self.place).as_ref() {
                     place.downgrade();

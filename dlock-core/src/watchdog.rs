@@ -23,14 +23,13 @@ use crate::hold::{Hold, Stop, Unfile};
 use crate::metrics::Event;
 use crate::{LostReason, trace};
 
-/// Starts renewing `hold` a third of the way through its validity. The hold
-/// stops it on release.
-pub(crate) fn start(hold: &Arc<Hold>) {
+/// Starts renewing `hold` a third of the way through its validity, counted
+/// from `now`. The hold stops it on release.
+pub(crate) fn start(hold: &Arc<Hold>, now: Instant) {
     let Some(until) = hold.valid_until() else {
         return;
     };
     // A handed-over grant may be valid for less than the lease.
-    let now = Instant::now();
     let pause = (until.saturating_duration_since(now) / 3).min(hold.req.lease / 3);
     let pushed = hold.group.engine.lost(&hold.req);
     hold.set_watchdog(renew_later(hold, now + pause, pushed));

@@ -141,12 +141,13 @@ impl MemoryEngine {
 
     /// Runs `f` on the state of `key` with expired holders gone, then wakes
     /// whoever can now proceed and forgets the key if it became idle.
-    fn with_lock<T>(&self, key: &LockKey, f: impl FnOnce(&mut LockState, &mut u64) -> T) -> T {
+    fn with_lock<T>(&self, key: &LockKey, f: impl FnOnce(&mut LockState, &mut u64, Instant) -> T) -> T {
         let mut locks = self.locks();
         let Locks { by_key, last_fence } = &mut *locks;
         let state = by_key.entry(key.clone()).or_default();
-        state.expire(Instant::now());
-        let out = f(state, last_fence);
+        let now = Instant::now();
+        state.expire(now);
+        let out = f(state, last_fence, now);
         state.wake_ready();
         if state.is_idle() {
             by_key.remove(key);
@@ -155,12 +156,12 @@ impl MemoryEngine {
     }
 
     fn attempt(&self, req: &Request) -> Poll {
-        self.with_lock(&req.key, |state, last_fence| {
+        self.with_lock(&req.key, |state, last_fence, now| {
             if state.grantable(req.owner, req.mode) {
                 state.queue.remove(req.owner);
                 let holder = Holder {
                     owner: req.owner,
-                    expires: Instant::now() + req.lease,
+                    expires: now + req.lease,
                 };
                 match req.mode {
                     Mode::Write => state.writer = Some(holder),
@@ -283,7 +284,7 @@ impl Engine for MemoryEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.with_lock(&req.key, |state, _| {
+        self.with_lock(&req.key, |state, _, _| {
             state.queue.remove(req.owner);
             state.remove_holder(req.owner);
         });
@@ -292,9 +293,9 @@ impl Engine for MemoryEngine {
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(
-            self.with_lock(&req.key, |state, _| match state.holder(req.owner) {
+            self.with_lock(&req.key, |state, _, now| match state.holder(req.owner) {
                 Some(holder) => {
-                    holder.expires = Instant::now() + req.lease;
+                    holder.expires = now + req.lease;
                     true
                 }
                 None => false,
@@ -303,7 +304,7 @@ impl Engine for MemoryEngine {
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        Ok(self.with_lock(&req.key, |state, _| {
+        Ok(self.with_lock(&req.key, |state, _, _| {
             match state.writer.take_if(|w| w.owner == req.owner) {
                 Some(holder) => {
                     state.readers.push(holder);
@@ -315,7 +316,7 @@ impl Engine for MemoryEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        Ok(self.with_lock(&req.key, |state, _| state.remove_holder(req.owner)))
+        Ok(self.with_lock(&req.key, |state, _, _| state.remove_holder(req.owner)))
     }
 }
 
