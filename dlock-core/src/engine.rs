@@ -111,6 +111,9 @@ pub struct Request {
     pub lease: Duration,
     /// Never join the queue: answer held or busy at once.
     pub try_once: bool,
+    /// The fencing token this request was granted; 0 until then. The core
+    /// sets it before it asks the engine to renew, downgrade or release.
+    pub fence: u64,
     state: Arc<OnceLock<Box<dyn Any + Send + Sync>>>,
 }
 
@@ -123,6 +126,7 @@ impl Request {
             mode,
             lease,
             try_once: false,
+            fence: 0,
             state: Arc::default(),
         }
     }
@@ -154,6 +158,7 @@ impl std::fmt::Debug for Request {
             .field("mode", &self.mode)
             .field("lease", &self.lease)
             .field("try_once", &self.try_once)
+            .field("fence", &self.fence)
             .finish()
     }
 }

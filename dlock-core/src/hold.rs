@@ -220,12 +220,13 @@ impl Hold {
     /// starts its watchdog.
     pub fn start(
         group: Arc<Group>,
-        req: Request,
+        mut req: Request,
         place: Option<Place>,
         grant: Grant,
         since: Instant,
         acquired: &tracing::Span,
     ) -> Arc<Hold> {
+        req.fence = grant.fence;
         let span = trace::hold(&req.key, req.mode, &group.engine_name, grant.fence, acquired);
         let counts = match req.mode {
             Mode::Write => Counts { writes: 1, reads: 0 },

@@ -16,6 +16,11 @@ pub(crate) fn prefix(key: &LockKey) -> String {
     out
 }
 
+/// The lock's gate, `<prefix>:w`: its record, the key every script is given.
+pub(crate) fn gate(prefix: &str) -> String {
+    format!("{prefix}:w")
+}
+
 fn escape_into(text: &str, out: &mut String) {
     percent_escape(text, |c| matches!(c, ':' | '{' | '}'), out);
 }

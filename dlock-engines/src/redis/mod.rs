@@ -8,10 +8,10 @@
 //! queue head is kicked), and the gate: the lock's one record, holding the
 //! writer with its deadline and the last fencing token, which exists
 //! whenever any of the others does. So an idle lock is taken, and a holder
-//! nobody waits for lets go, with one `GET` and one `SET` in a script, and
+//! nobody waits for lets go, with two commands in a script, and
 //! a held lock nobody waits for is one key, as in the plainest lock; a
 //! holder that dies with waiters queued leaves the gate behind, and nobody
-//! jumps the queue (`scripts/common.lua` has the gate's forms). Every state
+//! jumps the queue (`scripts/head.lua` has the gate's forms). Every state
 //! change is one Lua script, called by SHA and reloaded after `NOSCRIPT`.
 //!
 //! **Wake-up and handoff.** A release that frees the lock hands it straight
@@ -23,12 +23,26 @@
 //! woken one polls. The core's constant or exponential polling stays the
 //! safety net.
 //!
-//! **Fencing without leaks.** A token is the server clock in microseconds,
-//! bumped past the last token while the gate keeps that: `fence_retention`
-//! (default one minute) after its grant, whether its holder lets go or dies
-//! holding. Once every lease and the retention have run out, the lock
-//! leaves no key behind. Assumption: the Redis server's clock never steps
-//! back by more than `fence_retention`.
+//! **Fencing without leaks.** The gate keeps the last token for
+//! `fence_retention` (default one minute) past its holder's deadline,
+//! whether the holder lets go or dies holding. A token is one past the kept
+//! one, or, with none kept, the server clock in microseconds (every path
+//! that reads the clock anyway takes the later of the two). Once every
+//! lease and the retention have run out, the lock leaves no key behind.
+//! Assumption: the Redis server's clock never steps back by more than
+//! `fence_retention`.
+//!
+//! **What the server spends.** A lone writer takes an idle lock with one
+//! `GET` and one `SET` and lets go with one `PTTL` and one `SET ... GET`
+//! (the token it was granted rebuilds the idle record, and a record that
+//! turns out not to be its own is put back): no clock read, and the
+//! helpers the queue needs are not even made (a script makes its functions
+//! anew on every call). The settings every call would repeat (the publish
+//! command, the retention, `waiter_ttl`) are constants in the scripts'
+//! text, not arguments.
+//!
+//! Needs Redis 6.2 or later (`SET ... GET`); a cluster needs 7.0
+//! (`SPUBLISH`).
 //!
 //! Config:
 //!
@@ -195,14 +209,24 @@ pub fn register(kinds: &mut Kinds) {
     });
 }
 
-/// A script with the helpers all of them share (`scripts/common.lua`) in front.
-macro_rules! script {
-    ($name:literal) => {
-        concat!(
+/// A script: this engine's settings as Lua constants (one script per
+/// setting in use, not per process), the names all scripts share
+/// (`scripts/head.lua`), its lone-writer path, then the helpers
+/// (`scripts/common.lua`) where its `-- helpers --` line is, and the rest.
+fn script(body: &str, settings: &str) -> Script {
+    let (fast, rest) = body
+        .split_once("-- helpers --\n")
+        .expect("every script marks where its helpers go");
+    Script::new(
+        &[
+            settings,
+            include_str!("scripts/head.lua"),
+            fast,
             include_str!("scripts/common.lua"),
-            include_str!(concat!("scripts/", $name, ".lua"))
-        )
-    };
+            rest,
+        ]
+        .concat(),
+    )
 }
 
 struct Scripts {
@@ -232,11 +256,8 @@ pub struct RedisEngine {
     kind: &'static str,
     connection: Connection,
     notifier: notify::Notifier,
-    /// `PUBLISH` on one server, `SPUBLISH` on a cluster (see `notify::Source`).
-    publish: &'static str,
     scripts: Scripts,
     address: String,
-    fence_retention: Duration,
     waiter_ttl: Duration,
     /// Replicas that must acknowledge a grant (`WAIT`), and how long to wait.
     replicas_ack: Option<(u32, Duration)>,
@@ -262,7 +283,7 @@ impl RedisEngine {
             connection,
             notifier,
             "PUBLISH",
-            (config.fence_retention, config.waiter_ttl),
+            timings(name, config.fence_retention, config.waiter_ttl)?,
         );
         Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
@@ -288,7 +309,7 @@ impl RedisEngine {
             connection,
             notifier,
             "SPUBLISH",
-            (config.fence_retention, config.waiter_ttl),
+            timings(name, config.fence_retention, config.waiter_ttl)?,
         ))
     }
 
@@ -359,7 +380,7 @@ impl RedisEngine {
             connection,
             notifier,
             "PUBLISH",
-            (config.fence_retention, config.waiter_ttl),
+            timings(name, config.fence_retention, config.waiter_ttl)?,
         );
         Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
@@ -392,19 +413,22 @@ impl RedisEngine {
         publish: &'static str,
         (fence_retention, waiter_ttl): (Duration, Duration),
     ) -> Self {
+        let settings = format!(
+            "local publish, retain, waiter_ttl = '{publish}', {}, {}\n",
+            millis(fence_retention),
+            millis(waiter_ttl)
+        );
         RedisEngine {
             kind: target.kind,
             connection,
             notifier,
-            publish,
             scripts: Scripts {
-                acquire: Script::new(script!("acquire")),
-                renew: Script::new(script!("renew")),
-                release: Script::new(script!("release")),
-                downgrade: Script::new(script!("downgrade")),
+                acquire: script(include_str!("scripts/acquire.lua"), &settings),
+                renew: script(include_str!("scripts/renew.lua"), &settings),
+                release: script(include_str!("scripts/release.lua"), &settings),
+                downgrade: script(include_str!("scripts/downgrade.lua"), &settings),
             },
             address: target.address,
-            fence_retention,
             waiter_ttl,
             replicas_ack: None,
             id: OwnerId::random().to_string(),
@@ -430,13 +454,10 @@ impl RedisEngine {
         let fence: u64 = self
             .scripts
             .acquire
-            .key(&prefix)
+            .key(keys::gate(&prefix))
             .arg(&owner)
-            .arg(self.publish)
-            .arg(millis(self.fence_retention))
             .arg(mode)
             .arg(millis(req.lease))
-            .arg(millis(self.waiter_ttl))
             .arg(if queue { "1" } else { "0" })
             .arg(&self.id)
             .invoke_async(&mut self.connection.clone())
@@ -448,7 +469,7 @@ impl RedisEngine {
             }
             // Too few replicas have it: a failover now could forget it.
             // Undo, and try again within the wait.
-            self.run(&self.scripts.release, req, "cancel").await?;
+            self.run(&self.scripts.release, req, ("cancel", "")).await?;
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         let wake: Wake = match watching {
@@ -491,8 +512,14 @@ impl RedisEngine {
     /// then reports the hold lost, never a hold that is still there.
     async fn let_go(&self, req: &Request, how: &str) -> Result<bool, EngineError> {
         let release = &self.scripts.release;
-        match self.invoke(release, req, how).await {
-            Err(e) if e.is_unrecoverable_error() => self.run(release, req, how).await,
+        // The token lets a lone writer's release go without reading the gate first.
+        let fence = match req.fence {
+            0 => String::new(),
+            fence => format!("{fence:014x}"),
+        };
+        let args = (how, fence);
+        match self.invoke(release, req, &args).await {
+            Err(e) if e.is_unrecoverable_error() => self.run(release, req, &args).await,
             done => done.map_err(EngineError::failed),
         }
     }
@@ -504,15 +531,31 @@ impl RedisEngine {
         arg: impl redis::ToRedisArgs,
     ) -> redis::RedisResult<bool> {
         let done: u8 = script
-            .key(keys::prefix(&req.key))
+            .key(keys::gate(&keys::prefix(&req.key)))
             .arg(req.owner.to_string())
-            .arg(self.publish)
-            .arg(millis(self.fence_retention))
             .arg(arg)
             .invoke_async(&mut self.connection.clone())
             .await?;
         Ok(done == 1)
     }
+}
+
+/// `fence_retention` and `waiter_ttl`, which the scripts use as key
+/// expiries: at least a millisecond each.
+fn timings(
+    name: &str,
+    fence_retention: Duration,
+    waiter_ttl: Duration,
+) -> Result<(Duration, Duration), Error> {
+    for (field, value) in [("fence_retention", fence_retention), ("waiter_ttl", waiter_ttl)] {
+        if value < Duration::from_millis(1) {
+            return Err(Error::config(
+                format!("engines.{name}.{field}"),
+                "must be at least 1ms",
+            ));
+        }
+    }
+    Ok((fence_retention, waiter_ttl))
 }
 
 /// A client for `config.url`, with TLS trust from `tls_ca_file` when given.

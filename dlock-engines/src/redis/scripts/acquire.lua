@@ -1,24 +1,37 @@
 -- Acquire or poll: take the lock if this request's turn has come, else keep
 -- its place in the queue alive. Kicks dead waiters off the head of the queue.
 -- Publishes `*` to the engines of a run of queued readers it admits.
--- ARGV[4]  mode: "w" or "r"
--- ARGV[5]  lease, ms
--- ARGV[6]  waiter liveness ttl, ms
--- ARGV[7]  "1": join the queue if not granted; "0": try once
--- ARGV[8]  the caller's engine id
+-- ARGV[2]  mode: "w" or "r"
+-- ARGV[3]  lease, ms
+-- ARGV[4]  "1": join the queue if not granted; "0": try once
+-- ARGV[5]  the caller's engine id
 -- returns  the fence when granted (always > 0), 0 when not: a number is
 --          cheaper to return than a table
-local mode, lease, waiter_ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+
+-- A writer finds the lock idle, or its lone writer's lease over: one read
+-- and one write, the token one past the last, the clock read only when the
+-- gate is gone.
+if ARGV[2] == 'w' then
+  local value = redis.call('GET', gate)
+  local sep = value and string.byte(value, 26)
+  if not value or sep == 46
+    or (sep == 126 and redis.call('PTTL', gate) <= tonumber(string.sub(value, 15, 25), 16)) then
+    local fence
+    if value then
+      fence = tonumber(string.sub(value, 1, 14), 16) + 1
+    else
+      local time = redis.call('TIME')
+      fence = time[1] * 1000000 + time[2]
+    end
+    redis.call('SET', gate, string.format('%014x%011x~%s', fence, retain, me), 'PX', ARGV[3] + retain)
+    return fence
+  end
+end
+-- helpers --
+local mode, lease = ARGV[2], tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now_ms = millis(time)
 local holder, deadline, last, crowded = read_gate(now_ms)
-
--- An idle lock: nobody holds, waits or reads.
-if mode == 'w' and not holder and not crowded then
-  local fence = next_fence(time, last)
-  put(me, now_ms + lease, fence, now_ms, 0)
-  return fence
-end
 
 local queue, readers, pending, settle, wake, live_head, waiter = crowd()
 
@@ -56,11 +69,11 @@ else
 end
 
 if not granted then
-  if ARGV[7] == '1' then
+  if ARGV[4] == '1' then
     if redis.call('EXISTS', alive) == 0 and redis.call('SISMEMBER', pending, me) == 0 then
       redis.call('RPUSH', queue, entry)
     end
-    redis.call('SET', alive, ARGV[5] .. ' ' .. ARGV[8], 'PX', waiter_ttl)
+    redis.call('SET', alive, ARGV[3] .. ' ' .. ARGV[5], 'PX', waiter_ttl)
     if redis.call('PTTL', queue) < waiter_ttl * 2 then
       redis.call('PEXPIRE', queue, waiter_ttl * 2)
     end

@@ -1,7 +1,8 @@
 -- Turn this owner's write hold into a read hold without letting go.
--- ARGV[4]  lease, ms
+-- ARGV[2]  lease, ms
 -- returns  1 if downgraded, 0 if this owner no longer held the write lock
-local lease = tonumber(ARGV[4])
+-- helpers --
+local lease = tonumber(ARGV[2])
 local now_ms = millis(redis.call('TIME'))
 local holder, _, last = read_gate(now_ms)
 if holder ~= me then

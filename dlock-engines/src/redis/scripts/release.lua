@@ -2,38 +2,40 @@
 -- then, if the lock is free and a live writer heads the queue, hand the lock
 -- straight to it (it learns the grant from the notification, without a
 -- round trip), else wake the waiter now first in line.
--- ARGV[4]  "release" or "cancel"
+-- ARGV[2]  "release" or "cancel"
+-- ARGV[3]  the token this owner was granted, 14 hex digits; empty if none
 -- returns  1 if this owner held the lock, 0 if not
-local holder, deadline, last, crowded, value = read_gate(0)
--- A lone writer: nobody else to think of; the record keeps the token. The
--- gate expires at the later of the deadline and the token's retention
--- (see put), so its PTTL tells the time without TIME; when the retention
--- is the later, it is also when the idle record must go.
-if holder == me and not crowded then
-  local kept = math.floor(last / 1000) + retain
-  local now_ms = math.max(deadline, kept) - redis.call('PTTL', gate)
-  if deadline > now_ms then
-    if deadline <= kept then
-      redis.call('SET', gate, string.sub(value, 1, 14) .. '00000000000.', 'KEEPTTL')
-    else
-      put(nil, nil, last, now_ms, 0)
+
+-- A lone writer lets go: the gate becomes idle, keeping the token, with one
+-- write that returns what it replaced. Not this writer's after all: put it
+-- back as it was, and go the long way.
+local ttl = redis.call('PTTL', gate)
+if ARGV[3] ~= '' and ttl > 0 then
+  local value = redis.call('SET', gate, ARGV[3] .. '00000000000.', 'PX', retain, 'GET')
+  if value and string.byte(value, 26) == 126 and string.sub(value, 27) == me
+    and string.sub(value, 1, 14) == ARGV[3] then
+    -- Held until the end if the gate had more left than the retention.
+    if ttl > tonumber(string.sub(value, 15, 25), 16) then
+      return 1
     end
-    return 1
+    return 0
+  end
+  if value then
+    redis.call('SET', gate, value, 'PX', ttl)
+  else
+    redis.call('DEL', gate)
   end
 end
+-- helpers --
 local time = redis.call('TIME')
 local now_ms = millis(time)
-if deadline <= now_ms then
-  holder = nil
-end
--- The TTL's time can run a ms ahead of TIME's (more if an engine with a
--- shorter retention wrote the gate): then TIME decides.
+local holder, deadline, last, crowded = read_gate(now_ms)
 if holder == me and not crowded then
   put(nil, nil, last, now_ms, 0)
   return 1
 end
 local queue, readers, pending, settle, wake, live_head = crowd()
-if ARGV[4] == 'cancel' then
+if ARGV[2] == 'cancel' then
   redis.call('LREM', queue, 0, 'w:' .. me)
   redis.call('LREM', queue, 0, 'r:' .. me)
   redis.call('SREM', pending, me)

@@ -1,14 +1,23 @@
 -- Extend this owner's lease, whether it holds for write or for read.
--- ARGV[4]  lease, ms
+-- ARGV[2]  lease, ms
 -- returns  1 if extended, 0 if this owner no longer holds the lock
-local lease = tonumber(ARGV[4])
+
+-- A lone writer: its gate expires the retention past its deadline.
+local value = redis.call('GET', gate)
+if value and string.byte(value, 26) == 126 and string.sub(value, 27) == me then
+  local retention = tonumber(string.sub(value, 15, 25), 16)
+  if redis.call('PTTL', gate) > retention then
+    redis.call('PEXPIRE', gate, ARGV[2] + retention)
+    return 1
+  end
+  return 0
+end
+-- helpers --
+local lease = tonumber(ARGV[2])
 local now_ms = millis(redis.call('TIME'))
 local holder, deadline, last, crowded = read_gate(now_ms)
-if holder == me and not crowded then
-  put(me, now_ms + lease, last, now_ms, 0)
-  return 1
-elseif not crowded then
-  -- Nobody else around: no readers either.
+-- Nobody else around: no readers either.
+if not crowded then
   return 0
 end
 local _, readers, _, settle = crowd()

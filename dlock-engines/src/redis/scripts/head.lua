@@ -1,0 +1,31 @@
+-- Prepended to every script (scripts cannot call each other), after the
+-- line the engine writes with its settings: `publish`, the command that
+-- notifies ("PUBLISH", or "SPUBLISH" on a cluster); `retain`, how long the
+-- last fencing token is kept past its holder's deadline, ms; and
+-- `waiter_ttl`, how long a queued waiter's silence is borne, ms.
+-- KEYS[1]  the lock's gate, `<prefix>:w` with the prefix `{dlock:<group>:<name>}`;
+--          the lock's other keys are the prefix and a suffix, under its hash tag
+-- ARGV[1]  the caller's owner id
+-- ARGV[2…] the script's own
+--
+-- The gate `:w` is the lock's record: it exists whenever any part of the
+-- lock does, and it carries the last fencing token (14 hex digits). Its
+-- forms, fixed-width so they are read without a pattern:
+--   `<fence><retention>~<owner>`  a writer holds and nobody else is around;
+--                                 the gate expires <retention> ms (11 hex
+--                                 digits) past the writer's deadline, so
+--                                 its PTTL tells whether the writer still
+--                                 holds, without the clock;
+--   `<fence><deadline>|<owner>`   a writer holds until <deadline> (server
+--                                 ms, 11 hex digits), others wait or read;
+--   `<fence>00000000000|`         no writer; readers hold or waiters wait;
+--   `<fence>00000000000.`         idle: only the last token is left.
+-- It lives the retention past the writer's deadline (past its last change
+-- without a writer), and as long as the others' keys. Every script that
+-- changes the queue, the readers or the pending readers ends with
+-- `settle`, which keeps that promise.
+--
+-- Each script begins with its lone-writer path, which reads no clock and
+-- makes no helper (Lua makes a script's functions anew on every call); the
+-- helpers (common.lua) come in where that path ends.
+local gate, me = KEYS[1], ARGV[1]
