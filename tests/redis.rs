@@ -503,6 +503,19 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
         }
         other => panic!("expected a config error, got {:?}", other.err()),
     }
+
+    // The scripts use both as key expiries: zero is refused before connecting.
+    for field in ["fence_retention", "waiter_ttl"] {
+        let mut zero = RedisConfig::new(format!("redis://127.0.0.1:{port}"));
+        match field {
+            "fence_retention" => zero.fence_retention = Duration::ZERO,
+            _ => zero.waiter_ttl = Duration::ZERO,
+        }
+        match RedisEngine::connect("main", &zero).await {
+            Err(Error::Config { field: named, .. }) => assert_eq!(named, format!("engines.main.{field}")),
+            other => panic!("expected a config error for {field}, got {:?}", other.err()),
+        }
+    }
 }
 
 #[tokio::test]

@@ -269,6 +269,7 @@ pub struct RedisEngine {
 impl RedisEngine {
     /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
+        let timings = timings(name, config.fence_retention, config.waiter_ttl)?;
         let client = client(name, config)?;
         let target = Target {
             engine: name,
@@ -278,18 +279,13 @@ impl RedisEngine {
         };
         let connection = connection::single(client.clone(), &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
-        let engine = Self::new(
-            target,
-            connection,
-            notifier,
-            "PUBLISH",
-            timings(name, config.fence_retention, config.waiter_ttl)?,
-        );
+        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
         Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 
     /// Connects Redis Cluster engine `name` through its seed nodes.
     pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
+        let timings = timings(name, config.fence_retention, config.waiter_ttl)?;
         if config.nodes.is_empty() {
             return Err(Error::config(
                 format!("engines.{name}.nodes"),
@@ -304,17 +300,12 @@ impl RedisEngine {
         };
         let connection = connection::cluster(&config.nodes, &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Cluster(config.nodes.clone()));
-        Ok(Self::new(
-            target,
-            connection,
-            notifier,
-            "SPUBLISH",
-            timings(name, config.fence_retention, config.waiter_ttl)?,
-        ))
+        Ok(Self::new(target, connection, notifier, "SPUBLISH", timings))
     }
 
     /// Connects Sentinel engine `name` to the primary its sentinels name.
     pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
+        let timings = timings(name, config.fence_retention, config.waiter_ttl)?;
         let field = |f: &str| format!("engines.{name}.{f}");
         if config.sentinels.is_empty() {
             return Err(Error::config(field("sentinels"), "name at least one sentinel"));
@@ -375,13 +366,7 @@ impl RedisEngine {
         let connection = connection::sentinel(primary.clone(), &target).await?;
         primary.follow(infos, &config.master_name);
         let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
-        let engine = Self::new(
-            target,
-            connection,
-            notifier,
-            "PUBLISH",
-            timings(name, config.fence_retention, config.waiter_ttl)?,
-        );
+        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
         Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 
