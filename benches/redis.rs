@@ -480,7 +480,7 @@ async fn memory() {
     }
     println!(
         "released: {left} idle records left at once, each keeping the last fencing token \
-         fence_retention after its grant ({RETENTION:?} here, short for the bench; default \
+         fence_retention past its release ({RETENTION:?} here, short for the bench; default \
          1 min); DBSIZE {after} {:?} after release",
         released.elapsed()
     );

@@ -17,8 +17,17 @@ pub(crate) fn prefix(key: &LockKey) -> String {
 }
 
 /// The lock's gate, `<prefix>:w`: its record, the key every script is given.
-pub(crate) fn gate(prefix: &str) -> String {
-    format!("{prefix}:w")
+pub(crate) fn gate(key: &LockKey) -> String {
+    let mut out = prefix(key);
+    out.push_str(":w");
+    out
+}
+
+/// The channel on which engine `engine` hears from the lock of `gate`:
+/// `<prefix>:n:<engine>`.
+pub(crate) fn channel(gate: &str, engine: &str) -> String {
+    let prefix = gate.strip_suffix(":w").expect("a gate ends in :w");
+    format!("{prefix}:n:{engine}")
 }
 
 fn escape_into(text: &str, out: &mut String) {

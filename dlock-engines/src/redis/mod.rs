@@ -424,28 +424,18 @@ impl RedisEngine {
     /// during the round trip; without one (lock not yet subscribed here), the
     /// wait subscribes and then tries again at once.
     async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
-        let prefix = keys::prefix(&req.key);
-        let channel = format!("{prefix}:n:{}", self.id);
-        let watching = if queue {
-            self.notifier.existing(&channel)
-        } else {
-            None
-        };
-        let owner = req.owner.to_string();
+        let gate = keys::gate(&req.key);
+        // Only a request that may wait hears from the lock.
+        let channel = queue.then(|| keys::channel(&gate, &self.id));
+        let watching = channel.as_deref().and_then(|c| self.notifier.existing(c));
         let mode = match req.mode {
             dlock_core::Mode::Write => "w",
             dlock_core::Mode::Read => "r",
         };
+        let join = if queue { "1" } else { "0" };
+        let args = (req.owner.to_string(), mode, millis(req.lease), join, &self.id);
         let fence: u64 = self
-            .scripts
-            .acquire
-            .key(keys::gate(&prefix))
-            .arg(&owner)
-            .arg(mode)
-            .arg(millis(req.lease))
-            .arg(if queue { "1" } else { "0" })
-            .arg(&self.id)
-            .invoke_async(&mut self.connection.clone())
+            .eval(&self.scripts.acquire, &gate, args)
             .await
             .map_err(EngineError::failed)?;
         if fence > 0 {
@@ -457,22 +447,22 @@ impl RedisEngine {
             self.run(&self.scripts.release, req, ("cancel", "")).await?;
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
-        let wake: Wake = match watching {
+        let wake: Wake = match (watching, channel) {
             // A handed-over grant lasts the waiter's lease or its liveness
             // window, the shorter (see release.lua), counted from this call
             // on both sides. With replicas_ack a handed-over grant must
             // still be acknowledged: the waiter then claims it by polling.
-            Some(receiver) => {
+            (Some(receiver), _) => {
                 let handoff = self
                     .replicas_ack
                     .is_none()
                     .then_some(req.lease.min(self.waiter_ttl));
                 notify::wake_for(receiver, req.owner, handoff)
             }
-            None if !queue => Box::pin(std::future::pending()),
+            (None, None) => Box::pin(std::future::pending()),
             // Subscribed after this attempt: try again at once, so a release
             // that happened meanwhile is not missed.
-            None => match self.notifier.subscribe(&channel).await {
+            (None, Some(channel)) => match self.notifier.subscribe(&channel).await {
                 Some(_) => Box::pin(std::future::ready(dlock_core::Woken::Retry)),
                 None => Box::pin(std::future::pending()),
             },
@@ -515,13 +505,36 @@ impl RedisEngine {
         req: &Request,
         arg: impl redis::ToRedisArgs,
     ) -> redis::RedisResult<bool> {
-        let done: u8 = script
-            .key(keys::gate(&keys::prefix(&req.key)))
-            .arg(req.owner.to_string())
-            .arg(arg)
-            .invoke_async(&mut self.connection.clone())
-            .await?;
+        let gate = keys::gate(&req.key);
+        let done: u8 = self.eval(script, &gate, (req.owner.to_string(), arg)).await?;
         Ok(done == 1)
+    }
+
+    /// `EVALSHA` of `script` on the lock's gate, its arguments written
+    /// straight into one command buffer (redis-rs's script invocation
+    /// copies each into a buffer of its own first); loads the script after
+    /// `NOSCRIPT` and sends it once more.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        gate: &str,
+        args: impl redis::ToRedisArgs,
+    ) -> redis::RedisResult<T> {
+        // Room for every part at once: a lock's name and ids rarely need more.
+        let mut cmd = redis::Cmd::with_capacity(12, 256 + gate.len());
+        cmd.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(gate)
+            .arg(args);
+        let mut connection = self.connection.clone();
+        match cmd.query_async(&mut connection).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                script.load_async(&mut connection).await?;
+                cmd.query_async(&mut connection).await
+            }
+            done => done,
+        }
     }
 }
 
