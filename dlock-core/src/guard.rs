@@ -67,7 +67,7 @@ impl HeldLock {
     /// The fencing token of this hold: strictly greater than every earlier
     /// holder's. Hand it to storage so it can reject writes from a stale holder.
     pub fn fence(&self) -> u64 {
-        self.0.fence
+        self.0.req.fence
     }
 
     /// The hold's `tracing` span (target `dlock`, name `hold`, with its

@@ -174,8 +174,8 @@ impl Stop {
 
 pub(crate) struct Hold {
     pub group: Arc<Group>,
+    /// The request as granted: its `fence` is the hold's token.
     pub req: Request,
-    pub fence: u64,
     slot: Slot,
     counts: Mutex<Counts>,
     lost: Mutex<Lost>,
@@ -236,7 +236,6 @@ impl Hold {
             slot: Slot::new(TaskKey::current(), &group, &req.key),
             group,
             req,
-            fence: grant.fence,
             counts: Mutex::new(counts),
             lost: Mutex::default(),
             valid_until: Mutex::new(Some(grant.valid_until)),

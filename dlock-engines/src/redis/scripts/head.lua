@@ -27,5 +27,7 @@
 --
 -- Each script begins with its lone-writer path, which reads no clock and
 -- makes no helper (Lua makes a script's functions anew on every call); the
--- helpers (common.lua) come in where that path ends.
+-- helpers (common.lua) come in where that path ends. So those paths spell
+-- out the `~` form themselves: two small helpers for it cost the server
+-- 3.4 % more a cycle.
 local gate, me = KEYS[1], ARGV[1]

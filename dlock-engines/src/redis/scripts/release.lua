@@ -9,8 +9,8 @@
 -- A lone writer lets go: the gate becomes idle, keeping the token, with one
 -- write that returns what it replaced. Not this writer's after all: put it
 -- back as it was, and go the long way.
-local ttl = redis.call('PTTL', gate)
-if ARGV[3] ~= '' and ttl > 0 then
+local ttl = ARGV[3] ~= '' and redis.call('PTTL', gate) or 0
+if ttl > 0 then
   local value = redis.call('SET', gate, ARGV[3] .. '00000000000.', 'PX', retain, 'GET')
   if value and string.byte(value, 26) == 126 and string.sub(value, 27) == me
     and string.sub(value, 1, 14) == ARGV[3] then
