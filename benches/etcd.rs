@@ -3,6 +3,11 @@
 //!
 //! - floor: a put under an existing lease plus a delete, 2 round trips, no
 //!   lock logic;
+//! - stamped floor: what dlock's engine sends, on one client: a transaction
+//!   that puts the request's key under the lease if it does not exist and
+//!   reads the newest two keys under the lock's prefix (the revision of the
+//!   put is the fence; the read tells whether any request is ahead), then a
+//!   delete;
 //! - Lock RPC: etcd's server-side lock (`lock` / `unlock` through
 //!   `etcd-client`), which runs etcd's `concurrency.Mutex` in the server;
 //! - dlock: the etcd engine, write mode.
@@ -24,12 +29,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::Fixture;
-use dlock::engines::etcd::etcd_client::{Client, LockOptions, PutOptions};
+use dlock::engines::etcd::etcd_client::{
+    Client, Compare, CompareOp, GetOptions, KvClient, LockOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp,
+};
 use dlock::engines::etcd::fixture::{Etcd, metric};
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::{Registry, Settings};
 
-use common::{Handoffs, Target, micros, row, uncontended};
+use common::{Contender, Handoffs, Target, micros, row, uncontended};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -41,6 +49,32 @@ async fn client(endpoint: &str) -> (Client, i64) {
     let mut client = Client::connect([endpoint], None).await.expect("connect");
     let lease = client.lease_grant(600, None).await.expect("lease").id();
     (client, lease)
+}
+
+/// The stamped floor's cycle: the put and the read of the queue's head in
+/// one transaction, then the delete.
+async fn stamped_cycle(kv: &mut KvClient, lease: i64) {
+    let key = format!("/bench/stamped/{lease:x}");
+    let newest = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(2);
+    let txn = Txn::new()
+        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(
+                key.as_str(),
+                "dlock write 0",
+                Some(PutOptions::new().with_lease(lease)),
+            ),
+            TxnOp::get("/bench/stamped/", Some(newest)),
+        ])
+        .or_else([TxnOp::get(key.as_str(), None)]);
+    assert!(
+        kv.txn(txn).await.expect("put").succeeded(),
+        "the stamped floor's lock is free"
+    );
+    kv.delete(key, None).await.expect("delete");
 }
 
 async fn dlock(endpoint: &str) -> Registry {
@@ -140,36 +174,42 @@ async fn main() {
     // The key-value client alone: cloning a whole `Client` per call costs
     // a tenth of a cycle.
     let mut floor = floor.kv_client();
-    let (rpc, rpc_lease) = client(&endpoint).await;
+    let (stamped, stamped_lease) = client(&endpoint).await;
+    let mut stamped = stamped.kv_client();
+    let (mut rpc, rpc_lease) = client(&endpoint).await;
     let registry = dlock(&endpoint).await;
     let lock = registry.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");
 
     uncontended(
         "etcd",
-        [
-            "floor (put under a lease + delete)",
-            "etcd Lock RPC (lock + unlock)",
-            "dlock etcd, write, fenced, FIFO",
+        &[
+            Contender::floor("floor (put under a lease + delete)", Target::AtMost(1.10)),
+            Contender::stamped("stamped floor (dlock's requests)", Target::AtMost(1.05)),
+            Contender::floor("etcd Lock RPC (lock + unlock)", Target::AtMost(1.0)),
+            Contender::dlock("dlock etcd, write, fenced, FIFO"),
         ],
         (CYCLES, BLOCK),
-        async || {
-            let options = PutOptions::new().with_lease(floor_lease);
-            floor.put("/bench/floor", "", Some(options)).await.expect("put");
-            floor.delete("/bench/floor", None).await.expect("delete");
-        },
-        async || lock.lock().await.expect("lock").release().await.expect("release"),
-        async |block| {
-            let mut rpc = rpc.clone();
-            let started = Instant::now();
+        fixture.server.pid(),
+        async |who, block| {
             for _ in 0..block {
-                let options = LockOptions::new().with_lease(rpc_lease);
-                let held = rpc.lock("/bench/rpc", Some(options)).await.expect("lock");
-                rpc.unlock(held.key()).await.expect("unlock");
+                match who {
+                    0 => {
+                        let options = PutOptions::new().with_lease(floor_lease);
+                        floor.put("/bench/floor", "", Some(options)).await.expect("put");
+                        floor.delete("/bench/floor", None).await.expect("delete");
+                    }
+                    1 => stamped_cycle(&mut stamped, stamped_lease).await,
+                    2 => {
+                        let options = LockOptions::new().with_lease(rpc_lease);
+                        let held = rpc.lock("/bench/rpc", Some(options)).await.expect("lock");
+                        rpc.unlock(held.key()).await.expect("unlock");
+                    }
+                    _ => lock.lock().await.expect("lock").release().await.expect("release"),
+                }
             }
-            started.elapsed().as_nanos() as f64 / block as f64
+            None
         },
-        [1.10, 1.0],
     )
     .await;
 

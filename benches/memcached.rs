@@ -4,11 +4,14 @@
 //! - floor: the least lock memcached allows, `add` (meta `ms ... ME`) then a
 //!   plain `delete`, on one open connection: 2 round trips, no fence, no
 //!   ownership check on release;
-//! - dlock: the memcached engine, write mode: `add` with the fence counter's
-//!   increment in the same round trip, then a CAS-checked delete.
+//! - stamped floor: what dlock's engine sends, on one open connection: the
+//!   `add` of an item holding an owner and the lock's name, asking for its
+//!   CAS value, with a fence counter's increment in the same round trip,
+//!   then a CAS-checked delete;
+//! - dlock: the memcached engine, write mode.
 //!
-//! The two take turns in blocks of `BLOCK` cycles, each going first in
-//! turn; the ratio is the median over blocks of (dlock / floor).
+//! The three take turns in blocks of `BLOCK` cycles, each going first in
+//! turn; a ratio is the median over blocks of (dlock / the other).
 //!
 //! ```text
 //! cargo bench --bench memcached --features memcached
@@ -22,7 +25,7 @@ use dlock::{Registry, Settings};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use common::{Target, block_ratios, p50, percentile, row, take_turns};
+use common::{Contender, Target, uncontended};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -36,6 +39,30 @@ impl Floor {
         let mut line = String::new();
         self.0.read_line(&mut line).await.expect("reply");
         line
+    }
+
+    async fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.0.read_line(&mut line).await.expect("reply");
+        line
+    }
+
+    async fn stamped_cycle(&mut self) {
+        // An owner id and the lock's name, as dlock's item holds.
+        const VALUE: &str = "0123456789abcdef0123456789abcdef bench\0stamped";
+        let add = format!(
+            "ms stamped {} T31 ME c\r\n{VALUE}\r\nma bench:fence v\r\n",
+            VALUE.len()
+        );
+        let added = self.exchange(add.as_bytes()).await;
+        let cas = added
+            .strip_prefix("HD c")
+            .expect("the stamped floor's lock is free")
+            .trim();
+        assert!(self.line().await.starts_with("VA "), "the fence");
+        assert!(self.line().await.trim().parse::<u64>().is_ok(), "the fence");
+        let delete = format!("md stamped C{cas}\r\n");
+        assert_eq!(self.exchange(delete.as_bytes()).await, "HD\r\n");
     }
 
     async fn cycle(&mut self) {
@@ -52,34 +79,36 @@ async fn main() {
         .expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     let mut floor = Floor(BufReader::new(stream));
+    let stream = TcpStream::connect(fixture.server.address())
+        .await
+        .expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut stamped = Floor(BufReader::new(stream));
+    assert_eq!(stamped.exchange(b"ms bench:fence 1\r\n0\r\n").await, "HD\r\n");
     let engine = dlock::engines::conformance::engine(&fixture).await;
     let registry = Registry::with_engine("memcached", engine, Settings::default()).expect("registry");
     let lock = registry.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");
 
-    let [floor_times, dlock_times] = take_turns(
+    uncontended(
+        "memcached",
+        &[
+            Contender::floor("floor (add + delete)", Target::AtMost(1.10)),
+            Contender::stamped("stamped floor (dlock's commands)", Target::AtMost(1.05)),
+            Contender::dlock("dlock memcached, write"),
+        ],
         (CYCLES, BLOCK),
-        async || floor.cycle().await,
-        async || lock.lock().await.expect("lock").release().await.expect("release"),
+        fixture.server.pid(),
+        async |who, block| {
+            for _ in 0..block {
+                match who {
+                    0 => floor.cycle().await,
+                    1 => stamped.stamped_cycle().await,
+                    _ => lock.lock().await.expect("lock").release().await.expect("release"),
+                }
+            }
+            None
+        },
     )
     .await;
-    let ratios = block_ratios(&dlock_times, &floor_times, BLOCK);
-    println!("uncontended cycle, {CYCLES} each, interleaved in blocks of {BLOCK}:");
-    println!("  floor (add + delete)       p50 {:>8.1?}", p50(&floor_times));
-    println!("  dlock memcached, write     p50 {:>8.1?}", p50(&dlock_times));
-    let ratio = percentile(ratios.clone(), 0.5);
-    println!(
-        "  dlock / floor, median block {ratio:.3} (p10 {:.3}, p90 {:.3}; target ≤ 1.15)",
-        percentile(ratios.clone(), 0.1),
-        percentile(ratios, 0.9)
-    );
-    row(
-        "memcached",
-        "uncontended cycle (median block ratio)",
-        &format!("{:.1?}", p50(&dlock_times)),
-        "floor (add + delete)",
-        &format!("{:.1?}", p50(&floor_times)),
-        ratio,
-        Target::AtMost(1.15),
-    );
 }

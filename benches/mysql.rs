@@ -3,6 +3,10 @@
 //!
 //! - floor: `GET_LOCK` + `RELEASE_LOCK`, prepared, on one open connection:
 //!   2 round trips, no table, no fence, no lease, no queue;
+//! - stamped floor: the statements dlock's engine sends for a write hold
+//!   taken at once, on one open connection: `GET_LOCK` that also checks the
+//!   queue table for rows and draws the fence (`UUID_SHORT()`), then
+//!   `RELEASE_LOCK`;
 //! - peer: the `distributed-lock` crate's MySQL lock (0.2, on sqlx, itself
 //!   `GET_LOCK`), built from `benches/peers/distributed-lock` and driven
 //!   over a pipe, with a pool of 32;
@@ -30,7 +34,7 @@ use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Registry, Settings};
 use mysql_async::prelude::Queryable;
 
-use common::{Peer, Target, block_ratios, median, p50, row, take_turns, uncontended};
+use common::{Contender, Peer, Target, block_ratios, median, p50, row, take_turns, uncontended};
 
 const CYCLES: usize = 3000;
 const BLOCK: usize = 100;
@@ -46,6 +50,26 @@ async fn floor_cycle(conn: &mut mysql_async::Conn, name: &str) {
     assert_eq!(got, Some(1));
     let _: Option<i64> = conn
         .exec_first("SELECT RELEASE_LOCK(?)", (name,))
+        .await
+        .expect("unlock");
+}
+
+/// What dlock's engine sends for a write hold taken at once: the gate, the
+/// queue table read and the fence in one statement, then the gate let go.
+async fn stamped_cycle(conn: &mut mysql_async::Conn) {
+    const TAKE: &str = "SELECT IF(GET_LOCK(?, 0) = 1, \
+        IF(EXISTS(SELECT 1 FROM dlock_queue WHERE lock_key = ? AND name <=> ? AND expires > UTC_TIMESTAMP(6)), 0, UUID_SHORT()), \
+        NULL)";
+    let fence: Option<u64> = conn
+        .exec_first(
+            TAKE,
+            ("stamped", b"\x01\x05benchstamped".to_vec(), None::<Vec<u8>>),
+        )
+        .await
+        .expect("lock");
+    assert!(fence.is_some_and(|f| f > 0), "the stamped floor's lock is free");
+    let _: Option<i64> = conn
+        .exec_first("SELECT RELEASE_LOCK(?)", ("stamped",))
         .await
         .expect("unlock");
 }
@@ -76,6 +100,7 @@ async fn main() {
     let url = fixture.server.url();
     let pool = mysql_async::Pool::new(url.as_str());
     let mut floor = pool.get_conn().await.expect("connect");
+    let mut stamped = pool.get_conn().await.expect("connect");
     let mut peer = Peer::start("mysql", &url);
     let config = MysqlConfig {
         url: url.clone(),
@@ -90,18 +115,28 @@ async fn main() {
     floor_cycle(&mut floor, "warm").await;
     peer.ask("cycles 10");
 
+    let peer_pid = peer.pid();
     uncontended(
         "mysql",
-        [
-            "floor (GET_LOCK + RELEASE_LOCK)",
-            "distributed-lock 0.2",
-            "dlock mysql, write, fenced, FIFO",
+        &[
+            Contender::floor("floor (GET_LOCK + RELEASE_LOCK)", Target::AtMost(1.4)),
+            Contender::stamped("stamped floor (dlock's statements)", Target::AtMost(1.05)),
+            Contender::peer("distributed-lock 0.2", Target::AtMost(1.0), peer_pid),
+            Contender::dlock("dlock mysql, write, fenced, FIFO"),
         ],
         (CYCLES, BLOCK),
-        async || floor_cycle(&mut floor, "floor").await,
-        async || lock.lock().await.expect("lock").release().await.expect("release"),
-        async |block| peer.cycles(block),
-        [1.5, 1.0],
+        fixture.server.pid(),
+        async |who, block| {
+            for _ in 0..block {
+                match who {
+                    0 => floor_cycle(&mut floor, "floor").await,
+                    1 => stamped_cycle(&mut stamped).await,
+                    2 => return Some(peer.cycles(block)),
+                    _ => lock.lock().await.expect("lock").release().await.expect("release"),
+                }
+            }
+            None
+        },
     )
     .await;
 
@@ -174,6 +209,6 @@ async fn main() {
         Target::None,
     );
     // The pool waits for every connection it lent out to come back.
-    drop(floor);
+    drop((floor, stamped));
     pool.disconnect().await.expect("disconnect");
 }

@@ -3,6 +3,10 @@
 //!
 //! - floor: `pg_advisory_lock` + `pg_advisory_unlock`, prepared, on one open
 //!   connection: 2 round trips, no fence, no lease;
+//! - stamped floor: the statements dlock's engine sends, on one open
+//!   connection: `pg_try_advisory_lock` with `nextval` of a sequence for the
+//!   fence and the session's `idle_session_timeout` set to the lease (so a
+//!   stalled holder's session ends), then the unlock setting it back;
 //! - peer: the `distributed-lock` crate's PostgreSQL lock (0.2, the
 //!   madelson/DistributedLock port, on sqlx), built from
 //!   `benches/peers/distributed-lock` and driven over a pipe, with a pool
@@ -31,7 +35,7 @@ use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
 use tokio_postgres::{Client, NoTls, Statement};
 
-use common::{Handoffs, Peer, Target, row, uncontended};
+use common::{Contender, Handoffs, Peer, Target, row, uncontended};
 
 const CYCLES: usize = 6000;
 const BLOCK: usize = 100;
@@ -47,16 +51,35 @@ struct Floor {
 
 impl Floor {
     async fn connect(url: &str) -> Self {
+        Self::with(
+            url,
+            "SELECT pg_advisory_lock($1)",
+            "SELECT pg_advisory_unlock($1)",
+        )
+        .await
+    }
+
+    /// The stamped floor.
+    async fn stamped(url: &str) -> Self {
+        Self::with(
+            url,
+            "SELECT CASE WHEN got THEN nextval('bench_fence') END, \
+               CASE WHEN got THEN set_config('idle_session_timeout', $2, false) END \
+             FROM (SELECT pg_try_advisory_lock($1) AS got) AS t",
+            "SELECT pg_advisory_unlock($1), set_config('idle_session_timeout', $2, false)",
+        )
+        .await
+    }
+
+    async fn with(url: &str, lock: &str, unlock: &str) -> Self {
         let (client, connection) = tokio_postgres::connect(url, NoTls).await.expect("connect");
         tokio::spawn(connection);
-        let lock = client
-            .prepare("SELECT pg_advisory_lock($1)")
+        client
+            .batch_execute("CREATE SEQUENCE IF NOT EXISTS bench_fence")
             .await
-            .expect("prepare");
-        let unlock = client
-            .prepare("SELECT pg_advisory_unlock($1)")
-            .await
-            .expect("prepare");
+            .expect("sequence");
+        let lock = client.prepare(lock).await.expect("prepare");
+        let unlock = client.prepare(unlock).await.expect("prepare");
         Floor { client, lock, unlock }
     }
 
@@ -64,6 +87,22 @@ impl Floor {
         self.client.query_one(&self.lock, &[&key]).await.expect("lock");
         self.client
             .query_one(&self.unlock, &[&key])
+            .await
+            .expect("unlock");
+    }
+
+    async fn stamped_cycle(&self, key: i64) {
+        let taken = self
+            .client
+            .query_one(&self.lock, &[&key, &"30000"])
+            .await
+            .expect("lock");
+        assert!(
+            taken.get::<_, Option<i64>>(0).is_some(),
+            "the stamped floor's lock is free"
+        );
+        self.client
+            .query_one(&self.unlock, &[&key, &"0"])
             .await
             .expect("unlock");
     }
@@ -122,6 +161,7 @@ async fn main() {
     let port = fixture.server.port;
     let url = format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{port}/postgres");
     let floor = Floor::connect(&url).await;
+    let stamped = Floor::stamped(&url).await;
     let mut peer = Peer::start("postgres", &url);
     let config = PostgresConfig {
         url: url.clone(),
@@ -138,18 +178,28 @@ async fn main() {
     lock.lock().await.expect("warm").release().await.expect("warm");
     peer.ask("cycles 10");
 
+    let peer_pid = peer.pid();
     uncontended(
         "postgres",
-        [
-            "floor (pg_advisory_lock + unlock)",
-            "distributed-lock 0.2",
-            "dlock postgres, write, fenced",
+        &[
+            Contender::floor("floor (pg_advisory_lock + unlock)", Target::AtMost(1.05)),
+            Contender::stamped("stamped floor (dlock's statements)", Target::AtMost(1.05)),
+            Contender::peer("distributed-lock 0.2", Target::AtMost(1.0), peer_pid),
+            Contender::dlock("dlock postgres, write, fenced"),
         ],
         (CYCLES, BLOCK),
-        async || floor.cycle(1).await,
-        async || lock.lock().await.expect("lock").release().await.expect("release"),
-        async |block| peer.cycles(block),
-        [1.10, 0.80],
+        fixture.server.pid(),
+        async |who, block| {
+            for _ in 0..block {
+                match who {
+                    0 => floor.cycle(1).await,
+                    1 => stamped.stamped_cycle(3).await,
+                    2 => return Some(peer.cycles(block)),
+                    _ => lock.lock().await.expect("lock").release().await.expect("release"),
+                }
+            }
+            None
+        },
     )
     .await;
 

@@ -10,85 +10,188 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Uncontended cycles of the floor, dlock and the peer, `cycles` each,
-/// taking turns in blocks of `block`, each going first in turn; prints each
-/// one's mean per cycle and dlock's ratios (median block, p10, p90) to the
-/// floor and the peer against their targets. `names`: the floor's, the
-/// peer's and dlock's labels; `peer` runs a block and answers its mean
-/// cycle in ns (the peer may time itself in its own process).
-pub async fn uncontended(
-    engine: &str,
-    names: [&str; 3],
-    (cycles, block): (usize, usize),
-    mut floor: impl AsyncFnMut(),
-    mut dlock: impl AsyncFnMut(),
-    mut peer: impl AsyncFnMut(usize) -> f64,
-    targets: [f64; 2],
-) {
-    let mut ns: [Vec<f64>; 3] = Default::default();
-    for round in 0..cycles / block {
-        for turn in 0..3 {
-            let who = (turn + round) % 3;
-            let started = Instant::now();
-            match who {
-                0 => {
-                    for _ in 0..block {
-                        floor().await;
-                    }
-                }
-                1 => {
-                    for _ in 0..block {
-                        dlock().await;
-                    }
-                }
-                _ => {
-                    ns[2].push(peer(block).await);
-                    continue;
-                }
-            }
-            ns[who].push(started.elapsed().as_nanos() as f64 / block as f64);
+/// One side of an uncontended run.
+pub struct Contender<'a> {
+    pub name: &'a str,
+    /// What dlock's ratio to it must be (dlock's own entry: `Target::None`).
+    pub target: Target,
+    /// The process its client runs in, when not this one (a peer).
+    pub process: Option<u32>,
+    /// Whether the table also gets dlock's client and server CPU against
+    /// its own (for the floor that does what dlock's engine sends).
+    pub cpu_rows: bool,
+}
+
+impl<'a> Contender<'a> {
+    /// A floor whose client runs in this process.
+    pub fn floor(name: &'a str, target: Target) -> Self {
+        Contender {
+            name,
+            target,
+            process: None,
+            cpu_rows: false,
         }
     }
-    let [floor_ns, dlock_ns, peer_ns] = ns;
+
+    /// The floor that sends what dlock's engine sends: dlock's CPU rows go
+    /// against it.
+    pub fn stamped(name: &'a str, target: Target) -> Self {
+        Contender {
+            cpu_rows: true,
+            ..Self::floor(name, target)
+        }
+    }
+
+    /// A peer in process `pid`, timing itself.
+    pub fn peer(name: &'a str, target: Target, pid: u32) -> Self {
+        Contender {
+            process: Some(pid),
+            ..Self::floor(name, target)
+        }
+    }
+
+    /// dlock itself, last in the list.
+    pub fn dlock(name: &'a str) -> Self {
+        Self::floor(name, Target::None)
+    }
+}
+
+/// Uncontended cycles of each contender, `cycles` each, taking turns in
+/// blocks of `block`, each going first in turn. `run(who, block)` runs a
+/// block of contender `who`; it answers the block's mean cycle in ns when
+/// the contender times itself (a peer), else `None` and it is timed here.
+/// The last contender is dlock. Prints each one's time per cycle (median
+/// block), its client's CPU and the server's (process `server` and its
+/// children) per cycle, and dlock's ratios; adds the rows.
+///
+/// CPU is read from `/proc` in clock ticks (10 ms), summed over all blocks,
+/// so a few thousand cycles give it to about 2 %. Where the wall time goes
+/// beyond the two is waiting: the network, the scheduler.
+pub async fn uncontended(
+    engine: &str,
+    contenders: &[Contender<'_>],
+    (cycles, block): (usize, usize),
+    server: u32,
+    mut run: impl AsyncFnMut(usize, usize) -> Option<f64>,
+) {
+    let n = contenders.len();
+    let mut ns: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let (mut client, mut served) = (vec![0.0; n], vec![0.0; n]);
+    for round in 0..cycles / block {
+        for turn in 0..n {
+            let who = (turn + round) % n;
+            let process = contenders[who].process.unwrap_or_else(std::process::id);
+            let (server_before, client_before) = (tree_cpu(server), process_cpu(process));
+            let started = Instant::now();
+            let timed = run(who, block).await;
+            let elapsed = started.elapsed().as_nanos() as f64 / block as f64;
+            client[who] += process_cpu(process) - client_before;
+            served[who] += tree_cpu(server) - server_before;
+            ns[who].push(timed.unwrap_or(elapsed));
+        }
+    }
+    let per_cycle = |total: f64| total / (cycles / block * block) as f64;
     println!(
-        "uncontended cycle, {cycles} each, interleaved in blocks of {block} (mean per cycle, median block):"
+        "uncontended cycle, {cycles} each, interleaved in blocks of {block} (mean per cycle, median block; CPU per cycle):"
     );
     println!(
-        "  {:<35}{:>10}",
-        names[0],
-        micros(percentile(floor_ns.clone(), 0.5))
+        "  {:<40}{:>12}{:>14}{:>14}",
+        "", "cycle", "client CPU", "server CPU"
     );
-    println!(
-        "  {:<35}{:>10}",
-        names[1],
-        micros(percentile(peer_ns.clone(), 0.5))
-    );
-    println!(
-        "  {:<35}{:>10}",
-        names[2],
-        micros(percentile(dlock_ns.clone(), 0.5))
-    );
-    for ((name, label, base), target) in [("floor", names[0], floor_ns), (names[1], names[1], peer_ns)]
-        .into_iter()
-        .zip(targets)
-    {
-        let ratios: Vec<f64> = dlock_ns.iter().zip(&base).map(|(d, b)| d / b).collect();
-        let ratio = percentile(ratios.clone(), 0.5);
+    for (i, contender) in contenders.iter().enumerate() {
         println!(
-            "  dlock / {name} {ratio:.3} (p10 {:.3}, p90 {:.3}; target ≤ {target})",
+            "  {:<40}{:>12}{:>14}{:>14}",
+            contender.name,
+            micros(median(ns[i].clone())),
+            micros(per_cycle(client[i])),
+            micros(per_cycle(served[i]))
+        );
+    }
+    let dlock = n - 1;
+    for (i, contender) in contenders[..dlock].iter().enumerate() {
+        let ratios: Vec<f64> = ns[dlock].iter().zip(&ns[i]).map(|(d, b)| d / b).collect();
+        let ratio = median(ratios.clone());
+        println!(
+            "  dlock / {} {ratio:.3} (p10 {:.3}, p90 {:.3}); client CPU {:.2}, server CPU {:.2}",
+            contender.name,
             percentile(ratios.clone(), 0.1),
-            percentile(ratios, 0.9)
+            percentile(ratios, 0.9),
+            client[dlock] / client[i],
+            served[dlock] / served[i],
         );
         row(
             engine,
             "uncontended cycle (median block ratio)",
-            &micros(percentile(dlock_ns.clone(), 0.5)),
-            label,
-            &micros(percentile(base.clone(), 0.5)),
+            &micros(median(ns[dlock].clone())),
+            contender.name,
+            &micros(median(ns[i].clone())),
             ratio,
-            Target::AtMost(target),
+            contender.target,
         );
+        if contender.cpu_rows {
+            for (what, figures) in [("client", &client), ("server", &served)] {
+                row(
+                    engine,
+                    &format!("{what} CPU per uncontended cycle (`/proc`)"),
+                    &micros(per_cycle(figures[dlock])),
+                    contender.name,
+                    &micros(per_cycle(figures[i])),
+                    figures[dlock] / figures[i],
+                    Target::None,
+                );
+            }
+        }
     }
+}
+
+/// CPU time of process `pid` so far (all its threads, user + system), in ns.
+pub fn process_cpu(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat_fields(&stat).map_or(0.0, |f| ticks(&f[11..13]))
+}
+
+/// CPU time of process `root` and every live process under it so far,
+/// with their children already reaped, in ns. (A server's processes may
+/// each lead a session of their own, as PostgreSQL's backends do, so its
+/// process group would miss them.)
+pub fn tree_cpu(root: u32) -> f64 {
+    let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    let processes: Vec<(u32, u32, f64)> = entries
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let fields = stat_fields(&stat)?;
+            Some((pid, fields[1].parse().ok()?, ticks(&fields[11..15])))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut total = 0.0;
+    while let Some(parent) = tree.pop() {
+        for &(pid, ppid, cpu) in &processes {
+            if pid == parent {
+                total += cpu;
+            }
+            if ppid == parent {
+                tree.push(pid);
+            }
+        }
+    }
+    total
+}
+
+/// The fields of `/proc/<pid>/stat` after `(comm)`: state first.
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    (fields.len() > 15).then_some(fields)
+}
+
+/// Clock ticks (Linux reports 100 a second) summed, in ns.
+fn ticks(fields: &[&str]) -> f64 {
+    fields
+        .iter()
+        .map(|f| f.parse::<f64>().unwrap_or(0.0))
+        .sum::<f64>()
+        * 1e7
 }
 
 /// Times from a release to the next acquisition, in ns.
@@ -181,6 +284,11 @@ impl Peer {
         let input = child.stdin.take().expect("stdin");
         let output = BufReader::new(child.stdout.take().expect("stdout"));
         Peer { child, input, output }
+    }
+
+    /// The peer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Runs `block` uncontended cycles; their mean in ns.

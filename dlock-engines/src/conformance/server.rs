@@ -39,6 +39,12 @@ impl TestServer {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The server process's id (a bench reads its CPU time, with its
+    /// children's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -202,6 +202,12 @@ impl MariaDb {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// The server process's id (a bench reads its CPU time, with its
+    /// children's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         kill_group(&mut self.child);

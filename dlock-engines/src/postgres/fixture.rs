@@ -195,6 +195,12 @@ impl PgServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The server process's id (a bench reads its CPU time, with its
+    /// children's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the server and every backend (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         server::kill_group(&mut self.child);
