@@ -11,18 +11,31 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-/// One answer: the status line's code and flags, and the value if any.
+/// One answer: the status line, read as its code and tokens, and the
+/// value if any. The line is kept whole and split when asked: a reply is
+/// one allocation (two with a value), not one per token.
 #[derive(Debug)]
 pub(crate) struct Reply {
-    pub code: String,
-    pub flags: Vec<String>,
+    /// The status line without its line end.
+    line: String,
     pub value: Option<Vec<u8>>,
 }
 
 impl Reply {
+    /// `HD`, `NF`, `VA`, ...
+    pub fn code(&self) -> &str {
+        self.line.split_once(' ').map_or(&self.line, |(code, _)| code)
+    }
+
+    /// The tokens after the code (and after a value's size).
+    pub fn tokens(&self) -> impl Iterator<Item = &str> {
+        let skip = if self.value.is_some() { 2 } else { 1 };
+        self.line.split(' ').skip(skip)
+    }
+
     /// A flag's token, e.g. `c` in `HD c42` gives `"42"`.
     pub fn flag(&self, name: char) -> Option<&str> {
-        self.flags.iter().find_map(|f| f.strip_prefix(name))
+        self.tokens().find_map(|f| f.strip_prefix(name))
     }
 }
 
@@ -104,18 +117,17 @@ async fn read_reply(connection: &mut BufReader<TcpStream>) -> io::Result<Reply> 
             "memcached closed the connection",
         ));
     }
-    let mut words = line.trim_end().split(' ');
-    let code = words.next().unwrap_or_default().to_owned();
+    line.truncate(line.trim_end().len());
+    let mut words = line.split(' ');
+    let code = words.next().unwrap_or_default();
     if code.ends_with("ERROR") {
-        return Err(io::Error::other(format!("memcached: {}", line.trim_end())));
+        return Err(io::Error::other(format!("memcached: {line}")));
     }
-    let mut flags: Vec<String> = words.map(str::to_owned).collect();
     let value = if code == "VA" {
-        let size: usize = flags
-            .first()
+        let size: usize = words
+            .next()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| io::Error::other(format!("memcached: bad reply {line:?}")))?;
-        flags.remove(0);
         let mut value = vec![0; size + 2];
         connection.read_exact(&mut value).await?;
         value.truncate(size);
@@ -123,5 +135,5 @@ async fn read_reply(connection: &mut BufReader<TcpStream>) -> io::Result<Reply> 
     } else {
         None
     };
-    Ok(Reply { code, flags, value })
+    Ok(Reply { line, value })
 }
