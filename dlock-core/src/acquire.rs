@@ -62,9 +62,17 @@ pub(crate) async fn acquire(
             group.labels.span(Span::Wait, mode, waited);
             group.labels.event(mode, Event::Acquired);
             trace::waited(&span, waited, Event::Acquired.as_str());
+            let fresh = grant.valid_until > now;
             let hold = Hold::start(group.clone(), req, place, grant, now, &span);
+            if fresh {
+                watchdog::start(&hold, now);
+                return Ok(Guard::new(hold, mode));
+            }
+            // The guard first: dropped while confirming, it lets the hold go.
+            let guard = Guard::new(hold.clone(), mode);
+            let now = confirm(&hold).await;
             watchdog::start(&hold, now);
-            Ok(Guard::new(hold, mode))
+            Ok(guard)
         }
         Err(e) => {
             let event = match e {
@@ -109,6 +117,19 @@ async fn local_turn(
             .map_err(|_| timeout()),
         Wait::Forever => Ok(Some(turn.await)),
     }
+}
+
+/// A grant whose call took longer than its validity (a slow connect on a
+/// busy machine, a handoff heard late) is not known to stand, and the hold
+/// would be lost at once. One renewal, which checks that the hold is still
+/// this request's, proves it and counts the validity from there; if it
+/// fails, the hold is lost when first looked at, as before. The time after.
+async fn confirm(hold: &Arc<Hold>) -> Instant {
+    let sent = Instant::now();
+    if let Ok(true) = hold.renewal().await {
+        hold.renewed(sent);
+    }
+    Instant::now()
 }
 
 /// Asks until granted or the wait runs out; on timeout the request is

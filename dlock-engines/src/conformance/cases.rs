@@ -641,6 +641,31 @@ pub async fn lost_when_renewals_fail(h: &Harness) {
     next.release().await.expect("release");
 }
 
+/// A grant whose answer comes back after the lease it was asked with (a
+/// slow connect, a busy machine) is confirmed by a renewal, not taken for
+/// lost at once: the engine granted it on arrival and still holds it.
+pub async fn a_grant_heard_after_its_lease_is_confirmed(h: &Harness) {
+    let lease = Duration::from_secs(2);
+    let lock = h.lock("late-grant").with_lease(lease);
+    let before = h.faults.calls();
+    h.faults.set_delay(lease + Duration::from_secs(1));
+    let (guard, ()) = tokio::join!(lock.lock(), async {
+        // Once the request is on its way, later calls go straight through.
+        while h.faults.calls() == before {
+            sleep(Duration::from_millis(5)).await;
+        }
+        h.faults.set_delay(Duration::ZERO);
+    });
+    let guard = guard.expect("lock");
+    sleep(Duration::from_millis(200)).await;
+    assert!(!guard.is_lost(), "a late grant was taken for lost");
+    assert!(
+        h.peer_lock("late-grant").try_lock().await.expect("try").is_none(),
+        "the confirmed hold does not exclude"
+    );
+    guard.release().await.expect("release of a confirmed hold");
+}
+
 /// The engine forgets the hold early (its leases run ten times shorter than
 /// the holder thinks); the next renewal is refused and the holder learns it.
 /// The lease is 1 s, or ten lease units where a tenth of a second cannot be

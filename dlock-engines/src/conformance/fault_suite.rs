@@ -404,17 +404,19 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(tmp: &Path) {
         "the holder kept a lock across the outage: {holder:?}"
     );
     let (mut bought, mut refused) = (0, 0);
+    let mut summaries = Vec::new();
     for waiter in waiters {
         let summary = waiter.finish(LONG);
         assert_eq!(summary.failed, 0, "a waiter gave up: {summary:?}");
         bought += summary.bought;
         refused += summary.refused;
+        summaries.push(summary);
     }
     // A best-effort fence starts again after a restart: the register then
     // refuses the waiters' writes, and nothing stale gets through.
     match fencing(&setup.fixture) {
-        Fencing::Strict => assert_eq!(bought, 3, "every waiter got its turn and wrote"),
-        _ => assert_eq!(bought + refused, 3, "every waiter got its turn"),
+        Fencing::Strict => assert_eq!(bought, 3, "every waiter got its turn and wrote: {summaries:?}"),
+        _ => assert_eq!(bought + refused, 3, "every waiter got its turn: {summaries:?}"),
     }
     let report = register.report();
     setup.figure(format!(

@@ -247,6 +247,7 @@ macro_rules! conformance_suite {
             lease_expiry_frees_abandoned_holder [Lease],
             fencing_is_monotonic [Fencing],
             lost_when_renewals_fail [],
+            a_grant_heard_after_its_lease_is_confirmed [],
             lost_when_server_drops_hold [Lease],
             key_edge_cases [],
             invalid_keys_are_rejected [],

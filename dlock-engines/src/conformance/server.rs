@@ -123,36 +123,77 @@ fn log_tail(path: &Path, lines: usize) -> String {
     }
 }
 
-/// Kills the process group that `child` leads (SIGKILL), as a crash would,
-/// and returns once none of its processes is left. A server started again
-/// sooner could find the dying ones still holding its shared memory (which
-/// PostgreSQL refuses to start beside) or its files.
+/// Kills the process group that `child` leads and every process under it
+/// (SIGKILL), as a crash would, and returns once none of them is left.
+/// PostgreSQL's backends each lead a session of their own, so the group
+/// alone would leave them running, still serving their clients, after the
+/// "crash". A server started again sooner could find the dying ones still
+/// holding its shared memory (which PostgreSQL refuses to start beside) or
+/// its files.
 pub fn kill_group(child: &mut Child) {
     let group = child.id();
+    // Stopped first, so it forks no process after the list is taken.
+    let _ = Command::new("kill").args(["-STOP", &group.to_string()]).status();
+    let mut doomed: Vec<u32> = descendants(group);
     let _ = Command::new("kill")
         .args(["-KILL", "--", &format!("-{group}")])
+        .args(doomed.iter().map(u32::to_string))
         .status();
     let _ = child.wait();
+    doomed.push(group);
     wait_until(
         Duration::from_secs(30),
-        || !group_runs(group),
-        || format!("process group {group} still runs after SIGKILL"),
+        || {
+            processes()
+                .iter()
+                .all(|p| !p.alive || (p.group != group && !doomed.contains(&p.pid)))
+        },
+        || format!("process group {group} or a process under it still runs after SIGKILL"),
     );
 }
 
-/// Whether a process of `group` is alive; zombies (reaped or not, their
-/// memory is gone) do not count.
-fn group_runs(group: u32) -> bool {
+/// One line of `/proc/<pid>/stat`, the fields used here.
+struct Process {
+    pid: u32,
+    parent: u32,
+    group: u32,
+    /// Zombies (reaped or not, their memory is gone) do not count.
+    alive: bool,
+}
+
+fn processes() -> Vec<Process> {
     let entries = std::fs::read_dir("/proc").into_iter().flatten().flatten();
-    entries.into_iter().any(|entry| {
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        matches!(fields.as_slice(), [state, _, pgrp, ..] if *state != "Z" && *state != "X" && pgrp.parse() == Ok(group))
-    })
+    entries
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parens.
+            let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+            match fields.as_slice() {
+                [state, parent, group, ..] => Some(Process {
+                    pid,
+                    parent: parent.parse().ok()?,
+                    group: group.parse().ok()?,
+                    alive: *state != "Z" && *state != "X",
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Every process under `root`, children first found first.
+fn descendants(root: u32) -> Vec<u32> {
+    let all = processes();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for process in all.iter().filter(|p| p.parent == parent) {
+            found.push(process.pid);
+            parents.push(process.pid);
+        }
+    }
+    found
 }
 
 impl Drop for TestServer {
