@@ -20,15 +20,15 @@ use std::process::Command;
 mod common;
 
 use common::{Peer, Target, micros, percentile, row};
-use dlock::engines::conformance::Fixture;
-use dlock::engines::etcd::fixture::Etcd;
-use dlock::engines::memcached::fixture::Memcached;
-use dlock::engines::memory::fixture::Memory;
-use dlock::engines::mysql::fixture::Mysql;
-use dlock::engines::postgres::fixture::Postgres;
-use dlock::engines::redis::fixture::Redis;
-use dlock::engines::redlock::fixture::RedLock;
-use dlock::engines::zookeeper::fixture::ZooKeeper;
+use dlock_testkit::Fixture;
+use dlock_testkit::fixtures::etcd::Etcd;
+use dlock_testkit::fixtures::memcached::Memcached;
+use dlock_testkit::fixtures::memory::Memory;
+use dlock_testkit::fixtures::mysql::Mysql;
+use dlock_testkit::fixtures::postgres::Postgres;
+use dlock_testkit::fixtures::redis::Redis;
+use dlock_testkit::fixtures::redlock::RedLock;
+use dlock_testkit::fixtures::zookeeper::ZooKeeper;
 
 const ROUNDS: usize = 200;
 /// How long a block should take: long enough that switching sides costs

@@ -28,14 +28,14 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::Fixture;
 use dlock::engines::etcd::etcd_client::{
     Client, Compare, CompareOp, GetOptions, KvClient, LockOptions, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp,
 };
-use dlock::engines::etcd::fixture::{Etcd, metric};
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::{Registry, Settings};
+use dlock_testkit::Fixture;
+use dlock_testkit::fixtures::etcd::{Etcd, metric};
 
 use common::{Contender, Handoffs, Target, micros, row, uncontended};
 

@@ -19,9 +19,9 @@
 
 mod common;
 
-use dlock::engines::conformance::Fixture;
-use dlock::engines::memcached::fixture::Memcached;
 use dlock::{Registry, Settings};
+use dlock_testkit::Fixture;
+use dlock_testkit::fixtures::memcached::Memcached;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -85,7 +85,7 @@ async fn main() {
     stream.set_nodelay(true).expect("nodelay");
     let mut stamped = Floor(BufReader::new(stream));
     assert_eq!(stamped.exchange(b"ms bench:fence 1\r\n0\r\n").await, "HD\r\n");
-    let engine = dlock::engines::conformance::engine(&fixture).await;
+    let engine = dlock_testkit::engine(&fixture).await;
     let registry = Registry::with_engine("memcached", engine, Settings::default()).expect("registry");
     let lock = registry.locks("bench").get("uncontended");
     lock.lock().await.expect("warm").release().await.expect("warm");

@@ -28,10 +28,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock::engines::conformance::Fixture;
-use dlock::engines::mysql::fixture::Mysql;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Registry, Settings};
+use dlock_testkit::Fixture;
+use dlock_testkit::fixtures::mysql::Mysql;
 use mysql_async::prelude::Queryable;
 
 use common::{Contender, Peer, Target, block_ratios, median, p50, row, take_turns, uncontended};

@@ -29,10 +29,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::engines::conformance::Fixture;
-use dlock::engines::postgres::fixture::{PASSWORD, Postgres, USER};
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Registry, Settings};
+use dlock_testkit::Fixture;
+use dlock_testkit::fixtures::postgres::{PASSWORD, Postgres, USER};
 use tokio_postgres::{Client, NoTls, Statement};
 
 use common::{Contender, Handoffs, Peer, Target, row, uncontended};
@@ -215,7 +215,7 @@ async fn main() {
     println!("  distributed-lock 0.2               {}", peer_handoffs.summary());
     let ours = dlock_handoffs(&registry).await;
     println!("  dlock postgres (32 connections)    {}", ours.summary());
-    let default_engine = dlock::engines::conformance::engine(&fixture).await;
+    let default_engine = dlock_testkit::engine(&fixture).await;
     let default = Registry::with_engine("postgres", default_engine, Settings::default()).expect("registry");
     println!(
         "  dlock postgres (default, 10)       {}",

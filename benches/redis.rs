@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use dlock::engines::conformance::server::TestServer;
-use dlock::engines::redis::fixture::{info_field, redis_args, redis_cli};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, LockKey, Mode, OwnerId, Poll, Registry, Request, Settings};
+use dlock_testkit::fixtures::redis::{info_field, redis_args, redis_cli};
+use dlock_testkit::server::TestServer;
 use redis::aio::MultiplexedConnection;
 
 use common::{Target, block_ratios, mean, median, p50, row};

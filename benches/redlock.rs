@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use dlock::engines::redlock::fixture::RedLock;
 use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
 use dlock::{Lock, Registry, Settings};
+use dlock_testkit::fixtures::redlock::RedLock;
 
 use common::{Target, block_ratios, median, p50, row};
 

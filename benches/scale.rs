@@ -28,9 +28,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod common;
 
-use dlock::engines::conformance::server::TestServer;
-use dlock::engines::redis::fixture::{info_field, redis_args, redis_cli, redis_cluster};
-use dlock::engines::zookeeper::fixture::{four_letter, zookeeper};
+use dlock_testkit::fixtures::redis::{info_field, redis_args, redis_cli, redis_cluster};
+use dlock_testkit::fixtures::zookeeper::{four_letter, zookeeper};
+use dlock_testkit::server::TestServer;
 
 use common::{Target, median, row};
 

@@ -31,10 +31,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dlock::engines::conformance::server::TestServer;
-use dlock::engines::zookeeper::fixture::{curator_classpath, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Registry, Settings};
+use dlock_testkit::fixtures::zookeeper::{curator_classpath, zookeeper};
+use dlock_testkit::server::TestServer;
 use zookeeper_client::{Acls, Client, CreateMode, MultiWriteResult};
 
 use common::{Target, micros, percentile, row};

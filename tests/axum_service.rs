@@ -179,7 +179,7 @@ async fn the_config_comes_from_dlock_variables_without_a_file() {
     assert!(status.success(), "exit {status}; stderr: {stderr}");
 
     // A mistake there fails at startup, naming the field, before listening.
-    let output = std::process::Command::new(dlock::engines::conformance::server::example("axum_service"))
+    let output = std::process::Command::new(dlock_testkit::server::example("axum_service"))
         .args(["--listen", "127.0.0.1:0"])
         .env("DLOCK_ENGINES__LEDGER__KIND", "redys")
         .output()

@@ -197,8 +197,8 @@ async fn bad_files_fail_naming_the_field() {
 #[cfg(all(feature = "redis", feature = "zookeeper"))]
 #[tokio::test]
 async fn bad_engine_settings_fail_naming_the_field() {
-    use dlock::engines::conformance::server::TestServer;
-    use dlock::engines::redis::fixture::redis_args;
+    use dlock_testkit::fixtures::redis::redis_args;
+    use dlock_testkit::server::TestServer;
     // Checked against the engine's capabilities once it is connected.
     let redis = TestServer::start("redis-server", |port| redis_args(port, &[]));
     let short_waiter_ttl = format!(

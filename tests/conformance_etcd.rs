@@ -3,4 +3,4 @@
 
 #![cfg(feature = "etcd")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::etcd::fixture::Etcd);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::etcd::Etcd);

@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::{TestServer, free_port};
-use dlock::engines::conformance::{GuardedCounter, assert_still_held, run_each};
-use dlock::engines::etcd::fixture::{etcd_args, is_leader, wait_serving};
+use dlock::engines::conformance::{GuardedCounter, run_each};
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::{Engine, Registry, Settings};
+use dlock_testkit::assert_still_held;
+use dlock_testkit::fixtures::etcd::{etcd_args, is_leader, wait_serving};
+use dlock_testkit::server::{TestServer, free_port};
 
 /// The case before which the leader dies (of the suite's 20).
 const KILL_BEFORE_CASE: usize = 6;

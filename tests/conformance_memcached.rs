@@ -3,4 +3,4 @@
 
 #![cfg(feature = "memcached")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::memcached::fixture::Memcached);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::memcached::Memcached);

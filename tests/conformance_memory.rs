@@ -1,3 +1,3 @@
 //! The conformance suite on the embedded memory engine.
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::memory::fixture::Memory);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::memory::Memory);

@@ -4,4 +4,4 @@
 
 #![cfg(feature = "mysql")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::mysql::fixture::Mysql);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::mysql::Mysql);

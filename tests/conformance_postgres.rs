@@ -4,4 +4,4 @@
 
 #![cfg(feature = "postgres")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::postgres::fixture::Postgres);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::postgres::Postgres);

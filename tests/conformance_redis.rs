@@ -2,4 +2,4 @@
 
 #![cfg(feature = "redis")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::redis::fixture::Redis);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::redis::Redis);

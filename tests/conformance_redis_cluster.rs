@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use dlock::Engine;
 use dlock::engines::conformance;
-use dlock::engines::redis::fixture::{RedisCluster, redis_cli};
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
+use dlock_testkit::fixtures::redis::{RedisCluster, redis_cli};
 
-dlock::engines::conformance_suite!(fixture = RedisCluster);
+dlock_testkit::conformance_suite!(RedisCluster);
 
 async fn engine() -> Arc<dyn Engine> {
-    conformance::engine(fixture()).await
+    dlock_testkit::engine(fixture()).await
 }
 
 /// An engine on the cluster that drops waiters silent for `waiter_ttl`.
@@ -77,7 +77,7 @@ async fn release_wakes_the_next_waiter_through_sharded_pubsub() {
             .lock()
             .await
             .expect("lock");
-        let waiter = conformance::timed_writer(waiter_side.locks("sharded").get(name.as_str()));
+        let waiter = dlock_testkit::timed_writer(waiter_side.locks("sharded").get(name.as_str()));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let released = Instant::now();
         held.release().await.expect("release");

@@ -3,4 +3,4 @@
 
 #![cfg(feature = "redis")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::redis::fixture::RedisSentinel);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::redis::RedisSentinel);

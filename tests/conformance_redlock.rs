@@ -3,4 +3,4 @@
 
 #![cfg(feature = "redlock")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::redlock::fixture::RedLock);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::redlock::RedLock);

@@ -3,4 +3,4 @@
 
 #![cfg(feature = "zookeeper")]
 
-dlock::engines::conformance_suite!(fixture = dlock::engines::zookeeper::fixture::ZooKeeper);
+dlock_testkit::conformance_suite!(dlock_testkit::fixtures::zookeeper::ZooKeeper);

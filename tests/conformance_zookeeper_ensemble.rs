@@ -7,11 +7,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock::engines::conformance::server::{TestServer, free_port};
-use dlock::engines::conformance::{assert_still_held, run_each};
-use dlock::engines::zookeeper::fixture::{four_letter, wait_serving, zookeeper_args};
+use dlock::engines::conformance::run_each;
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Engine, Registry, Settings};
+use dlock_testkit::assert_still_held;
+use dlock_testkit::fixtures::zookeeper::{four_letter, wait_serving, zookeeper_args};
+use dlock_testkit::server::{TestServer, free_port};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn conformance_on_an_ensemble_losing_its_leader() {

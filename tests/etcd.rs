@@ -15,12 +15,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::config::Queue;
-use dlock::engines::conformance::proxy::{CutProxy, cut_holder_then_next};
-use dlock::engines::conformance::server::free_port;
-use dlock::engines::conformance::{Fixture, assert_unreachable_is_a_clear_error, run_each};
-use dlock::engines::etcd::fixture::{Etcd, SESSION_TTL, etcdctl, metric};
+use dlock::engines::conformance::run_each;
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::{Engine, Registry, Settings};
+use dlock_testkit::fixtures::etcd::{Etcd, SESSION_TTL, etcdctl, metric};
+use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
+use dlock_testkit::server::free_port;
+use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error};
 
 fn shared() -> &'static Etcd {
     static SERVER: OnceLock<Etcd> = OnceLock::new();

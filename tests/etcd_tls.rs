@@ -7,11 +7,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::certificates::certificates;
-use dlock::engines::conformance::server::{TestServer, free_port};
-use dlock::engines::etcd::fixture::etcd_args;
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::{Error, Registry, Settings};
+use dlock_testkit::certificates::certificates;
+use dlock_testkit::fixtures::etcd::etcd_args;
+use dlock_testkit::server::{TestServer, free_port};
 
 /// A member whose client port speaks TLS only.
 fn tls_member(certs: &Path) -> TestServer {

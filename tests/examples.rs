@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use dlock::engines::conformance::server::example;
+use dlock_testkit::server::example;
 
 #[test]
 fn ten_items_ten_thousand_buyers_none_oversold() {

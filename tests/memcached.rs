@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use dlock::engines::conformance::server::free_port;
-use dlock::engines::conformance::{Breakable, Fixture, assert_unreachable_is_a_clear_error, engine};
-use dlock::engines::memcached::fixture::Memcached;
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::{Error, LockKey, Mode, Poll, Request};
+use dlock_testkit::fixtures::memcached::Memcached;
+use dlock_testkit::server::free_port;
+use dlock_testkit::{Breakable, Fixture, assert_unreachable_is_a_clear_error, engine};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 

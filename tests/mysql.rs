@@ -1,5 +1,4 @@
-//! mysql-specific behaviour against a real MariaDB on loopback: clients
-//! whose clocks are hours off still get the server's expiry, the gate is
+//! mysql-specific behaviour against a real MariaDB on loopback: the gate is
 //! taken before the table is read, writers on the gate and readers in the
 //! table never overlap, a dead waiter
 //! never blocks the line, `queue = "local"` sends one waiter per lock, odd
@@ -9,18 +8,15 @@
 
 #![cfg(feature = "mysql")]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::config::Queue;
-use dlock::engines::conformance::fault_suite::{Setup, Worker};
-use dlock::engines::conformance::{self, Fixture, assert_unreachable_is_a_clear_error, server::free_port};
-use dlock::engines::mysql::fixture::{DATABASE, MariaDb, Mysql};
+use dlock::engines::conformance;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::{Engine, Error, LockKey, Mode, Poll, Registry, Request, Settings};
-
-const LONG: Duration = Duration::from_secs(60);
+use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, Mysql};
+use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};
 
 fn config(server: &MariaDb) -> MysqlConfig {
     MysqlConfig {
@@ -34,47 +30,6 @@ fn config(server: &MariaDb) -> MysqlConfig {
 fn rows(server: &MariaDb, filter: &str) -> usize {
     let sql = format!("SELECT COUNT(*) FROM {DATABASE}.dlock_queue {filter}");
     server.sql(&sql).parse().expect("count")
-}
-
-/// A holder whose clock runs 2 h behind keeps its lock for as long as it
-/// holds it; one 2 h ahead, killed, frees it within its lease. Were any
-/// expiry computed from the client's clock, the first would lose its lock
-/// at once and the second would keep it for 2 h.
-#[test]
-fn clients_whose_clocks_are_hours_off_get_the_servers_expiry() {
-    let setup = Setup::<Mysql>::start(Path::new(env!("CARGO_TARGET_TMPDIR")), "clock");
-    let (path, register) = setup.register("clock");
-    let config = setup.config("30s");
-
-    let behind = Worker::start_with_clock("-2h", &config, &path, &["--hold-ms", "2500"]);
-    behind.entered(LONG);
-    let started = Instant::now();
-    let waiter = Worker::start(&config, &path, &[]);
-    waiter.entered(LONG);
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(2000),
-        "the lagging holder lost its lock after {waited:?}"
-    );
-    assert_eq!(behind.finish(LONG).bought, 1);
-    assert_eq!(waiter.finish(LONG).bought, 1);
-
-    let ahead = Worker::start_with_clock("+2h", &config, &path, &["--hold-ms", "60000"]);
-    ahead.entered(LONG);
-    let waiter = Worker::start(&config, &path, &[]);
-    waiter.ready(LONG);
-    std::thread::sleep(Duration::from_millis(300));
-    let killed = Instant::now();
-    ahead.signal("-KILL");
-    waiter.entered(LONG);
-    let freed = killed.elapsed();
-    let (bound, _) = dlock::engines::conformance::Breakable::frees_dead_holder_within(&setup.fixture);
-    assert!(
-        freed < bound,
-        "the killed holder whose clock ran ahead kept the lock {freed:?}"
-    );
-    assert_eq!(waiter.finish(LONG).bought, 1);
-    assert_eq!(register.report().overlaps, 0);
 }
 
 fn request(name: &str) -> Request {
@@ -345,7 +300,7 @@ async fn the_table_is_empty_once_leases_have_run_out() {
     let engines = std::sync::Mutex::new(Vec::new());
     let (kept, fixture_ref) = (&engines, &fixture);
     conformance::run_each(|| async move {
-        let engine = conformance::engine(fixture_ref).await;
+        let engine = dlock_testkit::engine(fixture_ref).await;
         kept.lock().unwrap().push(engine.clone());
         engine
     })

@@ -12,10 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlock::config::Queue;
-use dlock::engines::conformance::{self, Fixture, assert_unreachable_is_a_clear_error, server::free_port};
-use dlock::engines::postgres::fixture::{PgServer, Postgres};
+use dlock::engines::conformance;
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::{Engine, Error, LockKey, LostReason, Mode, Poll, Registry, Request, Settings};
+use dlock_testkit::fixtures::postgres::{PgServer, Postgres};
+use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};
 
 fn config(server: &PgServer, application: &str, max_connections: usize) -> PostgresConfig {
     PostgresConfig {
@@ -311,7 +312,7 @@ async fn no_advisory_lock_is_left_after_the_suite() {
     let engines = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (kept, fixture) = (&engines, &fixture);
     conformance::run_each(|| async move {
-        let engine = conformance::engine(fixture).await;
+        let engine = dlock_testkit::engine(fixture).await;
         kept.lock().unwrap().push(engine.clone());
         engine
     })

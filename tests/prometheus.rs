@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::server::{free_port, server_dir, spawn_watched};
+use dlock_testkit::server::{free_port, server_dir, spawn_watched};
 use serde_json::Value;
 use service::{Http, Service};
 

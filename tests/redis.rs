@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
-use dlock::engines::conformance::server::{TestServer, free_port};
 use dlock::engines::conformance::{self, SETTINGS};
-use dlock::engines::redis::fixture::{info_field, redis_args};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
 use dlock_core::{Poll, Request};
+use dlock_testkit::fixtures::redis::{info_field, redis_args};
+use dlock_testkit::server::{TestServer, free_port};
 use futures_util::StreamExt;
 
 fn start() -> TestServer {
@@ -75,7 +75,7 @@ async fn a_dead_waiter_at_the_head_is_kicked() {
     // Queued, then never heard from again: its liveness key lapses after 500 ms.
     assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Waiting(_))));
     let registry = Registry::with_engine("redis", engine.clone(), SETTINGS).expect("registry");
-    let next = conformance::timed_writer(registry.locks("kick").get("k"));
+    let next = dlock_testkit::timed_writer(registry.locks("kick").get("k"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let released = Instant::now();
     assert!(engine.release(&holder).await.expect("release"));
@@ -124,7 +124,7 @@ async fn a_dead_reader_expires_on_its_own_while_others_renew() {
         .read()
         .await
         .expect("read");
-    let writer = conformance::timed_writer(locks.get("r"));
+    let writer = dlock_testkit::timed_writer(locks.get("r"));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!writer.is_finished(), "writer admitted beside a live reader");
     let released = Instant::now();
@@ -255,7 +255,7 @@ async fn a_killed_subscriber_is_replaced_and_notifications_resume() {
     let mut raw = raw(&server).await;
     for round in 0..2 {
         let holder = registry.locks("resub").get("k").lock().await.expect("lock");
-        let waiter = conformance::timed_writer(registry.locks("resub").get("k"));
+        let waiter = dlock_testkit::timed_writer(registry.locks("resub").get("k"));
         tokio::time::sleep(Duration::from_millis(300)).await;
         if round == 0 {
             // The subscriber goes; the waiter polls at once and subscribes anew.
@@ -308,7 +308,7 @@ async fn a_handed_over_grant_lasts_the_lease_not_the_waiter_ttl() {
     }
     // The waiter now dies holding: nobody renews it.
     let registry = Registry::with_engine("redis", engine.clone(), SETTINGS).expect("registry");
-    let next = conformance::timed_writer(registry.locks("handoff").get("k"));
+    let next = dlock_testkit::timed_writer(registry.locks("handoff").get("k"));
     let took = next.await.expect("next") - released;
     assert!(
         took >= lease - Duration::from_millis(100) && took < lease + Duration::from_millis(800),
@@ -476,7 +476,7 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
         ..RedisConfig::new(format!("redis://127.0.0.1:{port}"))
     };
     let connect = RedisEngine::connect("main", &config);
-    conformance::assert_unreachable_is_a_clear_error(
+    dlock_testkit::assert_unreachable_is_a_clear_error(
         connect,
         "main",
         &port.to_string(),

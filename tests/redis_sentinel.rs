@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
-use dlock::engines::conformance::fault_suite::{Setup, Worker};
-use dlock::engines::conformance::{Fixture, SETTINGS, engine, timed_writer};
-use dlock::engines::redis::fixture::RedisSentinel;
+use dlock::engines::conformance::SETTINGS;
 use dlock::{Registry, Settings};
+use dlock_testkit::fixtures::redis::RedisSentinel;
+use dlock_testkit::{Fixture, engine, timed_writer};
 
 /// After a failover the same engine keeps working on the new primary: its
 /// connection, its script cache (the new primary has never seen the
@@ -127,74 +127,6 @@ async fn an_old_primary_still_writable_after_a_failover_is_left_at_once() {
         task.await.expect("an engine never got its turns");
     }
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
-}
-
-/// Workers hold and wait on one lock across processes; the primary dies and
-/// comes back as a replica. Waiters proceed on the new primary; nothing is
-/// held twice unless the fenced register refuses the stale writer. With
-/// replicas_ack, no grant is handed out until a replica has it again.
-fn workers_through_a_failover(replicas_ack: u32) {
-    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let mut setup = Setup::<RedisSentinel>::start(&tmp, &format!("failover-ack{replicas_ack}"));
-    let (path, register) = setup.register("failover");
-    let config = tmp.join(format!(
-        "sentinel-failover-{}-{replicas_ack}.toml",
-        std::process::id()
-    ));
-    let text = format!(
-        "[defaults]\nlease = \"1s\"\nwait = \"30s\"\n\n[engines.main]\n{}\nreplicas_ack = {replicas_ack}\n",
-        setup.fixture.engine_config()
-    );
-    std::fs::write(&config, text).expect("config");
-    let long = Duration::from_secs(60);
-    let holder = Worker::start(&config, &path, &["--hold-ms", "2000"]);
-    holder.entered(long);
-    let waiters: Vec<Worker> = (0..3)
-        .map(|_| Worker::start(&config, &path, &["--hold-ms", "100"]))
-        .collect();
-    waiters.iter().for_each(|waiter| waiter.ready(long));
-    std::thread::sleep(Duration::from_millis(300));
-    let killed = Instant::now();
-    let failover = setup.fixture.fail_over();
-    // The failed node comes back as a replica of the new primary: with
-    // replicas_ack, grants wait for it.
-    setup.fixture.rejoin_as_replica();
-    let holder = holder.finish(long);
-    let mut done = holder.bought + holder.refused + holder.lost;
-    let mut refused = holder.refused;
-    for waiter in waiters {
-        let summary = waiter.finish(long);
-        assert_eq!(summary.failed, 0, "a waiter gave up: {summary:?}");
-        done += summary.bought + summary.refused;
-        refused += summary.refused;
-    }
-    let all_done = killed.elapsed();
-    assert_eq!(done, 4, "every worker finished its turn");
-    assert!(
-        all_done < Duration::from_secs(30),
-        "waiters took {all_done:?} after the kill"
-    );
-    let report = register.report();
-    assert!(
-        report.overlaps == 0 || report.stale_refused > 0,
-        "held twice and the stale writer was not refused: {report:?}"
-    );
-    assert_eq!(register.value(), report.writes, "a write was lost");
-    setup.figure(format!(
-        "primary killed with 1 holder and 3 waiters, replicas_ack = {replicas_ack}: promoted after {failover:.2?}, \
-         all done {all_done:.2?} after the kill; holder lost {}; overlaps {}, stale writes refused {}",
-        holder.lost, report.overlaps, refused
-    ));
-}
-
-#[test]
-fn workers_through_a_failover_without_replicas_ack() {
-    workers_through_a_failover(0);
-}
-
-#[test]
-fn workers_through_a_failover_with_replicas_ack() {
-    workers_through_a_failover(1);
 }
 
 /// Sentinels and data nodes that require a password: the sentinels' from

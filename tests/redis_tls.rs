@@ -5,12 +5,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::certificates::certificates;
-use dlock::engines::conformance::server::TestServer;
-use dlock::engines::conformance::{SETTINGS, timed_writer};
-use dlock::engines::redis::fixture::redis_args;
+use dlock::engines::conformance::SETTINGS;
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::{Error, Registry};
+use dlock_testkit::certificates::certificates;
+use dlock_testkit::fixtures::redis::redis_args;
+use dlock_testkit::server::TestServer;
+use dlock_testkit::timed_writer;
 
 fn tls_server(certs: &Path) -> TestServer {
     let file = |name: &str| certs.join(name).to_string_lossy().into_owned();

@@ -7,11 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::register::FencedRegister;
-use dlock::engines::conformance::{Fixture, SETTINGS, assert_unreachable_is_a_clear_error, engine};
-use dlock::engines::redlock::fixture::RedLock;
+use dlock::engines::conformance::SETTINGS;
 use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
 use dlock::{Engine, Error, Registry};
+use dlock_testkit::fixtures::redlock::RedLock;
+use dlock_testkit::store::FencedStore;
+use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, engine};
 
 fn registry(engine: Arc<dyn Engine>) -> Registry {
     Registry::with_engine("redlock", engine, SETTINGS).expect("registry")
@@ -139,15 +140,15 @@ async fn a_master_restarted_empty_lets_two_hold_and_the_fence_refuses_the_older(
     assert!(!old.is_lost(), "the first holder does not know yet");
     let dir = std::env::temp_dir().join(format!("dlock-redlock-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let register = FencedRegister::create(&dir.join("register"));
-    register.write(new.fence(), 1).expect("the newer holder writes");
+    let store = FencedStore::create(&dir.join("store"));
+    store.write(new.fence(), 1).expect("the newer holder writes");
     assert!(
-        register.write(old.fence(), 2).is_err(),
+        store.write(old.fence(), 2).is_err(),
         "the older holder's token {} was not below the newer's {}",
         old.fence(),
         new.fence()
     );
-    assert_eq!(register.value(), 1);
+    assert_eq!(store.value(), 1);
     // Its next renewal finds no majority: the first holder learns it lost.
     let reason = tokio::time::timeout(Duration::from_secs(3), old.lost()).await;
     assert!(reason.is_ok(), "the first holder never learned it lost the lock");
@@ -166,9 +167,7 @@ async fn too_few_masters_and_an_unreachable_majority_are_clear_errors() {
         other => panic!("expected a config error, got {:?}", other.err()),
     }
     let fixture = RedLock::with_masters(1);
-    let ports: Vec<u16> = (0..2)
-        .map(|_| dlock::engines::conformance::server::free_port())
-        .collect();
+    let ports: Vec<u16> = (0..2).map(|_| dlock_testkit::server::free_port()).collect();
     let mut masters = vec![format!("redis://{}", fixture.masters[0].address())];
     masters.extend(ports.iter().map(|p| format!("redis://127.0.0.1:{p}")));
     let config = RedLockConfig {

@@ -11,11 +11,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dlock::engines::conformance::proxy::{CutProxy, cut_holder_then_next};
-use dlock::engines::conformance::server::TestServer;
-use dlock::engines::zookeeper::fixture::{curator_classpath, four_letter, zookeeper};
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::{Error, Registry, Settings};
+use dlock_testkit::fixtures::zookeeper::{curator_classpath, four_letter, zookeeper};
+use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
+use dlock_testkit::server::TestServer;
 
 const CURATOR_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
 
@@ -312,7 +312,7 @@ async fn each_waiter_watches_one_node_never_the_children_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_server_is_an_error_naming_engine_and_address() {
-    let nobody = dlock::engines::conformance::server::free_port();
+    let nobody = dlock_testkit::server::free_port();
     let config = ZooKeeperConfig {
         connect_timeout: Duration::from_millis(800),
         ..ZooKeeperConfig::new(format!("127.0.0.1:{nobody}"))

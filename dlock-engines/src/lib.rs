@@ -11,7 +11,7 @@
 //! | `postgres` | `postgres` | `postgres` |
 //! | `mysql` | `mysql` | `mysql` |
 //! | `memcached` | `memcached` | `memcached` |
-//! | `conformance` | (the shared test suites and fixtures) | `conformance` |
+//! | `conformance` | (the behaviour suite every engine passes) | `conformance` |
 //!
 //! Applications use this crate through the `dlock` library (package
 //! `dlock-rs`), whose features of the same names turn these on, as

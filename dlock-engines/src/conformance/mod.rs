@@ -1,16 +1,17 @@
-//! The behaviour suite every engine passes unchanged.
+//! The behaviour suite every engine passes unchanged, published so an
+//! engine written outside this repository can run it too.
 //!
-//! An engine's test file names its [`Fixture`] and gets one test per case:
+//! A test file names an async factory of the engine under test and gets
+//! one test per case:
 //!
 //! ```
-//! // tests/conformance_memory.rs: one #[test] per case.
-//! dlock::engines::conformance_suite!(fixture = dlock::engines::memory::fixture::Memory);
+//! // tests/conformance_memory.rs: one #[tokio::test] per case.
+//! use std::sync::Arc;
+//! use dlock::engines::memory::MemoryEngine;
+//!
+//! dlock::engines::conformance_suite!(|| async { Arc::new(MemoryEngine::new()) as Arc<dyn dlock::Engine> });
 //! # fn main() {}
 //! ```
-//!
-//! (or a factory, `conformance_suite!(engine)`, an async fn returning
-//! `Arc<dyn Engine>`, for an engine built by hand). `fault_suite!` does the
-//! same for the cross-process fault scenarios of [`fault_suite`].
 //!
 //! Cases are plain async functions in [`cases`] taking a [`Harness`]; each
 //! case uses its own random group, so cases can share one server. A case
@@ -18,15 +19,8 @@
 //! and the reason printed (`conformance: SKIPPED ...`).
 
 pub mod cases;
-pub mod certificates;
 mod counter;
-pub mod fault_suite;
 mod faults;
-mod fixture;
-pub mod proxy;
-pub mod random_faults;
-pub mod register;
-pub mod server;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,36 +30,6 @@ use dlock_core::{Capabilities, Engine, Error, Expiry, Fairness, Fencing, Lock, R
 
 pub use counter::GuardedCounter;
 pub use faults::Faults;
-pub use fixture::{Breakable, Fixture, engine};
-
-/// Spawns a task that takes `lock` for write and lets go at once; it
-/// returns when it got the lock, for tests that time a handoff.
-pub fn timed_writer(lock: Lock) -> tokio::task::JoinHandle<std::time::Instant> {
-    tokio::spawn(async move {
-        let guard = lock.lock().await.expect("lock");
-        let at = std::time::Instant::now();
-        guard.release().await.expect("release");
-        at
-    })
-}
-
-/// After a failover: `held` still excludes `peer` (the same lock, through
-/// another engine), and `peer` gets the lock once `held` is released.
-pub async fn assert_still_held(held: dlock_core::Guard, peer: &Lock) {
-    assert!(!held.is_lost(), "the hold did not survive the failover");
-    assert!(
-        peer.try_lock().await.expect("try").is_none(),
-        "the hold stopped excluding"
-    );
-    held.release().await.expect("release");
-    peer.try_lock()
-        .await
-        .expect("try")
-        .expect("free after release")
-        .release()
-        .await
-        .expect("release");
-}
 
 /// Timing used by every case: short enough to keep the suite quick, long
 /// enough for a loopback server under a loaded 2-core machine.
@@ -188,26 +152,6 @@ pub enum Need {
     Lease,
 }
 
-/// Checks that `connect`, aimed at a server that is not there, fails within
-/// `limit` as `Error::Unavailable` naming the engine `name` and `address`.
-pub async fn assert_unreachable_is_a_clear_error<T>(
-    connect: impl Future<Output = Result<T, Error>>,
-    name: &str,
-    address: &str,
-    limit: Duration,
-) {
-    let started = std::time::Instant::now();
-    let err = connect.await.err().expect("connected to nothing?");
-    let took = started.elapsed();
-    assert!(took < limit, "took {took:?}");
-    let message = err.to_string();
-    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
-    assert!(
-        message.contains(&format!("`{name}`")) && message.contains(address),
-        "{message}"
-    );
-}
-
 fn rand_suffix() -> u32 {
     (dlock_core::OwnerId::random().as_u128() & 0xffff_ffff) as u32
 }
@@ -274,15 +218,6 @@ macro_rules! conformance_suite {
         if true $(&& $harness.has(stringify!($case), $crate::conformance::Need::$need).await)* {
             $crate::conformance::cases::$case(&$harness).await;
         }
-    };
-    // An engine's fixture, started once for the file: `fixture()` gives it.
-    (fixture = $fixture:ty) => {
-        /// The server(s) this file's conformance cases share.
-        pub fn fixture() -> &'static $fixture {
-            static FIXTURE: ::std::sync::OnceLock<$fixture> = ::std::sync::OnceLock::new();
-            FIXTURE.get_or_init(<$fixture as $crate::conformance::Fixture>::start)
-        }
-        $crate::conformance_suite! { @list @tests (|| $crate::conformance::engine(fixture())) }
     };
     ($factory:expr) => {
         $crate::conformance_suite! { @list @tests $factory }

@@ -43,8 +43,6 @@
 //! # password = "secret"
 //! ```
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
 mod handoff;
 mod queue;
 /// The client crate, for tests and benchmarks that talk to etcd directly.

@@ -41,8 +41,6 @@
 //! connect_timeout = "5s"
 //! ```
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
 mod wire;
 
 use std::sync::Mutex;

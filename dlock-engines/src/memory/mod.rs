@@ -2,9 +2,6 @@
 //! fair FIFO read/write, leases, fencing — for single-process services,
 //! examples and tests. No config needed: it serves when nothing else is set.
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 

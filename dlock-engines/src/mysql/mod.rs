@@ -59,8 +59,6 @@
 //! connect_timeout = "5s"
 //! ```
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
 mod gate;
 mod sql;
 

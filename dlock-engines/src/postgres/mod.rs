@@ -58,8 +58,6 @@
 //! connect_timeout = "5s"
 //! ```
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
 mod objects;
 mod pool;
 mod sql;

@@ -58,8 +58,6 @@
 //! ```
 
 mod connection;
-#[cfg(feature = "conformance")]
-pub mod fixture;
 pub(crate) mod keys;
 mod notify;
 

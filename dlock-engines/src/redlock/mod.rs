@@ -53,9 +53,6 @@
 //! fence_retention = "1m"
 //! ```
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
-
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;

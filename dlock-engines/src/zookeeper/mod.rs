@@ -45,8 +45,6 @@
 //! # digest = "user:password"  # digest auth; nodes then get creator-only ACLs
 //! ```
 
-#[cfg(feature = "conformance")]
-pub mod fixture;
 mod keeper;
 mod nodes;
 mod session;

@@ -1,9 +1,9 @@
-//! A fenced register: the storage stand-in of the fault suite. One file
+//! A fenced store: the storage stand-in of the fault suite. One file
 //! holds a number; any process may read or write it, each time showing the
-//! fencing token of the lock it holds. The register refuses an operation
+//! fencing token of the lock it holds. The store refuses an operation
 //! whose token is below the greatest it has seen, reads included, so a
 //! holder that lost its lock cannot write once a newer holder has touched
-//! the register, even if it read before the newer holder did.
+//! the store, even if it read before the newer holder did.
 //!
 //! Every operation, and every critical section's entry and exit, is
 //! appended to a journal under the same file lock, from which [`Report`]
@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The register's state file and its journal; see the module docs.
-pub struct FencedRegister {
+/// The store's state file and its journal; see the module docs.
+pub struct FencedStore {
     state: PathBuf,
     journal: PathBuf,
     /// Opened on first use. The mutex orders this process's tasks, the
@@ -34,7 +34,7 @@ struct Files {
     journal: File,
 }
 
-/// The register's files, locked against every other task and process.
+/// The store's files, locked against every other task and process.
 struct Locked<'a>(MutexGuard<'a, Option<Files>>);
 
 impl Locked<'_> {
@@ -51,27 +51,27 @@ impl Drop for Locked<'_> {
     }
 }
 
-/// The register refused a token below the greatest it has seen.
+/// The store refused a token below the greatest it has seen.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Stale {
     /// The token shown.
     pub fence: u64,
-    /// The greatest token the register had seen.
+    /// The greatest token the store had seen.
     pub newest: u64,
 }
 
-impl FencedRegister {
-    /// A register at `path` holding 0 (and `path.journal` beside it).
+impl FencedStore {
+    /// A store at `path` holding 0 (and `path.journal` beside it).
     pub fn create(path: &Path) -> Self {
-        let register = Self::open(path);
-        std::fs::write(&register.state, record(0, 0)).expect("create register");
-        std::fs::write(&register.journal, "").expect("create journal");
-        register
+        let store = Self::open(path);
+        std::fs::write(&store.state, record(0, 0)).expect("create store");
+        std::fs::write(&store.journal, "").expect("create journal");
+        store
     }
 
-    /// The register at `path`, as another process created it.
+    /// The store at `path`, as another process created it.
     pub fn open(path: &Path) -> Self {
-        FencedRegister {
+        FencedStore {
             state: path.to_owned(),
             journal: path.with_extension("journal"),
             files: Mutex::new(None),
@@ -113,7 +113,7 @@ impl FencedRegister {
             .state
             .rewind()
             .and_then(|()| files.state.write_all(record(fence, next).as_bytes()))
-            .expect("write register");
+            .expect("write store");
         Self::journal(files, fence, op);
         Ok(value)
     }
@@ -121,7 +121,7 @@ impl FencedRegister {
     fn lock(&self) -> Locked<'_> {
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
         if files.is_none() {
-            let open = |path: &Path, options: &mut OpenOptions| options.open(path).expect("open register");
+            let open = |path: &Path, options: &mut OpenOptions| options.open(path).expect("open store");
             *files = Some(Files {
                 state: open(&self.state, OpenOptions::new().read(true).write(true)),
                 journal: open(&self.journal, OpenOptions::new().append(true)),
@@ -134,21 +134,21 @@ impl FencedRegister {
             .expect("opened")
             .state
             .lock()
-            .expect("lock register");
+            .expect("lock store");
         locked
     }
 
-    /// Reads the register through the handle that holds its lock.
+    /// Reads the store through the handle that holds its lock.
     fn load(files: &mut Files) -> (u64, u64) {
         let mut text = String::new();
         files
             .state
             .rewind()
             .and_then(|()| files.state.read_to_string(&mut text))
-            .expect("read register");
+            .expect("read store");
         let mut parts = text
             .split_whitespace()
-            .map(|n| n.parse::<u64>().expect("register number"));
+            .map(|n| n.parse::<u64>().expect("store number"));
         (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
     }
 
@@ -225,7 +225,7 @@ fn record(fence: u64, value: u64) -> String {
     format!("{fence:020} {value:020}\n")
 }
 
-/// What the fault suite measures at the register.
+/// What the fault suite measures at the store.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Report {
     /// Pairs of critical sections (different tokens) that were open at once.
@@ -242,19 +242,19 @@ mod tests {
 
     #[test]
     fn a_stale_token_is_refused_even_after_it_read_first() {
-        let path = std::env::temp_dir().join(format!("dlock-register-{}", std::process::id()));
-        let register = FencedRegister::create(&path);
-        register.mark(5, "enter");
-        assert_eq!(register.read(5), Ok(0)); // the old holder reads...
-        register.mark(6, "enter");
-        assert_eq!(register.read(6), Ok(0)); // ...a newer one reads too...
-        assert_eq!(register.write(5, 1), Err(Stale { fence: 5, newest: 6 })); // ...the old write is refused
-        register.mark(5, "exit");
-        assert_eq!(register.write(6, 1), Ok(()));
-        register.mark(6, "exit");
-        assert_eq!(register.value(), 1);
+        let path = std::env::temp_dir().join(format!("dlock-store-{}", std::process::id()));
+        let store = FencedStore::create(&path);
+        store.mark(5, "enter");
+        assert_eq!(store.read(5), Ok(0)); // the old holder reads...
+        store.mark(6, "enter");
+        assert_eq!(store.read(6), Ok(0)); // ...a newer one reads too...
+        assert_eq!(store.write(5, 1), Err(Stale { fence: 5, newest: 6 })); // ...the old write is refused
+        store.mark(5, "exit");
+        assert_eq!(store.write(6, 1), Ok(()));
+        store.mark(6, "exit");
+        assert_eq!(store.value(), 1);
         assert_eq!(
-            register.report(),
+            store.report(),
             Report {
                 overlaps: 1,
                 stale_refused: 1,

@@ -1,15 +1,15 @@
 //! The fault suite's worker process (tests/faults.rs starts several): takes
 //! lock `faults/<key>` on the engine its config names, reads a fenced
-//! register, works, and writes the register back plus one, the whole
+//! store, works, and writes the store back plus one, the whole
 //! critical section under `#[distributed_lock]`.
 //!
 //! ```text
-//! fault_worker --config dlock.toml --register /tmp/r [--key k] [--tasks 1]
+//! fault_worker --config dlock.toml --store /tmp/r [--key k] [--tasks 1]
 //!              [--cycles 1] [--limit N] [--hold-ms 0] [--on-lost cancel|ignore]
 //! ```
 //!
 //! `--tasks` buyers run at once, each `--cycles` times; a buyer only writes
-//! while the register is below `--limit` (a flash sale's stock). Prints
+//! while the store is below `--limit` (a flash sale's stock). Prints
 //! `ready` once its engine is connected, `entered <fence>` on entering each
 //! critical section, and at the end `bought=B sold_out=S refused=R lost=L
 //! failed=F`.
@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock::distributed_lock;
-use dlock::engines::conformance::register::FencedRegister;
+use dlock_testkit::store::FencedStore;
 
 struct Work {
-    register: FencedRegister,
+    store: FencedStore,
     limit: u64,
     hold: Duration,
 }
@@ -37,7 +37,7 @@ enum Outcome {
 }
 
 /// Marks the critical section's exit however the body ends, cancelled included.
-struct Inside<'a>(&'a FencedRegister, u64);
+struct Inside<'a>(&'a FencedStore, u64);
 
 impl Drop for Inside<'_> {
     fn drop(&mut self) {
@@ -47,18 +47,18 @@ impl Drop for Inside<'_> {
 
 async fn body(work: &Work) -> Result<Outcome, dlock::Error> {
     let fence = dlock::fence().expect("inside the lock");
-    work.register.mark(fence, "enter");
-    let _inside = Inside(&work.register, fence);
+    work.store.mark(fence, "enter");
+    let _inside = Inside(&work.store, fence);
     println!("entered {fence}");
     let _ = std::io::stdout().flush();
-    let Ok(value) = work.register.read(fence) else {
+    let Ok(value) = work.store.read(fence) else {
         return Ok(Outcome::Refused);
     };
     if value >= work.limit {
         return Ok(Outcome::SoldOut);
     }
     tokio::time::sleep(work.hold).await;
-    Ok(match work.register.write(fence, value + 1) {
+    Ok(match work.store.write(fence, value + 1) {
         Ok(()) => Outcome::Bought,
         Err(_) => Outcome::Refused,
     })
@@ -85,7 +85,7 @@ struct Tally {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (mut config, mut register, mut key) = (None, None, "k".to_owned());
+    let (mut config, mut store, mut key) = (None, None, "k".to_owned());
     let (mut tasks, mut cycles, mut limit, mut hold_ms, mut cancel) = (1u64, 1u64, u64::MAX, 0u64, true);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -97,7 +97,7 @@ async fn main() -> ExitCode {
         };
         match flag.as_str() {
             "--config" => config = Some(PathBuf::from(&value)),
-            "--register" => register = Some(PathBuf::from(&value)),
+            "--store" => store = Some(PathBuf::from(&value)),
             "--key" => key = value.clone(),
             "--tasks" => tasks = number(),
             "--cycles" => cycles = number(),
@@ -119,7 +119,7 @@ async fn main() -> ExitCode {
     println!("ready");
     let _ = std::io::stdout().flush();
     let work = Arc::new(Work {
-        register: FencedRegister::open(&register.expect("--register is required")),
+        store: FencedStore::open(&store.expect("--store is required")),
         limit,
         hold: Duration::from_millis(hold_ms),
     });

@@ -1,6 +1,5 @@
-//! Engine fixtures: how the conformance and fault suites get a real engine.
-//! Each engine's fixture lives beside it (`redis/fixture.rs`, ...), and
-//! adding an engine to both suites is that fixture plus one line each.
+//! What an engine's fixture is: how the conformance and fault suites get a
+//! real engine. Each engine's own is a file in `fixtures/`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +70,7 @@ pub trait Breakable: Fixture {
 pub async fn engine(fixture: &impl Fixture) -> Arc<dyn Engine> {
     let text = format!("[engines.main]\n{}", fixture.engine_config());
     let config = Config::parse(&text, std::iter::empty()).expect("the fixture's config parses");
-    crate::kinds()
+    dlock_engines::kinds()
         .build("main", &config.engines["main"])
         .await
         .expect("the fixture's engine connects")

@@ -1,6 +1,6 @@
-//! The randomized fault run: five worker processes (examples/fault_worker.rs)
+//! The randomized fault run: five worker processes (the `fault_worker` binary)
 //! loop over one lock with a 1 s lease and `on_lost = "ignore"`, each
-//! reading and then writing the fenced register, while a driver, from a
+//! reading and then writing the fenced store, while a driver, from a
 //! seeded generator, pauses a worker past its lease, kills and respawns
 //! one, crashes and restarts the server (one of several, or a failover
 //! where the setup has one), and kills the clients' connections. The fixed
@@ -14,13 +14,12 @@
 //! long plus a second at the end, so a worker stuck for good is caught
 //! even when faults came faster than the bound.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dlock_core::{Fairness, Fencing};
 
-use super::fault_suite::{Setup, Worker};
-use super::{Breakable, engine};
+use crate::fault_suite::{Paths, Setup, Worker};
+use crate::{Breakable, engine};
 
 /// Workers contending for the one lock.
 const WORKERS: usize = 5;
@@ -34,7 +33,7 @@ pub struct Outcome {
     pub restarts: u32,
     /// Critical sections entered.
     pub entered: u64,
-    /// Writes the register accepted, and reads and writes it refused as stale.
+    /// Writes the store accepted, and reads and writes it refused as stale.
     pub writes: u64,
     /// Stale reads and writes refused.
     pub refused: u64,
@@ -75,18 +74,19 @@ struct Slot {
 
 /// Runs the randomized faults on `F` for `duration` with `seed`, then a
 /// quiet stretch; panics, naming the seed, if a check fails.
-pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
+pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcome {
     println!("{}: random faults, seed {seed}, {duration:?}", F::NAME);
-    let mut setup = Setup::<F>::start(tmp, &format!("random-{seed}"));
+    let mut setup = Setup::<F>::start(paths, &format!("random-{seed}"));
     let capabilities = tokio::runtime::Runtime::new()
         .expect("runtime")
         .block_on(engine(&setup.fixture))
         .capabilities();
     let bound = setup.fixture.recovers_within();
-    let (path, register) = setup.register("random");
+    let (path, store) = setup.store("random");
     let config = setup.config("10s");
     let launch = || {
         Worker::start(
+            &paths.worker,
             &config,
             &path,
             &["--cycles", "1000000000", "--hold-ms", "10", "--on-lost", "ignore"],
@@ -202,16 +202,16 @@ pub fn run<F: Breakable>(tmp: &Path, seed: u64, duration: Duration) -> Outcome {
         std::thread::sleep(Duration::from_millis(10));
     }
     drop(slots);
-    let report = register.report();
+    let report = store.report();
     (out.writes, out.refused, out.overlaps) = (report.writes, report.stale_refused, report.overlaps);
     assert_eq!(
-        register.value(),
+        store.value(),
         report.writes,
         "{} seed {seed}: an update was lost",
         F::NAME
     );
     if capabilities.fencing != Fencing::None {
-        let repeated = register.repeated_fences();
+        let repeated = store.repeated_fences();
         assert!(
             repeated.is_empty(),
             "{} seed {seed}: fences handed out twice: {repeated:?}",

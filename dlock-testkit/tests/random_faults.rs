@@ -1,4 +1,4 @@
-//! The randomized fault run (`dlock::engines::conformance::random_faults`)
+//! The randomized fault run (`dlock_testkit::random_faults`)
 //! on every engine with a server, one test per engine, each at three seeds
 //! for 6 s of faults and a quiet stretch (30–45 s an engine). The seeds are
 //! printed; to run
@@ -17,11 +17,10 @@
     feature = "memcached"
 ))]
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock::engines::conformance::{Breakable, random_faults};
+use dlock_testkit::{Breakable, random_faults};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -41,9 +40,9 @@ fn run<F: Breakable>() {
             vec![first, first + 1, first + 2]
         }
     };
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let paths = dlock_testkit::paths!();
     for seed in seeds {
-        random_faults::run::<F>(&tmp, seed, Duration::from_secs(seconds));
+        random_faults::run::<F>(&paths, seed, Duration::from_secs(seconds));
     }
 }
 
@@ -59,13 +58,13 @@ macro_rules! engines {
 }
 
 engines! {
-    redis: dlock::engines::redis::fixture::Redis,
-    redis_cluster: dlock::engines::redis::fixture::RedisCluster,
-    redis_sentinel: dlock::engines::redis::fixture::RedisSentinel,
-    redlock: dlock::engines::redlock::fixture::RedLock,
-    zookeeper: dlock::engines::zookeeper::fixture::ZooKeeper,
-    etcd: dlock::engines::etcd::fixture::Etcd,
-    postgres: dlock::engines::postgres::fixture::Postgres,
-    mysql: dlock::engines::mysql::fixture::Mysql,
-    memcached: dlock::engines::memcached::fixture::Memcached,
+    redis: dlock_testkit::fixtures::redis::Redis,
+    redis_cluster: dlock_testkit::fixtures::redis::RedisCluster,
+    redis_sentinel: dlock_testkit::fixtures::redis::RedisSentinel,
+    redlock: dlock_testkit::fixtures::redlock::RedLock,
+    zookeeper: dlock_testkit::fixtures::zookeeper::ZooKeeper,
+    etcd: dlock_testkit::fixtures::etcd::Etcd,
+    postgres: dlock_testkit::fixtures::postgres::Postgres,
+    mysql: dlock_testkit::fixtures::mysql::Mysql,
+    memcached: dlock_testkit::fixtures::memcached::Memcached,
 }

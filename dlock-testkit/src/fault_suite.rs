@@ -1,5 +1,5 @@
-//! The fault suite: real worker processes (examples/fault_worker.rs) lock
-//! through real servers and write through a fenced register, while the test
+//! The fault suite: real worker processes (the `fault_worker` binary) lock
+//! through real servers and write through a fenced store, while the test
 //! kills, pauses and restarts things. Each scenario runs on any engine with a
 //! [`Breakable`] fixture (`fault_suite!` makes the tests) and appends its
 //! figures (recovery times, overlaps, stale writes refused) to
@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::Fencing;
 
-use super::register::{FencedRegister, Report};
-use super::server::example;
-use super::{Breakable, Fixture};
+use crate::store::{FencedStore, Report};
+use crate::{Breakable, Fixture};
 
 /// Expands to one `#[test]` per fault scenario for the engine of
 /// `$fixture` (a [`Breakable`] fixture type); put it in a module named
@@ -36,10 +35,30 @@ macro_rules! fault_suite {
         $(
             #[test]
             fn $scenario() {
-                let dir = ::std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-                $crate::conformance::fault_suite::$scenario::<$fixture>(&dir);
+                $crate::fault_suite::$scenario::<$fixture>(&$crate::paths!());
             }
         )*
+    };
+}
+
+/// Where a fault test keeps its files, and the worker binary it runs, both
+/// as Cargo gives them to a test of this crate: made by [`paths!`](crate::paths).
+pub struct Paths {
+    /// The test's target tmp dir.
+    pub tmp: PathBuf,
+    /// The `fault_worker` binary.
+    pub worker: PathBuf,
+}
+
+/// The [`Paths`] of the test that expands it (a test of this crate, where
+/// Cargo builds the `fault_worker` binary first and names it).
+#[macro_export]
+macro_rules! paths {
+    () => {
+        $crate::fault_suite::Paths {
+            tmp: env!("CARGO_TARGET_TMPDIR").into(),
+            worker: env!("CARGO_BIN_EXE_fault_worker").into(),
+        }
     };
 }
 
@@ -50,18 +69,21 @@ pub struct Setup<F> {
     pub fixture: F,
     dir: PathBuf,
     figures: PathBuf,
+    worker: PathBuf,
 }
 
 impl<F: Fixture> Setup<F> {
-    /// Starts `F` for scenario `test`; files go under `tmp` (the test's
-    /// target tmp dir).
-    pub fn start(tmp: &Path, test: &str) -> Self {
-        let dir = tmp.join(format!("faults-{}-{test}-{}", F::NAME, std::process::id()));
+    /// Starts `F` for scenario `test`; files go under `paths.tmp`.
+    pub fn start(paths: &Paths, test: &str) -> Self {
+        let dir = paths
+            .tmp
+            .join(format!("faults-{}-{test}-{}", F::NAME, std::process::id()));
         std::fs::create_dir_all(&dir).expect("test dir");
         Setup {
             fixture: F::start(),
             dir,
-            figures: tmp.join("fault-figures.txt"),
+            figures: paths.tmp.join("fault-figures.txt"),
+            worker: paths.worker.clone(),
         }
     }
 
@@ -86,17 +108,39 @@ impl<F: Fixture> Setup<F> {
         path
     }
 
-    /// A fresh [`FencedRegister`] named `name` in the scenario's directory,
+    /// A fresh [`FencedStore`] named `name` in the scenario's directory,
     /// and its path for workers.
-    pub fn register(&self, name: &str) -> (PathBuf, FencedRegister) {
+    pub fn store(&self, name: &str) -> (PathBuf, FencedStore) {
         let path = self.dir.join(name);
-        let register = FencedRegister::create(&path);
-        (path, register)
+        let store = FencedStore::create(&path);
+        (path, store)
     }
 
     /// Starts a worker with the 30 s wait config.
-    pub fn worker(&self, register: &Path, args: &[&str]) -> Worker {
-        Worker::start(&self.config("30s"), register, args)
+    pub fn worker(&self, store: &Path, args: &[&str]) -> Worker {
+        self.worker_on(&self.config("30s"), store, args)
+    }
+
+    /// Starts a worker with `config` and `store`, and more arguments
+    /// (`--tasks 4`, `--hold-ms 100`, ...).
+    pub fn worker_on(&self, config: &Path, store: &Path, args: &[&str]) -> Worker {
+        Worker::start(&self.worker, config, store, args)
+    }
+
+    /// A worker whose clock is off by `offset` (`"+2h"`, `"-2h"`), through
+    /// libfaketime preloaded (Debian `libfaketime`): its wall and monotonic
+    /// clocks both.
+    pub fn worker_with_clock(&self, offset: &str, config: &Path, store: &Path, args: &[&str]) -> Worker {
+        let library = std::fs::read_dir("/usr/lib")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
+            .find(|lib| lib.exists())
+            .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
+        let mut command = Command::new(&self.worker);
+        command.env("LD_PRELOAD", library).env("FAKETIME", offset);
+        Worker::launch(command, config, store, args)
     }
 
     /// Prints a measured figure and keeps it for `scripts/test` to print.
@@ -111,41 +155,25 @@ impl<F: Fixture> Setup<F> {
     }
 }
 
-/// A `fault_worker` process (examples/fault_worker.rs) and its output.
+/// A `fault_worker` process and its output.
 pub struct Worker {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
 impl Worker {
-    /// Starts a worker with `config` and `register`, and more arguments
-    /// (`--tasks 4`, `--hold-ms 100`, ...).
-    pub fn start(config: &Path, register: &Path, args: &[&str]) -> Self {
-        Self::launch(Command::new(example("fault_worker")), config, register, args)
+    /// Starts the worker `binary` with `config` and `store`, and more
+    /// arguments.
+    pub fn start(binary: &Path, config: &Path, store: &Path, args: &[&str]) -> Self {
+        Self::launch(Command::new(binary), config, store, args)
     }
 
-    /// A worker whose clock is off by `offset` (`"+2h"`, `"-2h"`), through
-    /// libfaketime preloaded (Debian `libfaketime`): its wall and monotonic
-    /// clocks both.
-    pub fn start_with_clock(offset: &str, config: &Path, register: &Path, args: &[&str]) -> Self {
-        let library = std::fs::read_dir("/usr/lib")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
-            .find(|lib| lib.exists())
-            .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
-        let mut command = Command::new(example("fault_worker"));
-        command.env("LD_PRELOAD", library).env("FAKETIME", offset);
-        Self::launch(command, config, register, args)
-    }
-
-    fn launch(mut command: Command, config: &Path, register: &Path, args: &[&str]) -> Self {
+    fn launch(mut command: Command, config: &Path, store: &Path, args: &[&str]) -> Self {
         let mut child = command
             .arg("--config")
             .arg(config)
-            .arg("--register")
-            .arg(register)
+            .arg("--store")
+            .arg(store)
             .args(args)
             .stdout(Stdio::piped())
             .spawn()
@@ -246,11 +274,11 @@ impl Drop for Worker {
 /// A worker's closing counts, one per critical section it tried.
 #[derive(Debug, Default)]
 pub struct Summary {
-    /// Wrote the register one higher.
+    /// Wrote the store one higher.
     pub bought: u64,
-    /// Found the register at the limit and wrote nothing.
+    /// Found the store at the limit and wrote nothing.
     pub sold_out: u64,
-    /// The register refused its token as stale.
+    /// The store refused its token as stale.
     pub refused: u64,
     /// Ended with `Error::Lost`.
     pub lost: u64,
@@ -282,7 +310,7 @@ const LONG: Duration = Duration::from_secs(60);
 /// How far the engine of `fixture` trusts its fences.
 fn fencing(fixture: &impl Fixture) -> Fencing {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(super::engine(fixture)).capabilities().fencing
+    runtime.block_on(crate::engine(fixture)).capabilities().fencing
 }
 
 /// Whether `F`'s setup can be crashed as a whole; says so if not.
@@ -298,9 +326,9 @@ fn crashes<F: Breakable>(scenario: &str) -> bool {
 
 /// A holder SIGKILLed mid-hold: a waiter gets in once the lease (or the
 /// session) runs out, and no sooner than the engine allows.
-pub fn holder_killed_frees_the_lock_in_time<F: Breakable>(tmp: &Path) {
-    let setup = Setup::<F>::start(tmp, "killed");
-    let (path, register) = setup.register("killed");
+pub fn holder_killed_frees_the_lock_in_time<F: Breakable>(paths: &Paths) {
+    let setup = Setup::<F>::start(paths, "killed");
+    let (path, store) = setup.store("killed");
     let holder = setup.worker(&path, &["--hold-ms", "60000"]);
     holder.entered(LONG);
     let waiter = setup.worker(&path, &[]);
@@ -314,7 +342,7 @@ pub fn holder_killed_frees_the_lock_in_time<F: Breakable>(tmp: &Path) {
     assert_eq!(summary.bought, 1, "{summary:?}");
     let (bound, what) = setup.fixture.frees_dead_holder_within();
     assert!(recovered < bound, "free again only after {recovered:?}");
-    assert_eq!(register.value(), 1);
+    assert_eq!(store.value(), 1);
     setup.figure(format!(
         "holder SIGKILLed → lock free again after {recovered:.2?} ({what})"
     ));
@@ -323,15 +351,15 @@ pub fn holder_killed_frees_the_lock_in_time<F: Breakable>(tmp: &Path) {
 /// A holder SIGSTOPped past its lease, with either `on_lost` policy: the
 /// next holder gets in, and the paused one is cancelled or its late write
 /// refused by the fence.
-pub fn holder_paused_past_its_lease_is_cancelled_or_fenced<F: Breakable>(tmp: &Path) {
-    holder_paused::<F>(tmp, "cancel");
-    let report = holder_paused::<F>(tmp, "ignore");
+pub fn holder_paused_past_its_lease_is_cancelled_or_fenced<F: Breakable>(paths: &Paths) {
+    holder_paused::<F>(paths, "cancel");
+    let report = holder_paused::<F>(paths, "ignore");
     assert!(report.stale_refused >= 1, "{report:?}");
 }
 
-fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
-    let setup = Setup::<F>::start(tmp, &format!("paused-{on_lost}"));
-    let (path, register) = setup.register("paused");
+fn holder_paused<F: Breakable>(paths: &Paths, on_lost: &str) -> Report {
+    let setup = Setup::<F>::start(paths, &format!("paused-{on_lost}"));
+    let (path, store) = setup.store("paused");
     let holder = setup.worker(&path, &["--hold-ms", "5000", "--on-lost", on_lost]);
     let stale_fence = holder.entered(LONG);
     let waiter = setup.worker(&path, &[]);
@@ -361,11 +389,11 @@ fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
             (1, 0, 0),
             "{holder:?}"
         ),
-        // The body runs on; the register refuses its stale write.
+        // The body runs on; the store refuses its stale write.
         _ => assert_eq!((holder.bought, holder.refused), (0, 1), "{holder:?}"),
     }
-    assert_eq!(register.value(), 1, "only the fresh holder's write counts");
-    let report = register.report();
+    assert_eq!(store.value(), 1, "only the fresh holder's write counts");
+    let report = store.report();
     assert!(
         report.overlaps >= 1,
         "the paused holder's section overlapped the next: {report:?}"
@@ -381,12 +409,12 @@ fn holder_paused<F: Breakable>(tmp: &Path, on_lost: &str) -> Report {
 /// The server crashes with a holder and 3 waiters, and is back 1.5 s later
 /// (longer than half a ZooKeeper session): the holder hears it lost the
 /// lock, and every waiter is served.
-pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(tmp: &Path) {
+pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(paths: &Paths) {
     if !crashes::<F>("server_restarted_with_a_holder_and_waiters") {
         return;
     }
-    let mut setup = Setup::<F>::start(tmp, "restart");
-    let (path, register) = setup.register("restart");
+    let mut setup = Setup::<F>::start(paths, "restart");
+    let (path, store) = setup.store("restart");
     let holder = setup.worker(&path, &["--hold-ms", "3000"]);
     holder.entered(LONG);
     let waiters: Vec<Worker> = (0..3)
@@ -412,13 +440,13 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(tmp: &Path) {
         refused += summary.refused;
         summaries.push(summary);
     }
-    // A best-effort fence starts again after a restart: the register then
+    // A best-effort fence starts again after a restart: the store then
     // refuses the waiters' writes, and nothing stale gets through.
     match fencing(&setup.fixture) {
         Fencing::Strict => assert_eq!(bought, 3, "every waiter got its turn and wrote: {summaries:?}"),
         _ => assert_eq!(bought + refused, 3, "every waiter got its turn: {summaries:?}"),
     }
-    let report = register.report();
+    let report = store.report();
     setup.figure(format!(
         "server down 1.5 s with 1 holder and 3 waiters: holder lost, all 3 waiters done {:.2?} after the crash; writes accepted {bought}, refused by the fence {refused}; overlaps {}",
         restarted_at.elapsed(),
@@ -428,15 +456,15 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(tmp: &Path) {
 
 /// The server goes away for good while a worker waits 3 s: it fails with
 /// an engine error within its wait, never hangs; the holder hears it lost.
-pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(tmp: &Path) {
+pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(paths: &Paths) {
     if !crashes::<F>("server_gone_mid_wait_fails_within_the_wait") {
         return;
     }
-    let mut setup = Setup::<F>::start(tmp, "gone");
-    let (path, _register) = setup.register("gone");
+    let mut setup = Setup::<F>::start(paths, "gone");
+    let (path, _register) = setup.store("gone");
     let holder = setup.worker(&path, &["--hold-ms", "60000"]);
     holder.entered(LONG);
-    let waiter = Worker::start(&setup.config("3s"), &path, &[]);
+    let waiter = setup.worker_on(&setup.config("3s"), &path, &[]);
     waiter.ready(LONG);
     std::thread::sleep(Duration::from_millis(500));
     let gone_at = Instant::now();
@@ -457,15 +485,15 @@ pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(tmp: &Path) {
 
 /// Seed 003's flash sale: 10,000 buyers of one item in 4 processes, stock
 /// 10: exactly 10 sold, no overlap.
-pub fn flash_sale_across_four_processes<F: Breakable>(tmp: &Path) {
-    let setup = Setup::<F>::start(tmp, "flash");
-    let (path, register) = setup.register("stock");
+pub fn flash_sale_across_four_processes<F: Breakable>(paths: &Paths) {
+    let setup = Setup::<F>::start(paths, "flash");
+    let (path, store) = setup.store("stock");
     let started = Instant::now();
     // Each process lines its buyers up locally.
     let config = setup.config_queued("120s", "local");
     let shops: Vec<Worker> = (0..4)
         .map(|_| {
-            Worker::start(
+            setup.worker_on(
                 &config,
                 &path,
                 &["--key", "item-1", "--tasks", "2500", "--limit", "10"],
@@ -484,8 +512,8 @@ pub fn flash_sale_across_four_processes<F: Breakable>(tmp: &Path) {
         sold_out += summary.sold_out;
     }
     assert_eq!((sold, sold_out), (10, 9_990));
-    assert_eq!(register.value(), 10);
-    let report = register.report();
+    assert_eq!(store.value(), 10);
+    let report = store.report();
     assert_eq!(report.overlaps, 0, "{report:?}");
     setup.figure(format!(
         "flash sale, 4 processes × 2,500 buyers, stock 10: sold={sold} oversold=0 in {:.2?}",

@@ -1,0 +1,95 @@
+//! dlock's own test support, not published: real servers on loopback
+//! ports for every engine, a proxy that cuts the network, certificates, a
+//! fenced store, and the cross-process fault suites with their worker
+//! binary (`fault_worker`).
+//!
+//! The conformance cases themselves are published with the engines
+//! (`dlock::engines::conformance`), so an engine written elsewhere runs
+//! them too; this crate only gives them this repository's servers:
+//!
+//! ```ignore
+//! // tests/conformance_redis.rs: one #[tokio::test] per case.
+//! dlock_testkit::conformance_suite!(dlock_testkit::fixtures::redis::Redis);
+//! ```
+
+pub mod certificates;
+pub mod fault_suite;
+mod fixture;
+pub mod fixtures;
+pub mod proxy;
+pub mod random_faults;
+pub mod server;
+pub mod store;
+
+use std::time::Duration;
+
+use dlock_core::{Error, Guard, Lock};
+
+pub use fixture::{Breakable, Fixture, engine};
+
+/// Expands to one `#[tokio::test]` per conformance case, on the engine of
+/// `$fixture` (a [`Fixture`] type), started once for the file: `fixture()`
+/// gives it.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($fixture:ty) => {
+        /// The server(s) this file's conformance cases share.
+        pub fn fixture() -> &'static $fixture {
+            static FIXTURE: ::std::sync::OnceLock<$fixture> = ::std::sync::OnceLock::new();
+            FIXTURE.get_or_init(<$fixture as $crate::Fixture>::start)
+        }
+        $crate::__engines::conformance_suite!(|| $crate::engine(fixture()));
+    };
+}
+
+#[doc(hidden)]
+pub use dlock_engines as __engines;
+
+/// Spawns a task that takes `lock` for write and lets go at once; it
+/// returns when it got the lock, for tests that time a handoff.
+pub fn timed_writer(lock: Lock) -> tokio::task::JoinHandle<std::time::Instant> {
+    tokio::spawn(async move {
+        let guard = lock.lock().await.expect("lock");
+        let at = std::time::Instant::now();
+        guard.release().await.expect("release");
+        at
+    })
+}
+
+/// After a failover: `held` still excludes `peer` (the same lock, through
+/// another engine), and `peer` gets the lock once `held` is released.
+pub async fn assert_still_held(held: Guard, peer: &Lock) {
+    assert!(!held.is_lost(), "the hold did not survive the failover");
+    assert!(
+        peer.try_lock().await.expect("try").is_none(),
+        "the hold stopped excluding"
+    );
+    held.release().await.expect("release");
+    peer.try_lock()
+        .await
+        .expect("try")
+        .expect("free after release")
+        .release()
+        .await
+        .expect("release");
+}
+
+/// Checks that `connect`, aimed at a server that is not there, fails within
+/// `limit` as `Error::Unavailable` naming the engine `name` and `address`.
+pub async fn assert_unreachable_is_a_clear_error<T>(
+    connect: impl Future<Output = Result<T, Error>>,
+    name: &str,
+    address: &str,
+    limit: Duration,
+) {
+    let started = std::time::Instant::now();
+    let err = connect.await.err().expect("connected to nothing?");
+    let took = started.elapsed();
+    assert!(took < limit, "took {took:?}");
+    let message = err.to_string();
+    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
+    assert!(
+        message.contains(&format!("`{name}`")) && message.contains(address),
+        "{message}"
+    );
+}
