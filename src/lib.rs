@@ -213,9 +213,10 @@
 //!
 //! A fencing token protects storage only if storage checks it: pass
 //! [`Guard::fence`] (or [`fence`]) with every write and have storage refuse
-//! a token below the greatest it has seen. The README's guarantee table
-//! names the test that shows each guarantee on each engine, under faults
-//! (holders killed or paused past their lease, servers restarted).
+//! a token below the greatest it has seen. `docs/guarantees.md`, in the
+//! repository, names the test that shows each guarantee on each engine,
+//! under faults (holders killed or paused past their lease, servers
+//! restarted).
 //!
 //! # Metrics
 //!
