@@ -7,6 +7,12 @@
 //! Engines are chosen by configuration at startup; with no configuration the
 //! embedded memory engine serves.
 //!
+//! The design follows ylock, which carries Java's `ReentrantReadWriteLock`
+//! semantics across processes: a queue of waiters on the lock server, kept
+//! the way Java's `AbstractQueuedSynchronizer` keeps its own, a watchdog
+//! that renews the lease, and an annotation that wraps a method in the
+//! lock (here the [`distributed_lock`] attribute).
+//!
 //! The package is published as `dlock-rs` (`cargo add dlock-rs`); its library
 //! is `dlock`, so code writes `use dlock::...`. Keep the dependency under
 //! that name: the attribute's expansion refers to the crate as `::dlock`.
