@@ -1,4 +1,4 @@
-//! Flash sale (seed 003): 10 items, 10,000 concurrent buyers, each buying
+//! Flash sale: 10 items, 10,000 concurrent buyers, each buying
 //! under the lock `flash-sale/item-1`, taken by `#[distributed_lock]`. With no arguments it runs on the embedded memory engine;
 //! `--config dlock.toml` uses the engine configured for group `flash-sale`.
 //!

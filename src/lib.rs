@@ -7,6 +7,12 @@
 //! Engines are chosen by configuration at startup; with no configuration the
 //! embedded memory engine serves.
 //!
+//! The design follows ylock, which carries Java's `ReentrantReadWriteLock`
+//! semantics across processes: a queue of waiters on the lock server, kept
+//! the way Java's `AbstractQueuedSynchronizer` keeps its own, a watchdog
+//! that renews the lease, and an annotation that wraps a method in the
+//! lock (here the [`distributed_lock`] attribute).
+//!
 //! The package is published as `dlock-rs` (`cargo add dlock-rs`); its library
 //! is `dlock`, so code writes `use dlock::...`. Keep the dependency under
 //! that name: the attribute's expansion refers to the crate as `::dlock`.
@@ -213,9 +219,10 @@
 //!
 //! A fencing token protects storage only if storage checks it: pass
 //! [`Guard::fence`] (or [`fence`]) with every write and have storage refuse
-//! a token below the greatest it has seen. The README's guarantee table
-//! names the test that shows each guarantee on each engine, under faults
-//! (holders killed or paused past their lease, servers restarted).
+//! a token below the greatest it has seen. `docs/guarantees.md`, in the
+//! repository, names the test that shows each guarantee on each engine,
+//! under faults (holders killed or paused past their lease, servers
+//! restarted).
 //!
 //! # Metrics
 //!

@@ -204,8 +204,8 @@ impl std::fmt::Debug for Poll {
 
 /// What an engine can promise, declared once per engine. The core refuses
 /// what an engine lacks with a typed error, the conformance suite runs or
-/// skips its cases by these, and the README's guarantee table uses the same
-/// words ([`Capabilities::words`]).
+/// skips its cases by these, and the guarantee table (`docs/guarantees.md`)
+/// uses the same words ([`Capabilities::words`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Capabilities {
     /// Read (shared) mode; without it read requests get `Error::Unsupported`.

@@ -483,7 +483,7 @@ pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(paths: &Paths) {
     ));
 }
 
-/// Seed 003's flash sale: 10,000 buyers of one item in 4 processes, stock
+/// The flash sale: 10,000 buyers of one item in 4 processes, stock
 /// 10: exactly 10 sold, no overlap.
 pub fn flash_sale_across_four_processes<F: Breakable>(paths: &Paths) {
     let setup = Setup::<F>::start(paths, "flash");

@@ -39,9 +39,16 @@
 //! root = "/locks"
 //! session_ttl = "10s"        # the lease; whole seconds
 //! connect_timeout = "5s"
-//! # user = "dlock"           # etcd authentication
+//! # user = "dlock"           # etcd authentication (both or neither)
 //! # password = "secret"
+//! # endpoints = ["https://10.0.0.1:2379"]   # TLS, with feature `etcd-tls`
+//! # tls_ca_file = "ca.pem"    # a private CA; default: the system trust store
+//! # tls_cert_file = "client.pem"   # a client certificate, for --client-cert-auth
+//! # tls_key_file = "client.key"
 //! ```
+//!
+//! Building this engine needs `protoc` and its well-known types (Debian
+//! `protobuf-compiler` and `libprotobuf-dev`).
 
 mod handoff;
 mod queue;

@@ -1,4 +1,4 @@
-//! The memcached engine (seed 004): a lock is one item added with `add`
+//! The memcached engine: a lock is one item added with `add`
 //! semantics (meta `ms ... ME`), holding its owner id, with a TTL for its
 //! lease. Every later change is checked against the item's CAS value: the
 //! watchdog extends with a CAS-checked set, release is a CAS-checked delete.

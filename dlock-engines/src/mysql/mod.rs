@@ -1,13 +1,13 @@
-//! The mysql engine (MySQL 8, MariaDB 10.6+): seed 000's lock table, made
-//! fair, fenced and leased by the database's own clock.
+//! The mysql engine (MySQL 8, MariaDB 10.6+): a lock table, made fair,
+//! fenced and leased by the database's own clock.
 //!
-//! **The table.** Seed 000 keeps one row per resource (name, owner, a
-//! reentrant count, an expiry). Here a row is one request for a resource,
-//! held or waiting, in the order of its `AUTO_INCREMENT` ticket: that queue
-//! makes it fair (FIFO, a run of queued readers admitted together, writers
-//! never starved). Reentrancy stays in the process, as the seed itself
-//! suggests, so there is no count. Every state change is one statement:
-//! see `sql.rs` for each, and for why two grants can never both succeed.
+//! **The table.** The usual lock table keeps one row per resource (name,
+//! owner, a reentrant count, an expiry). Here a row is one request for a
+//! resource, held or waiting, in the order of its `AUTO_INCREMENT` ticket:
+//! that queue makes it fair (FIFO, a run of queued readers admitted
+//! together, writers never starved). Reentrancy stays in the process, so
+//! there is no count. Every state change is one statement: see `sql.rs`
+//! for each, and for why two grants can never both succeed.
 //!
 //! **The gate, and a write hold with no row.** Each lock also has a named
 //! lock (`GET_LOCK`), its gate (`gate.rs`). A writer (lease in whole

@@ -55,7 +55,49 @@
 //! connect_timeout = "5s"
 //! fence_retention = "1m"          # the same in every process sharing these locks
 //! waiter_ttl = "3s"                # a queued waiter silent this long is dropped
+//!
+//! [engines.shared]
+//! kind = "redis-cluster"
+//! nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]   # seed nodes
+//!
+//! [engines.ha]
+//! kind = "redis-sentinel"
+//! sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"]
+//! master_name = "mymaster"
+//! # username = "locker"            # ACL user and password of the data nodes
+//! # password = "..."
+//! replicas_ack = 1                 # a grant waits for 1 replica (WAIT); 0: no wait (the default)
+//! replicas_ack_timeout = "50ms"    # fewer acknowledge in time: undone, retried within the wait
 //! ```
+//!
+//! **A cluster.** Every key of a lock shares one hash tag, so each lock
+//! lives on one node; scripts publish with `SPUBLISH` and the subscriber
+//! uses `SSUBSCRIBE`, so a notification goes to the node owning the lock's
+//! slot and is never broadcast cluster-wide.
+//!
+//! **Behind Sentinel** (`redis-sentinel`): the same engine, with the
+//! primary found through the sentinels. Every connection, the script cache
+//! and the subscription follow the primary across a failover without a
+//! restart of the process: after any failure the next call asks the
+//! sentinels again, and the engine also listens to every sentinel's
+//! `+switch-master`, so it leaves an old primary that came back still
+//! writable as soon as one sentinel announces the new one.
+//!
+//! - `replicas_ack = n` (also on `kind = "redis"`) makes each grant run
+//!   `WAIT n` on the connection that wrote it; if fewer replicas acknowledge
+//!   in time, the grant is undone and retried within the wait. It narrows
+//!   the window in which a failover can forget a grant, but is no
+//!   guarantee: replication stays asynchronous. With a single replica, no
+//!   grant is possible after a failover until a replica is back, which is
+//!   why it is not the default.
+//! - The fence across a failover: a token is the primary's clock in µs,
+//!   bumped past the last token it kept. A promoted replica that missed the
+//!   last grant starts from its own clock, which is still greater whenever
+//!   the two servers' clocks agree within the failover's duration.
+//! - A held lock survives a failover if its grant was replicated and the
+//!   failover is shorter than the lease. Otherwise the next renewal is
+//!   refused and `lost` fires; the old holder's writes are refused by
+//!   fenced storage, since its token is older.
 
 mod connection;
 pub(crate) mod keys;

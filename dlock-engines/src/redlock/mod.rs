@@ -1,4 +1,4 @@
-//! RedLock (seed 001): one lock over N independent Redis masters. Granted
+//! RedLock: one lock over N independent Redis masters. Granted
 //! when a majority took it (`SET key owner NX PX`) in less time than the
 //! lease, undone everywhere otherwise; released on all; extended only while
 //! a majority still agrees. Exclusive only, no queue: see [`Capabilities`].

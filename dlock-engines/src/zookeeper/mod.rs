@@ -32,6 +32,12 @@
 //! new session. A shorter blip loses nothing.
 //! Renewal checks that the hold's node still exists.
 //!
+//! **Many waiters.** Each waiter lists the siblings once per turn, as
+//! Curator does, so with `queue = "engine"` thousands of waiters on one lock
+//! cost O(n²); the default local queue keeps one node per process in line.
+//! The LockKeeper (`keeper.rs`) keeps a lock's state (its path, its
+//! requests) while used and forgets it `keeper_idle` after its last request.
+//!
 //! Config:
 //!
 //! ```toml
