@@ -634,20 +634,21 @@ fn vanished() -> EngineError {
     EngineError::failed("this request's key vanished as it was put")
 }
 
-/// Whether `key` still exists as created at `created`.
-async fn still_there(session: &Session, key: &[u8], created: i64) -> bool {
+/// Whether `key` still exists as created at `created`. A read that fails
+/// (a leader election, say) is an error, so the watchdog asks again; taken
+/// for a no, it made a sound hold lost as `Rejected`.
+async fn still_there(session: &Session, key: &[u8], created: i64) -> Result<bool, EngineError> {
     let got = session
         .retry(|| {
             let mut client = session.kv();
             let key = key.to_vec();
             async move { client.get(key, Some(GetOptions::new().with_keys_only())).await }
         })
-        .await;
-    got.is_ok_and(|got| {
-        got.kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == created)
-    })
+        .await?;
+    Ok(got
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == created))
 }
 
 /// Why each endpoint could not be reached, for the error message.
@@ -734,7 +735,7 @@ impl Engine for EtcdEngine {
         if session.is_ended() {
             return Ok(false);
         }
-        Ok(still_there(&session, key.as_bytes(), created).await)
+        still_there(&session, key.as_bytes(), created).await
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
