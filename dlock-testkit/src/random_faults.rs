@@ -4,7 +4,7 @@
 //! seeded generator, pauses a worker past its lease, kills and respawns
 //! one, crashes and restarts the server (one of several, or a failover
 //! where the setup has one), and kills the clients' connections. The fixed
-//! scenarios of [`fault_suite`](super::fault_suite) each test one fault;
+//! scenarios of [`fault_suite`](mod@crate::fault_suite) each test one fault;
 //! this finds what their mix does.
 //!
 //! It checks what must hold under any faults: no update lost, no fence
