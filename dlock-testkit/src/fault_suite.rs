@@ -43,11 +43,26 @@ macro_rules! fault_suite {
 
 /// Where a fault test keeps its files, and the worker binary it runs, both
 /// as Cargo gives them to a test of this crate: made by [`paths!`](crate::paths).
+#[derive(Clone)]
 pub struct Paths {
     /// The test's target tmp dir.
     pub tmp: PathBuf,
     /// The `fault_worker` binary.
     pub worker: PathBuf,
+}
+
+impl Paths {
+    /// Prints a measured figure and keeps it in `fault-figures.txt`, which
+    /// `scripts/test` prints at the end.
+    pub fn figure(&self, line: &str) {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.tmp.join("fault-figures.txt"))
+            .expect("figures");
+        writeln!(file, "{line}").expect("write figure");
+        println!("{line}");
+    }
 }
 
 /// The [`Paths`] of the test that expands it (a test of this crate, where
@@ -68,8 +83,7 @@ pub struct Setup<F> {
     /// The engine's servers, for the scenario to kill, pause or restart.
     pub fixture: F,
     dir: PathBuf,
-    figures: PathBuf,
-    worker: PathBuf,
+    paths: Paths,
 }
 
 impl<F: Fixture> Setup<F> {
@@ -82,8 +96,7 @@ impl<F: Fixture> Setup<F> {
         Setup {
             fixture: F::start(),
             dir,
-            figures: paths.tmp.join("fault-figures.txt"),
-            worker: paths.worker.clone(),
+            paths: paths.clone(),
         }
     }
 
@@ -124,7 +137,7 @@ impl<F: Fixture> Setup<F> {
     /// Starts a worker with `config` and `store`, and more arguments
     /// (`--tasks 4`, `--hold-ms 100`, ...).
     pub fn worker_on(&self, config: &Path, store: &Path, args: &[&str]) -> Worker {
-        Worker::start(&self.worker, config, store, args)
+        Worker::start(&self.paths.worker, config, store, args)
     }
 
     /// A worker whose clock is off by `offset` (`"+2h"`, `"-2h"`), through
@@ -138,20 +151,14 @@ impl<F: Fixture> Setup<F> {
             .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
             .find(|lib| lib.exists())
             .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
-        let mut command = Command::new(&self.worker);
+        let mut command = Command::new(&self.paths.worker);
         command.env("LD_PRELOAD", library).env("FAKETIME", offset);
         Worker::launch(command, config, store, args)
     }
 
     /// Prints a measured figure and keeps it for `scripts/test` to print.
     pub fn figure(&self, line: String) {
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.figures)
-            .expect("figures");
-        writeln!(file, "{}: {line}", F::NAME).expect("write figure");
-        println!("{}: {line}", F::NAME);
+        self.paths.figure(&format!("{}: {line}", F::NAME));
     }
 }
 

@@ -6,8 +6,6 @@
 
 #![cfg(all(feature = "redis", feature = "zookeeper"))]
 
-use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -117,6 +115,7 @@ mod memcached {
 mod mysql {
     use std::time::{Duration, Instant};
 
+    use dlock_testkit::Breakable;
     use dlock_testkit::fault_suite::Setup;
     use dlock_testkit::fixtures::mysql::Mysql;
 
@@ -156,7 +155,7 @@ mod mysql {
         ahead.signal("-KILL");
         waiter.entered(LONG);
         let freed = killed.elapsed();
-        let (bound, _) = dlock_testkit::Breakable::frees_dead_holder_within(&setup.fixture);
+        let (bound, _) = setup.fixture.frees_dead_holder_within();
         assert!(
             freed < bound,
             "the killed holder whose clock ran ahead kept the lock {freed:?}"
@@ -177,18 +176,6 @@ mod postgres {
 }
 
 const LONG: Duration = Duration::from_secs(60);
-
-/// For the tests below that have no fixture: the figure file `scripts/test` prints.
-fn figure(line: String) {
-    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-figures.txt");
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("figures");
-    writeln!(file, "{line}").expect("write figure");
-    println!("{line}");
-}
 
 #[test]
 fn redis_script_flush_and_killed_connections_mid_run_lose_nothing() {
@@ -244,8 +231,8 @@ async fn memory_holder_stalled_past_its_lease_is_fenced() {
     let holder =
         Registry::with_engine("memory", stalled_path.clone(), Settings::default()).expect("registry");
     let peer = Registry::with_engine("memory", engine, Settings::default()).expect("registry");
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-memory-{}", std::process::id()));
+    let paths = dlock_testkit::paths!();
+    let dir = paths.tmp.join(format!("faults-memory-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let store = FencedStore::create(&dir.join("stalled"));
 
@@ -277,7 +264,7 @@ async fn memory_holder_stalled_past_its_lease_is_fenced() {
         (1, 1, 1),
         "{report:?}"
     );
-    figure(format!(
+    paths.figure(&format!(
         "memory: holder stalled past its 300 ms lease: lost, lock free after {freed_after:.2?}; overlaps 1, stale writes refused 1"
     ));
 }
