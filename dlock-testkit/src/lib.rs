@@ -29,7 +29,8 @@ pub use fixture::{Breakable, Fixture, engine};
 
 /// Expands to one `#[tokio::test]` per conformance case, on the engine of
 /// `$fixture` (a [`Fixture`] type), started once for the file: `fixture()`
-/// gives it.
+/// gives it. One more test holds the engine's declared capabilities to the
+/// guarantee table of this repository (`docs/guarantees.md`).
 #[macro_export]
 macro_rules! conformance_suite {
     ($fixture:ty) => {
@@ -39,7 +40,53 @@ macro_rules! conformance_suite {
             FIXTURE.get_or_init(<$fixture as $crate::Fixture>::start)
         }
         $crate::__engines::conformance_suite!(|| $crate::engine(fixture()));
+
+        #[tokio::test]
+        async fn capabilities_are_as_the_guarantee_doc_says() {
+            let doc = ::std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guarantees.md");
+            $crate::assert_capabilities_documented(fixture(), &doc).await;
+        }
     };
+}
+
+/// Checks that the guarantee table's capability row, in the column that
+/// names `fixture`'s engine, starts with the words of what the engine
+/// declares ([`Capabilities::words`](dlock_core::Capabilities::words));
+/// more may follow after a `;`.
+pub async fn assert_capabilities_documented<F: Fixture>(fixture: &F, doc: &std::path::Path) {
+    let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("read {}: {e}", doc.display()));
+    let cells = |row: &str| -> Vec<String> {
+        row.trim()
+            .trim_matches('|')
+            .split(" | ")
+            .map(str::to_owned)
+            .collect()
+    };
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("| guarantee |"))
+        .expect("the guarantee table");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("| capabilities "))
+        .expect("the capability row");
+    // A column is headed by its kinds, then the cargo feature in parentheses.
+    let column = cells(header)
+        .iter()
+        .position(|head| {
+            let kinds = head.split(" (").next().unwrap_or_default();
+            kinds.split(", ").any(|kind| kind == F::NAME)
+        })
+        .unwrap_or_else(|| panic!("no column of the guarantee table names {}", F::NAME));
+    let cell = cells(row)[column].clone();
+    let declared = engine(fixture).await.capabilities().words();
+    let documented = cell.split(';').next().unwrap_or_default().trim();
+    assert_eq!(
+        documented,
+        declared,
+        "docs/guarantees.md says {} has other capabilities than it declares",
+        F::NAME
+    );
 }
 
 #[doc(hidden)]
