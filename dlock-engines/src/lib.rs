@@ -1,17 +1,9 @@
 //! dlock's lock engines, one module per engine, each behind its cargo feature,
 //! and `conformance`, the behaviour suite every engine passes unchanged.
 //!
-//! | module | kinds (`kind` in config) | cargo feature |
-//! |---|---|---|
-//! | `memory` | `memory` | `memory` (default) |
-//! | `redis` | `redis`, `redis-cluster`, `redis-sentinel` | `redis` (`redis-tls` for `rediss://`) |
-//! | `redlock` | `redlock` | `redlock` |
-//! | `zookeeper` | `zookeeper` | `zookeeper` |
-//! | `etcd` | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc` to build) |
-//! | `postgres` | `postgres` | `postgres` |
-//! | `mysql` | `mysql` | `mysql` |
-//! | `memcached` | `memcached` | `memcached` |
-//! | `conformance` | (the behaviour suite every engine passes) | `conformance` |
+//! Each engine is a module behind the cargo feature of its name; [`ENGINES`]
+//! lists them with the kinds they register. `redis-tls` and `etcd-tls` add
+//! TLS to those two, and `etcd` needs `protoc` to build.
 //!
 //! Applications use this crate through the `dlock` library (package
 //! `dlock-rs`), whose features of the same names turn these on, as
@@ -37,58 +29,46 @@ use dlock_core::Kinds;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod defaults;
-#[cfg(feature = "etcd")]
-pub mod etcd;
-#[cfg(feature = "memcached")]
-pub mod memcached;
-#[cfg(feature = "memory")]
-pub mod memory;
-#[cfg(feature = "mysql")]
-pub mod mysql;
-#[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "redis")]
-pub mod redis;
-#[cfg(feature = "redlock")]
-pub mod redlock;
-#[cfg(feature = "zookeeper")]
-pub mod zookeeper;
 
-/// Every engine kind compiled into this build, each registered by its own
-/// module through the same [`Kinds::register`] an engine from another
-/// crate uses.
-pub fn kinds() -> Kinds {
-    #[allow(unused_mut)]
-    let mut kinds = Kinds::new();
-    #[cfg(feature = "etcd")]
-    etcd::register(&mut kinds);
-    #[cfg(feature = "memcached")]
-    memcached::register(&mut kinds);
-    #[cfg(feature = "memory")]
-    memory::register(&mut kinds);
-    #[cfg(feature = "mysql")]
-    mysql::register(&mut kinds);
-    #[cfg(feature = "postgres")]
-    postgres::register(&mut kinds);
-    #[cfg(feature = "redis")]
-    redis::register(&mut kinds);
-    #[cfg(feature = "redlock")]
-    redlock::register(&mut kinds);
-    #[cfg(feature = "zookeeper")]
-    zookeeper::register(&mut kinds);
-    #[cfg(not(feature = "etcd"))]
-    kinds.left_out(&["etcd"], "etcd");
-    #[cfg(not(feature = "memcached"))]
-    kinds.left_out(&["memcached"], "memcached");
-    #[cfg(not(feature = "mysql"))]
-    kinds.left_out(&["mysql"], "mysql");
-    #[cfg(not(feature = "postgres"))]
-    kinds.left_out(&["postgres"], "postgres");
-    #[cfg(not(feature = "redis"))]
-    kinds.left_out(&["redis", "redis-cluster", "redis-sentinel"], "redis");
-    #[cfg(not(feature = "redlock"))]
-    kinds.left_out(&["redlock"], "redlock");
-    #[cfg(not(feature = "zookeeper"))]
-    kinds.left_out(&["zookeeper"], "zookeeper");
-    kinds
+/// The one list of engines. A row is a module, its cargo feature (the same
+/// name) and the kinds it registers (`kind = ...` in config); the module
+/// lines, [`kinds`] and [`ENGINES`] come from it, and `tests/engines.rs`
+/// holds the cargo features, the fixtures and the docs to it.
+macro_rules! engines {
+    ($($module:ident $feature:literal [$($kind:literal),+],)*) => {
+        $(
+            #[cfg(feature = $feature)]
+            pub mod $module;
+        )*
+
+        /// Every engine kind compiled into this build, each registered by
+        /// its own module through the same [`Kinds::register`] an engine
+        /// from another crate uses; a kind whose feature is off is named
+        /// with the feature that would bring it.
+        pub fn kinds() -> Kinds {
+            let mut kinds = Kinds::new();
+            $(
+                #[cfg(feature = $feature)]
+                $module::register(&mut kinds);
+                #[cfg(not(feature = $feature))]
+                kinds.left_out(&[$($kind),+], $feature);
+            )*
+            kinds
+        }
+
+        /// Every engine this crate has, compiled in or not: its cargo
+        /// feature and the kinds it registers.
+        pub const ENGINES: &[(&str, &[&str])] = &[$(($feature, &[$($kind),+])),*];
+    };
+}
+
+engines! {
+    etcd "etcd" ["etcd"],
+    memcached "memcached" ["memcached"],
+    memory "memory" ["memory"],
+    mysql "mysql" ["mysql"],
+    postgres "postgres" ["postgres"],
+    redis "redis" ["redis", "redis-cluster", "redis-sentinel"],
+    redlock "redlock" ["redlock"],
+    zookeeper "zookeeper" ["zookeeper"],
 }

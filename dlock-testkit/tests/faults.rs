@@ -217,6 +217,7 @@ fn redis_script_flush_and_killed_connections_mid_run_lose_nothing() {
 
 /// The in-process variant for the memory engine: a holder whose renewals
 /// stop (a task stalled past its lease) is lost, its late write refused.
+#[cfg(feature = "memory")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_holder_stalled_past_its_lease_is_fenced() {
     use std::sync::Arc;

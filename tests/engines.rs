@@ -1,0 +1,104 @@
+//! The engine table (`dlock::engines::ENGINES`, one row per engine) is the
+//! one list: what must still be written by hand elsewhere, a cargo feature
+//! in each manifest, a fixture, a column of the guarantee doc, is held to
+//! it here (the README's engine table too), so a new engine that misses one fails with the place named.
+
+#![cfg(feature = "all-engines")]
+
+use std::path::Path;
+
+fn read(path: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The lines of `manifest`'s `[features]` table.
+fn features(manifest: &str) -> Vec<String> {
+    read(manifest)
+        .lines()
+        .skip_while(|line| *line != "[features]")
+        .skip(1)
+        .take_while(|line| !line.starts_with('['))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn declares(features: &[String], feature: &str) -> bool {
+    features
+        .iter()
+        .any(|line| line.starts_with(&format!("{feature} = ")))
+}
+
+#[test]
+fn every_registered_kind_is_a_row_of_the_table_and_back() {
+    let mut registered = dlock::engines::kinds().names();
+    let mut listed: Vec<&str> = dlock::engines::ENGINES
+        .iter()
+        .flat_map(|(_, kinds)| kinds.iter().copied())
+        .collect();
+    registered.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(
+        registered, listed,
+        "the modules register other kinds than the table lists"
+    );
+}
+
+#[test]
+fn each_engine_has_its_features_fixture_and_doc_column() {
+    let engines_crate = features("dlock-engines/Cargo.toml");
+    let facade = features("Cargo.toml");
+    let testkit = features("dlock-testkit/Cargo.toml");
+    let all = facade
+        .iter()
+        .find(|line| line.starts_with("all-engines = "))
+        .expect("the facade's all-engines feature");
+    let readme = read("README.md");
+    // The first cell of each row of the README's engine table: its kinds.
+    let readme_rows: Vec<&str> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `")?.split(" | ").next())
+        .collect();
+    let doc = read("docs/guarantees.md");
+    let doc_header = doc
+        .lines()
+        .find(|l| l.starts_with("| guarantee |"))
+        .expect("the guarantee table");
+    for (feature, kinds) in dlock::engines::ENGINES {
+        assert!(
+            declares(&engines_crate, feature),
+            "dlock-engines/Cargo.toml has no feature {feature}"
+        );
+        assert!(
+            declares(&facade, feature),
+            "Cargo.toml (the facade) has no feature {feature}"
+        );
+        assert!(
+            all.contains(&format!("\"{feature}\"")),
+            "all-engines leaves out {feature}"
+        );
+        assert!(
+            declares(&testkit, feature),
+            "dlock-testkit/Cargo.toml has no feature {feature}"
+        );
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("dlock-testkit/src/fixtures/{feature}.rs"));
+        assert!(
+            fixture.exists(),
+            "no fixture for {feature}: {}",
+            fixture.display()
+        );
+        for kind in *kinds {
+            assert!(
+                doc_header.contains(&format!(" {kind} (")) || doc_header.contains(&format!(" {kind},")),
+                "docs/guarantees.md has no column for {kind}"
+            );
+            assert!(
+                readme_rows
+                    .iter()
+                    .any(|kinds| format!("`{kinds}").contains(&format!("`{kind}`"))),
+                "README.md's engine table leaves out {kind}"
+            );
+        }
+    }
+}
