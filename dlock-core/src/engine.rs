@@ -165,18 +165,18 @@ impl std::fmt::Debug for Request {
 
 /// Request state that comes and goes over a request's life (its node, its
 /// key): empty until the engine fills it, emptied when the engine lets go.
-pub struct Slot<T>(std::sync::Mutex<Option<T>>);
+pub struct RequestState<T>(std::sync::Mutex<Option<T>>);
 
-impl<T> Default for Slot<T> {
+impl<T> Default for RequestState<T> {
     fn default() -> Self {
-        Slot(std::sync::Mutex::new(None))
+        RequestState(std::sync::Mutex::new(None))
     }
 }
 
-impl<T: Send + 'static> Slot<T> {
+impl<T: Send + 'static> RequestState<T> {
     /// `req`'s slot, made empty on first use.
-    pub fn of(req: &Request) -> &Slot<T> {
-        req.state_or_init(Slot::default)
+    pub fn of(req: &Request) -> &RequestState<T> {
+        req.state_or_init(RequestState::default)
     }
 
     /// The slot's content, locked (a poisoned lock is taken as is).

@@ -39,15 +39,15 @@ impl TaskKey {
 /// Where a hold is filed: the engine instance is part of it, so the same name
 /// on two engines is two locks.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct Slot {
+struct HoldKey {
     task: TaskKey,
     engine: usize,
     key: LockKey,
 }
 
-impl Slot {
+impl HoldKey {
     fn new(task: TaskKey, group: &Group, key: &LockKey) -> Self {
-        Slot {
+        HoldKey {
             task,
             // The hold keeps the engine alive, so its address is not reused while filed.
             engine: engine_id(group),
@@ -55,7 +55,7 @@ impl Slot {
         }
     }
 
-    fn shard(&self) -> MutexGuard<'static, HashMap<Slot, Arc<Hold>, KeyHashing>> {
+    fn shard(&self) -> MutexGuard<'static, HashMap<HoldKey, Arc<Hold>, KeyHashing>> {
         lock(&TABLE[shard_of::<SHARDS>(self)])
     }
 }
@@ -66,7 +66,7 @@ pub(crate) fn engine_id(group: &Group) -> usize {
 }
 
 const SHARDS: usize = 32;
-type Shard = Mutex<HashMap<Slot, Arc<Hold>, KeyHashing>>;
+type Shard = Mutex<HashMap<HoldKey, Arc<Hold>, KeyHashing>>;
 static TABLE: LazyLock<[Shard; SHARDS]> = LazyLock::new(|| std::array::from_fn(|_| Shard::default()));
 
 /// Locks a std mutex, ignoring poison: every critical section here is a few
@@ -89,7 +89,7 @@ pub(crate) fn held_by_this_task() -> Vec<Arc<Hold>> {
         .flat_map(|shard| {
             lock(shard)
                 .iter()
-                .filter(|(slot, _)| slot.task == task)
+                .filter(|(filed, _)| filed.task == task)
                 .map(|(_, hold)| hold.clone())
                 .collect::<Vec<_>>()
         })
@@ -103,7 +103,7 @@ pub(crate) fn held_by_another_task(group: &Group, key: &LockKey) -> Option<Arc<H
     TABLE.iter().find_map(|shard| {
         lock(shard)
             .iter()
-            .find(|(slot, _)| slot.engine == engine && &slot.key == key && slot.task != task)
+            .find(|(filed, _)| filed.engine == engine && &filed.key == key && filed.task != task)
             .map(|(_, hold)| hold.clone())
     })
 }
@@ -111,16 +111,16 @@ pub(crate) fn held_by_another_task(group: &Group, key: &LockKey) -> Option<Arc<H
 /// A hold filed for a task other than the one that took it, for as long as
 /// it lives.
 pub(crate) struct Filed {
-    slot: Option<Slot>,
+    filed: Option<HoldKey>,
     hold: Arc<Hold>,
 }
 
 impl Drop for Filed {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            let mut table = slot.shard();
-            if table.get(&slot).is_some_and(|h| Arc::ptr_eq(h, &self.hold)) {
-                table.remove(&slot);
+        if let Some(filed) = self.filed.take() {
+            let mut table = filed.shard();
+            if table.get(&filed).is_some_and(|h| Arc::ptr_eq(h, &self.hold)) {
+                table.remove(&filed);
             }
         }
     }
@@ -176,7 +176,7 @@ pub(crate) struct Hold {
     pub group: Arc<Group>,
     /// The request as granted: its `fence` is the hold's token.
     pub req: Request,
-    slot: Slot,
+    filed: HoldKey,
     counts: Mutex<Counts>,
     lost: Mutex<Lost>,
     /// Until when the engine is known to keep the hold; the watchdog moves it
@@ -196,9 +196,9 @@ pub(crate) struct Hold {
 impl Hold {
     /// Finds this task's hold on `key` and enters it again in `mode`.
     pub fn reenter(group: &Group, key: &LockKey, mode: Mode) -> Result<Option<Arc<Hold>>, Error> {
-        let slot = Slot::new(TaskKey::current(), group, key);
-        let table = slot.shard();
-        let Some(hold) = table.get(&slot) else {
+        let filed = HoldKey::new(TaskKey::current(), group, key);
+        let table = filed.shard();
+        let Some(hold) = table.get(&filed) else {
             return Ok(None);
         };
         if let Some(reason) = hold.lost_reason() {
@@ -233,7 +233,7 @@ impl Hold {
             Mode::Read => Counts { writes: 0, reads: 1 },
         };
         let hold = Arc::new(Hold {
-            slot: Slot::new(TaskKey::current(), &group, &req.key),
+            filed: HoldKey::new(TaskKey::current(), &group, &req.key),
             group,
             req,
             counts: Mutex::new(counts),
@@ -247,7 +247,7 @@ impl Hold {
         });
         // Two concurrent futures of one task (join!) may both reach the engine;
         // the first filed serves reentry, the other stays unfiled.
-        if let Entry::Vacant(v) = hold.slot.shard().entry(hold.slot.clone()) {
+        if let Entry::Vacant(v) = hold.filed.shard().entry(hold.filed.clone()) {
             v.insert(hold.clone());
         }
         hold.group.labels.gauge(Gauge::Held, hold.req.mode, 1.0);
@@ -277,20 +277,20 @@ impl Hold {
     /// Files this hold for the current task too, so that the task's nested
     /// acquisitions reenter it; undone when the returned value drops.
     pub fn file_for_this_task(self: &Arc<Self>) -> Filed {
-        let slot = Slot {
+        let filed = HoldKey {
             task: TaskKey::current(),
-            ..self.slot.clone()
+            ..self.filed.clone()
         };
-        let filed = match slot.shard().entry(slot.clone()) {
+        let filed = match filed.shard().entry(filed.clone()) {
             Entry::Vacant(v) => {
                 v.insert(self.clone());
-                Some(slot)
+                Some(filed)
             }
             // This task holds the lock already: that hold serves.
             Entry::Occupied(_) => None,
         };
         Filed {
-            slot: filed,
+            filed: filed,
             hold: self.clone(),
         }
     }
@@ -309,7 +309,7 @@ impl Hold {
 
     /// A guard in `mode` is gone; says what that leaves to do.
     pub fn exit(self: &Arc<Self>, mode: Mode) -> Exit {
-        let mut table = self.slot.shard();
+        let mut table = self.filed.shard();
         let mut counts = lock(&self.counts);
         match mode {
             Mode::Write => counts.writes -= 1,
@@ -317,8 +317,8 @@ impl Hold {
         }
         match (counts.writes, counts.reads) {
             (0, 0) => {
-                if table.get(&self.slot).is_some_and(|h| Arc::ptr_eq(h, self)) {
-                    table.remove(&self.slot);
+                if table.get(&self.filed).is_some_and(|h| Arc::ptr_eq(h, self)) {
+                    table.remove(&self.filed);
                 }
                 drop((counts, table));
                 self.stop_watchdog();

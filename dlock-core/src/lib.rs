@@ -32,8 +32,8 @@ mod watchdog;
 
 pub use config::{Config, MIN_LEASE, Settings, Wait};
 pub use engine::{
-    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request, Slot,
-    Wake, Woken,
+    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request,
+    RequestState, Wake, Woken,
 };
 pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};

@@ -67,7 +67,7 @@ impl Dice {
 }
 
 /// One worker slot: the process and when its silence started counting.
-struct Slot {
+struct Seat {
     worker: Worker,
     since: Instant,
 }
@@ -95,8 +95,8 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
     let mut dice = Dice(seed);
     let mut out = Outcome::default();
     let began = Instant::now();
-    let mut slots: Vec<Slot> = (0..WORKERS)
-        .map(|_| Slot {
+    let mut seats: Vec<Seat> = (0..WORKERS)
+        .map(|_| Seat {
             worker: launch(),
             since: began,
         })
@@ -107,7 +107,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
     let mut next_fault = began + dice.millis(300, 1500);
     // What the last fault was, for a failure's message.
     let mut last_fault = "none";
-    let check_silence = |slots: &[Slot],
+    let check_silence = |seats: &[Seat],
                          last_entry: Instant,
                          fault_ended: Instant,
                          last_fault: &str,
@@ -120,7 +120,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
             "{} seed {seed}: nobody entered for {silent:?} (bound {bound:?}) after {last_fault}",
             F::NAME
         );
-        for slot in slots {
+        for slot in seats {
             let silent = now - slot.since.max(fault_ended);
             out.worker_silence = out.worker_silence.max(silent);
             // Without a queue a worker may starve while others get in.
@@ -135,7 +135,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
     };
     let quiet = bound + Duration::from_secs(1);
     while began.elapsed() < duration + quiet {
-        for slot in &mut slots {
+        for slot in &mut seats {
             // A worker started just before an outage or a connection kill
             // fails to connect and exits, as it should (exit code 2, the
             // error printed); a supervisor starts it again. Anything else
@@ -151,7 +151,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
                 slot.worker = launch();
             }
         }
-        for (i, slot) in slots.iter_mut().enumerate() {
+        for (i, slot) in seats.iter_mut().enumerate() {
             let entered = slot.worker.entries();
             if !entered.is_empty() {
                 out.entered += entered.len() as u64;
@@ -160,7 +160,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
                 last_entrant = i;
             }
         }
-        check_silence(&slots, last_entry, fault_ended, last_fault, &mut out);
+        check_silence(&seats, last_entry, fault_ended, last_fault, &mut out);
         if Instant::now() >= next_fault && began.elapsed() < duration {
             // The holder most of the time, so that pauses and kills bite.
             let victim = if dice.below(4) > 0 {
@@ -171,15 +171,15 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
             let kind = dice.below(4) as usize;
             let applied = match kind {
                 0 => {
-                    slots[victim].worker.signal("-STOP");
+                    seats[victim].worker.signal("-STOP");
                     std::thread::sleep(dice.millis(1100, 1800));
-                    slots[victim].worker.signal("-CONT");
+                    seats[victim].worker.signal("-CONT");
                     true
                 }
                 1 => {
-                    out.entered += slots[victim].worker.entries().len() as u64;
-                    slots[victim].worker.signal("-KILL");
-                    slots[victim] = Slot {
+                    out.entered += seats[victim].worker.entries().len() as u64;
+                    seats[victim].worker.signal("-KILL");
+                    seats[victim] = Seat {
                         worker: launch(),
                         since: Instant::now(),
                     };
@@ -201,7 +201,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    drop(slots);
+    drop(seats);
     let report = store.report();
     (out.writes, out.refused, out.overlaps) = (report.writes, report.stale_refused, report.overlaps);
     assert_eq!(

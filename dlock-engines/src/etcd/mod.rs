@@ -55,7 +55,7 @@ mod queue;
 /// The client crate, for tests and benchmarks that talk to etcd directly.
 pub use etcd_client;
 mod session;
-mod slots;
+mod key_numbers;
 mod tls;
 mod waiting;
 mod watches;
@@ -66,7 +66,7 @@ use std::time::Duration;
 
 use dlock_core::session::Sessions;
 use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Mode, Poll, Request, Slot,
+    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Mode, Poll, Request, RequestState,
     async_trait,
 };
 use etcd_client::{
@@ -84,7 +84,7 @@ const WATCH_TRUSTED: Duration = Duration::from_secs(2);
 /// Contenders behind a holder read with each look, for a handoff.
 const BEHIND: i64 = 16;
 use session::Session;
-use slots::{KeyNumber, Slots};
+use key_numbers::{KeyNumber, KeyNumbers};
 use waiting::{Signal, Watched, Watching};
 use watches::Watches;
 
@@ -154,13 +154,13 @@ pub fn register(kinds: &mut Kinds) {
 }
 
 /// A request's key: none before it is put or once it is deleted.
-type State = Slot<Contending>;
+type State = RequestState<Contending>;
 
 /// One request's key and place in line.
 struct Contending {
     key: String,
     /// The number in the key's name, this request's until the key is gone.
-    slot: KeyNumber,
+    taken: KeyNumber,
     /// The key's create revision: its place, and the fencing token.
     created: i64,
     session: Arc<Session>,
@@ -206,7 +206,7 @@ pub struct EtcdEngine {
     ttl: Duration,
     root: String,
     watches: Arc<Watches>,
-    slots: Slots,
+    key_numbers: KeyNumbers,
     address: String,
 }
 
@@ -277,7 +277,7 @@ impl EtcdEngine {
             sessions: Sessions::new(first),
             ttl,
             root: config.root.trim_end_matches('/').to_owned(),
-            slots: Slots::default(),
+            key_numbers: KeyNumbers::default(),
             address,
         })
     }
@@ -308,14 +308,14 @@ impl EtcdEngine {
         let prefix = self.prefix(req);
         let mut session = self.live().await?;
         let mut fresh = false;
-        let slot = self.slots.take(&prefix);
+        let taken = self.key_numbers.take(&prefix);
         loop {
-            let key = queue::contender_key(&prefix, session.lease, slot.number);
+            let key = queue::contender_key(&prefix, session.lease, taken.number);
             match self.put(&session, &prefix, &key, req).await {
                 Ok((created, page)) => {
                     *State::of(req).lock() = Some(Contending {
                         key,
-                        slot,
+                        taken,
                         created,
                         session: session.clone(),
                         watch: None,
@@ -516,7 +516,7 @@ impl EtcdEngine {
         };
         let Contending {
             key,
-            slot,
+            taken,
             created,
             session,
             watch,
@@ -549,12 +549,12 @@ impl EtcdEngine {
             // block the lock until the lease ends), in a task of its own,
             // so that it goes on if the caller stops waiting. The key names
             // this request alone until the delete is done (the task keeps
-            // the slot): deleting it never takes another's place, and a
+            // its key number): deleting it never takes another's place, and a
             // repeated handoff finds its compares false and only deletes.
             _ => {
                 let watching = session.clone();
                 let retried = tokio::spawn(async move {
-                    let _slot = slot;
+                    let _taken = taken;
                     session.retry(|| attempt(&session)).await
                 });
                 // A retry cannot tell whether the first try deleted the key.

@@ -6,7 +6,7 @@
 //! under it, attached to its session's lease; the key's create revision is
 //! its place in line. etcd's Mutex names its key `<prefix><lease hex>`;
 //! dlock adds a number, `<prefix><lease hex>-<n>`, the lowest free among the
-//! engine's requests on the lock (`slots.rs`), so two requests of one
+//! engine's requests on the lock (`key_numbers.rs`), so two requests of one
 //! process never share a key. The value says `dlock read <owner id>` or
 //! `dlock write <owner id>`; a key whose value does not start with
 //! [`READER`], a Mutex's empty one included, is a writer. Both kinds sit under the same prefix, so a Mutex waits for
@@ -22,8 +22,8 @@ pub(crate) const READER: &[u8] = b"dlock read ";
 pub(crate) const PAGE: i64 = 64;
 
 /// This request's key under the lock's `prefix` (which ends with `/`).
-pub(crate) fn contender_key(prefix: &str, lease: i64, slot: u32) -> String {
-    format!("{prefix}{lease:x}-{slot}")
+pub(crate) fn contender_key(prefix: &str, lease: i64, number: u32) -> String {
+    format!("{prefix}{lease:x}-{number}")
 }
 
 /// The value of a request's key: its mode and owner id.
@@ -118,7 +118,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_name_the_lease_and_the_slot() {
+    fn keys_name_the_lease_and_the_number() {
         assert_eq!(contender_key("/locks/g/n/", 0x694d, 0), "/locks/g/n/694d-0");
         assert_ne!(contender_key("/l/", 1, 0), contender_key("/l/", 1, 1));
     }

@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Poll, Request, Slot, Wake, Woken,
+    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Poll, Request, RequestState, Wake, Woken,
     async_trait,
 };
 use serde::Deserialize;
@@ -126,7 +126,7 @@ pub fn register(kinds: &mut Kinds) {
 }
 
 /// A request's node: none before it is created or once it is removed.
-type NodeSlot = Slot<Node>;
+type NodeState = RequestState<Node>;
 
 /// One request's node.
 struct Node {
@@ -240,7 +240,7 @@ impl ZooKeeperEngine {
             session,
             watch: None,
         };
-        *NodeSlot::of(req).lock() = Some(node);
+        *NodeState::of(req).lock() = Some(node);
         self.look(req, &path, children).await
     }
 
@@ -434,7 +434,7 @@ impl ZooKeeperEngine {
 
     /// Runs `f` on this request's node.
     fn node<R>(&self, req: &Request, f: impl FnOnce(&mut Node) -> R) -> Result<R, EngineError> {
-        NodeSlot::of(req)
+        NodeState::of(req)
             .lock()
             .as_mut()
             .map(f)
@@ -443,7 +443,7 @@ impl ZooKeeperEngine {
 
     /// Deletes this request's node; `Ok(false)` if it was already gone.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(node) = NodeSlot::of(req).lock().take() else {
+        let Some(node) = NodeState::of(req).lock().take() else {
             return Ok(false);
         };
         if node.session.is_ended() {
@@ -538,7 +538,7 @@ impl Engine for ZooKeeperEngine {
         match state {
             // The session ended with our place in line: queue again.
             Ok((true, _, _)) | Err(_) => {
-                NodeSlot::of(req).lock().take();
+                NodeState::of(req).lock().take();
                 self.enqueue(req).await
             }
             // Nothing moved ahead of us: keep waiting, no round trip.

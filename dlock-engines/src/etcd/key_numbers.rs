@@ -9,23 +9,23 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
-pub(crate) struct Slots(Arc<Mutex<HashMap<String, BTreeSet<u32>>>>);
+pub(crate) struct KeyNumbers(Arc<Mutex<HashMap<String, BTreeSet<u32>>>>);
 
 /// A number taken on one lock, given back on drop.
 pub(crate) struct KeyNumber {
-    slots: Arc<Mutex<HashMap<String, BTreeSet<u32>>>>,
+    numbers: Arc<Mutex<HashMap<String, BTreeSet<u32>>>>,
     prefix: String,
     pub number: u32,
 }
 
-impl Slots {
+impl KeyNumbers {
     pub fn take(&self, prefix: &str) -> KeyNumber {
-        let mut slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let taken = slots.entry(prefix.to_owned()).or_default();
+        let mut numbers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let taken = numbers.entry(prefix.to_owned()).or_default();
         let number = (0..).find(|n| !taken.contains(n)).expect("a free number");
         taken.insert(number);
         KeyNumber {
-            slots: self.0.clone(),
+            numbers: self.0.clone(),
             prefix: prefix.to_owned(),
             number,
         }
@@ -34,11 +34,11 @@ impl Slots {
 
 impl Drop for KeyNumber {
     fn drop(&mut self) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(taken) = slots.get_mut(&self.prefix) {
+        let mut numbers = self.numbers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(taken) = numbers.get_mut(&self.prefix) {
             taken.remove(&self.number);
             if taken.is_empty() {
-                slots.remove(&self.prefix);
+                numbers.remove(&self.prefix);
             }
         }
     }
@@ -50,12 +50,12 @@ mod tests {
 
     #[test]
     fn the_lowest_free_number_and_nothing_kept_once_given_back() {
-        let slots = Slots::default();
-        let (a, b) = (slots.take("p/"), slots.take("p/"));
-        assert_eq!((a.number, b.number, slots.take("q/").number), (0, 1, 0));
+        let numbers = KeyNumbers::default();
+        let (a, b) = (numbers.take("p/"), numbers.take("p/"));
+        assert_eq!((a.number, b.number, numbers.take("q/").number), (0, 1, 0));
         drop(a);
-        assert_eq!(slots.take("p/").number, 0);
+        assert_eq!(numbers.take("p/").number, 0);
         drop(b);
-        assert!(slots.0.lock().unwrap().is_empty());
+        assert!(numbers.0.lock().unwrap().is_empty());
     }
 }
