@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::{
-    Capabilities, Config, Engine, EngineError, Error, Fairness, Kinds, LockKey, OwnerId, Poll, Registry,
-    Request, Woken, async_trait,
+    Capabilities, Config, Engine, EngineError, Error, Fairness, Kinds, LockKey, LostSignal, OwnerId, Poll,
+    Registry, Request, Woken, async_trait,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -136,6 +136,11 @@ impl Engine for TableEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(self.let_go(req))
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
     }
 }
 

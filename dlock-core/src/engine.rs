@@ -424,9 +424,9 @@ pub trait Engine: Send + Sync + 'static {
 
     /// A future that resolves if the engine learns, on its own, that this hold is
     /// gone (e.g. a ZooKeeper session expired). `None`: renewal alone tells.
-    fn lost(&self, _req: &Request) -> Option<LostSignal> {
-        None
-    }
+    /// No default: a wrapper engine that forgot to pass it on would drop
+    /// the signal without a word.
+    fn lost(&self, req: &Request) -> Option<LostSignal>;
 }
 
 /// Awaits one engine call until `until`: a call that has not answered by

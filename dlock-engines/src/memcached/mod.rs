@@ -46,10 +46,7 @@ mod wire;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LockKey, Poll, Request, async_trait,
-    percent_escape,
-};
+use dlock_core::{Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LockKey, LostSignal, Poll, Request, async_trait, percent_escape};
 use serde::Deserialize;
 
 use wire::{Pool, Reply};
@@ -366,6 +363,11 @@ impl Engine for MemcachedEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         self.remove(req).await
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
     }
 }
 

@@ -5,10 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dlock_core::{
-    Capabilities, Engine, EngineError, KeyHashing, LockKey, Mode, OwnerId, Poll, Request, Wake, Woken,
-    async_trait,
-};
+use dlock_core::{Capabilities, Engine, EngineError, KeyHashing, LockKey, LostSignal, Mode, OwnerId, Poll, Request, Wake, Woken, async_trait};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
@@ -314,6 +311,11 @@ impl Engine for MemoryEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(self.with_lock(&req.key, |state, _, _| state.remove_holder(req.owner)))
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
     }
 }
 

@@ -65,9 +65,7 @@ mod sql;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Kinds, Mode, Poll, Request, Waiters, Wake, Woken, async_trait,
-};
+use dlock_core::{Capabilities, Engine, EngineError, Error, Kinds, LostSignal, Mode, Poll, Request, Waiters, Wake, Woken, async_trait};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
 use serde::Deserialize;
@@ -596,5 +594,10 @@ impl Engine for MysqlEngine {
         // Expired: its row may linger; it is no longer this owner's hold.
         self.run(sql::FORGET, vec![owner(req)]).await?;
         Ok(false)
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
     }
 }

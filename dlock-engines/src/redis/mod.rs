@@ -106,9 +106,7 @@ mod notify;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Kinds, OwnerId, Poll, Request, Wake, async_trait,
-};
+use dlock_core::{Capabilities, Engine, EngineError, Error, Kinds, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
 use redis::{Client, Script};
 use serde::Deserialize;
 
@@ -695,6 +693,11 @@ impl Engine for RedisEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         self.let_go(req, "release").await
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
     }
 }
 

@@ -59,9 +59,7 @@ use std::sync::Arc;
 use std::task::Poll as TaskPoll;
 use std::time::Duration;
 
-use dlock_core::{
-    BoxError, Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, Poll, Request, async_trait,
-};
+use dlock_core::{BoxError, Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LostSignal, Poll, Request, async_trait};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use serde::Deserialize;
@@ -537,6 +535,11 @@ impl Engine for RedLockEngine {
             .on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
             .await;
         self.agreed(answers)
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
     }
 }
 
