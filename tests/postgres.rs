@@ -156,6 +156,49 @@ async fn a_cancelled_wait_leaves_the_servers_queue() {
     holder.release().await.expect("release");
 }
 
+/// A wait withdrawn just as the lock is released: the server may act on
+/// the cancel after the grant, in the middle of the grant's statement or
+/// on the session's next one. Either way no lock may stay behind that the
+/// engine does not book; one would be held as long as its session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waits_withdrawn_as_the_lock_frees_leave_nothing_behind() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let registry = |application| async move {
+        Registry::with_engine("pg", engine(server, application, 4).await, Settings::default())
+            .expect("registry")
+    };
+    let (holders, waiters) = (registry("holders").await, registry("waiters").await);
+    for round in 0..60 {
+        let holder = holders.locks("g").get("k").lock().await.expect("lock");
+        let waiter = waiters.locks("g").get("k");
+        // The release comes from 3 ms before the waiter gives up to 3 ms after.
+        let wait = Duration::from_millis(30);
+        let release_at = Duration::from_micros(27_000 + round % 13 * 500);
+        let waited = tokio::spawn(async move {
+            match waiter.lock_for(wait).await {
+                Ok(guard) => guard.release().await.map(drop),
+                Err(Error::Timeout { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        });
+        tokio::time::sleep(release_at).await;
+        holder.release().await.expect("release");
+        waited.await.expect("task").expect("the waiter failed");
+        let again = holders.locks("g").get("k").lock_for(Duration::from_secs(2)).await;
+        assert!(
+            again.is_ok(),
+            "round {round}: the lock stayed taken after its waiter left: {again:?}"
+        );
+        again.expect("lock").release().await.expect("release");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while advisory_locks(server, true) + advisory_locks(server, false) > 0 {
+        assert!(Instant::now() < deadline, "advisory locks left on the server");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dropped_connection_fires_lost_for_every_hold_on_it() {
     let fixture = Postgres::start();

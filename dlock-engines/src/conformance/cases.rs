@@ -493,7 +493,7 @@ pub async fn waiters_dropped_mid_call_leave_nothing_behind(h: &Harness) {
     // chain of those took over 3 s once. A request truly left behind holds
     // or queues for the whole 30 s lease, still far past this bound.
     served_within(
-        Duration::from_secs(10),
+        Duration::from_secs(3),
         "acquire after waiters dropped mid-call",
         h.peer_lock("dropped").with_lease(LONG_LEASE),
     )

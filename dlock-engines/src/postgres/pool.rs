@@ -169,10 +169,17 @@ impl Pool {
         let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
         let (closed_tx, closed) = watch::channel(None);
         let changed = self.changed.clone();
+        let end = Arc::new(Notify::new());
+        let ended = end.clone();
         tokio::spawn(async move {
-            let cause = match connection.await {
-                Err(e) if e.code() == Some(&SqlState::IDLE_SESSION_TIMEOUT) => Closed::LeaseRanOut,
-                _ => Closed::Dropped,
+            let cause = tokio::select! {
+                done = connection => match done {
+                    Err(e) if e.code() == Some(&SqlState::IDLE_SESSION_TIMEOUT) => Closed::LeaseRanOut,
+                    _ => Closed::Dropped,
+                },
+                // Dropping the connection closes the socket: the server
+                // ends the session, and with it anything it holds.
+                () = ended.notified() => Closed::Dropped,
             };
             closed_tx.send_replace(Some(cause));
             changed.notify_waiters();
@@ -207,6 +214,7 @@ impl Pool {
             book: Mutex::default(),
             order: tokio::sync::Mutex::new(()),
             closed,
+            end,
             changed: self.changed.clone(),
         }))
     }
@@ -318,6 +326,8 @@ pub(super) struct Conn {
     /// that the book and the server's timeout agree.
     order: tokio::sync::Mutex<()>,
     closed: watch::Receiver<Option<Closed>>,
+    /// Ends the session when notified.
+    end: Arc<Notify>,
     /// The pool's: told whenever this session's book changes.
     changed: Arc<Notify>,
 }
@@ -454,9 +464,19 @@ impl Conn {
     }
 
     /// `pg_advisory_lock[_shared]` on a connection picked for waiting: in
-    /// the server's queue until granted (the fence) or `stop` resolves,
-    /// which cancels the statement on the server (`None`, unless the grant
-    /// came first).
+    /// the server's queue until granted (the fence) or `stop` resolves
+    /// first (`None`).
+    ///
+    /// A stop cancels the statement on the server. The server may act on a
+    /// cancel late, on whatever statement the session runs next: an unlock,
+    /// or a take whose lock is granted before the error (an advisory lock
+    /// outlives its statement's error). Either would leave a lock no one
+    /// books. So the session is used again only if the wait itself was
+    /// cancelled, which spends the cancel, and after an unlock of the key,
+    /// since the cancel may have struck just after the grant. Otherwise
+    /// (the grant came first, or the cancel came before the statement and
+    /// was dropped) the session stays marked waiting, so nothing else runs
+    /// on it, and ends; that lets go of a grant too.
     pub async fn wait_take(
         &self,
         key: i64,
@@ -474,21 +494,29 @@ impl Conn {
             () = stop => {
                 // A failed cancel leaves the statement to finish on its own.
                 let _ = self.client.cancel_token().cancel_query(NoTls).await;
-                answer.await
+                let spent = matches!(answer.await, Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED));
+                let undone = spent && self.on_key(self.statements.give_back(mode, true), key, Some(0)).await.is_ok();
+                if undone {
+                    self.rebook(|book| book.waiting = false);
+                } else {
+                    self.end.notify_one();
+                }
+                return Ok(None);
             }
         };
-        self.rebook(|book| {
-            book.waiting = false;
-            match answer {
-                Ok(row) => {
-                    book.held.insert(key, lease_ms);
-                    book.timeout = lease_ms;
-                    Ok(Some(row.get::<_, i64>(0) as u64))
-                }
-                Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED) => Ok(None),
-                Err(e) => Err(e),
+        match answer {
+            Ok(row) => Ok(self.rebook(|book| {
+                book.waiting = false;
+                book.held.insert(key, lease_ms);
+                book.timeout = lease_ms;
+                Some(row.get::<_, i64>(0) as u64)
+            })),
+            // Whether the lock was taken before the error is unknown.
+            Err(e) => {
+                self.end.notify_one();
+                Err(e)
             }
-        })
+        }
     }
 
     /// `pg_advisory_unlock[_shared]`: whether the session held it. A closed
