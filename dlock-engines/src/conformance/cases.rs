@@ -489,9 +489,8 @@ pub async fn waiters_dropped_mid_call_leave_nothing_behind(h: &Harness) {
     holder.release().await.expect("release");
     // Usually served within milliseconds. A waiter whose withdrawal has not
     // reached the server yet is granted in its turn and gives the lock back
-    // at once; on PostgreSQL, under a release build beside the suite, a
-    // chain of those took over 3 s once. A request truly left behind holds
-    // or queues for the whole 30 s lease, still far past this bound.
+    // at once. A request truly left behind holds or queues for the whole
+    // 30 s lease.
     served_within(
         Duration::from_secs(3),
         "acquire after waiters dropped mid-call",
