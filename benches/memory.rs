@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use dlock::engines::conformance::Faults;
 use dlock::engines::memory::MemoryEngine;
-use dlock::{Engine, Registry, Settings};
+use dlock::kit::Engine;
+use dlock::{Registry, Settings};
 
 fn registry() -> (Registry, Arc<Faults>) {
     let faults = Arc::new(Faults::new(Arc::new(MemoryEngine::new()) as Arc<dyn Engine>));

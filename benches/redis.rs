@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use dlock::engines::redis::{RedisConfig, RedisEngine};
-use dlock::{Engine, LockKey, Mode, OwnerId, Poll, Registry, Request, Settings};
+use dlock::kit::{Engine, OwnerId, Poll, Request};
+use dlock::{LockKey, Mode, Registry, Settings};
 use dlock_testkit::fixtures::redis::{info_field, redis_args, redis_cli};
 use dlock_testkit::server::TestServer;
 use redis::aio::MultiplexedConnection;

@@ -196,13 +196,13 @@
 //! # }
 //! ```
 //!
-//! An engine of your own implements [`Engine`], declares its
-//! [`Capabilities`] and registers its kind with [`init_with`]; one built by
+//! An engine of your own implements [`kit::Engine`], declares its
+//! [`kit::Capabilities`] and registers its kind with [`init_with`]; one built by
 //! hand goes in with [`install`].
 //!
 //! # Guarantees
 //!
-//! What an engine can promise is declared once, in its [`Capabilities`]: read
+//! What an engine can promise is declared once, in its [`kit::Capabilities`]: read
 //! mode or exclusive only, a FIFO queue on the server or none, strict or
 //! best-effort fencing, and what ends an unrenewed hold (its lease, or the
 //! client's session). The core refuses what an engine lacks with
@@ -266,12 +266,8 @@ use std::path::Path;
 
 use once_cell::sync::OnceCell;
 
-// What an engine author needs: implement `Engine`, declare its
-// `Capabilities`, and register its kind in `Kinds`.
-pub use dlock_core::{
-    BoxError, Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, Kinds, LostSignal, MIN_LEASE,
-    OwnerId, Poll, Request, Waiters, Wake, Woken, async_trait, engine,
-};
+pub use dlock_core::kit;
+pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_core::{
     Config, Error, Guard, HeldLock, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, Share, Wait,
     config, held_locks, metrics,
@@ -320,7 +316,7 @@ pub async fn init(config: Config) -> Result<(), Error> {
 /// # Ok(())
 /// # }
 /// ```
-pub async fn init_with(config: Config, kinds: &Kinds) -> Result<(), Error> {
+pub async fn init_with(config: Config, kinds: &kit::Kinds) -> Result<(), Error> {
     install(Registry::build(&config, kinds).await?)
 }
 

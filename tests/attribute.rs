@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dlock::engines::conformance::Faults;
 use dlock::engines::memory::MemoryEngine;
-use dlock::{Engine, Error, Registry, Settings, distributed_lock};
+use dlock::kit::Engine;
+use dlock::{Error, Registry, Settings, distributed_lock};
 use tokio::sync::Barrier;
 
 #[derive(Debug)]

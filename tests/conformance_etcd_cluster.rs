@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::{GuardedCounter, run_each};
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
-use dlock::{Engine, Registry, Settings};
+use dlock::kit::Engine;
+use dlock::{Registry, Settings};
 use dlock_testkit::assert_still_held;
 use dlock_testkit::fixtures::etcd::{etcd_args, is_leader, wait_serving};
 use dlock_testkit::server::{TestServer, free_port};

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::Engine;
 use dlock::engines::conformance;
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
+use dlock::kit::Engine;
 use dlock_testkit::fixtures::redis::{RedisCluster, redis_cli};
 
 dlock_testkit::conformance_suite!(RedisCluster);

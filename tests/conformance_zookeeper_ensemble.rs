@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use dlock::engines::conformance::run_each;
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
-use dlock::{Engine, Registry, Settings};
+use dlock::kit::Engine;
+use dlock::{Registry, Settings};
 use dlock_testkit::assert_still_held;
 use dlock_testkit::fixtures::zookeeper::{four_letter, wait_serving, zookeeper_args};
 use dlock_testkit::server::{TestServer, free_port};

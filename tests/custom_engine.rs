@@ -8,10 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock::{
-    Capabilities, Config, Engine, EngineError, Error, Fairness, Kinds, LockKey, LostSignal, OwnerId, Poll,
-    Registry, Request, Woken, async_trait,
+use dlock::kit::{
+    Capabilities, Engine, EngineError, Fairness, Kinds, LostSignal, OwnerId, Poll, Request, Woken,
+    async_trait,
 };
+use dlock::{Config, Error, LockKey, Registry};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 

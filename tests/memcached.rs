@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
-use dlock::{Error, LockKey, Mode, Poll, Request};
+use dlock::kit::{Poll, Request};
+use dlock::{Error, LockKey, Mode};
 use dlock_testkit::fixtures::memcached::Memcached;
 use dlock_testkit::server::free_port;
 use dlock_testkit::{Breakable, Fixture, assert_unreachable_is_a_clear_error, engine};

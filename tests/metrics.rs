@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dlock::Registry;
 use dlock::engines::conformance::{Faults, SETTINGS};
 use dlock::engines::memory::MemoryEngine;
-use dlock::{Engine, Registry};
+use dlock::kit::Engine;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// Totals of everything recorded so far. The debugging recorder hands out

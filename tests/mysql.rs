@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
-use dlock::{Engine, Error, LockKey, Mode, Poll, Registry, Request, Settings};
+use dlock::kit::{Engine, Poll, Request};
+use dlock::{Error, LockKey, Mode, Registry, Settings};
 use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, Mysql};
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};
 

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
-use dlock::{Engine, Error, LockKey, LostReason, Mode, Poll, Registry, Request, Settings};
+use dlock::kit::{Engine, Poll, Request};
+use dlock::{Error, LockKey, LostReason, Mode, Registry, Settings};
 use dlock_testkit::fixtures::postgres::{PgServer, Postgres};
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};
 
@@ -325,7 +326,7 @@ async fn killed_sessions_over_and_over_leave_every_pool_whole() {
 }
 
 fn rand_ms(low: u64, high: u64) -> u64 {
-    low + (dlock::OwnerId::random().as_u128() as u64) % (high - low)
+    low + (dlock::kit::OwnerId::random().as_u128() as u64) % (high - low)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

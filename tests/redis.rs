@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use dlock::config::Polling;
 use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
-use dlock::{Engine, Error, LockKey, Mode, Registry, Settings};
-use dlock_core::{Poll, Request};
+use dlock::kit::Engine;
+use dlock::{Error, LockKey, Mode, Registry, Settings};
+use dlock_core::kit::{Poll, Request};
 use dlock_testkit::fixtures::redis::{info_field, redis_args};
 use dlock_testkit::server::{TestServer, free_port};
 use futures_util::StreamExt;
@@ -296,14 +297,14 @@ async fn a_handed_over_grant_lasts_the_lease_not_the_waiter_ttl() {
     let Ok(Poll::Waiting(subscribed)) = engine.acquire(&waiter).await else {
         panic!("not queued")
     };
-    assert!(matches!(subscribed.await, dlock::Woken::Retry));
+    assert!(matches!(subscribed.await, dlock::kit::Woken::Retry));
     let Ok(Poll::Waiting(handed)) = engine.poll(&waiter).await else {
         panic!("not queued")
     };
     assert!(engine.release(&holder).await.expect("release"));
     let released = Instant::now();
     match tokio::time::timeout(Duration::from_secs(5), handed).await {
-        Ok(dlock::Woken::Granted { valid_for, .. }) => assert_eq!(valid_for, lease),
+        Ok(dlock::kit::Woken::Granted { valid_for, .. }) => assert_eq!(valid_for, lease),
         other => panic!("no handoff: {:?}", other.map(|_| ())),
     }
     // The waiter now dies holding: nobody renews it.

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::SETTINGS;
 use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
-use dlock::{Engine, Error, Registry};
+use dlock::kit::Engine;
+use dlock::{Error, Registry};
 use dlock_testkit::fixtures::redlock::RedLock;
 use dlock_testkit::store::FencedStore;
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, engine};

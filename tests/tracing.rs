@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use dlock::engines::conformance::{Faults, SETTINGS};
 use dlock::engines::memory::MemoryEngine;
-use dlock::{Engine, Registry, distributed_lock};
+use dlock::kit::Engine;
+use dlock::{Registry, distributed_lock};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Instrument, Level, Subscriber};

@@ -8,13 +8,14 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::config::{Queue, Wait};
-use crate::engine::{Call, Woken, within};
 use crate::guard::Guard;
 use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
+use crate::kit::{Call, Woken, within};
+use crate::kit::{EngineError, Poll, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Span};
 use crate::registry::Group;
-use crate::{EngineError, Error, LockKey, Mode, Poll, Request, trace, watchdog};
+use crate::{Error, LockKey, Mode, trace, watchdog};
 
 /// How long a timed-out caller waits for its request to be withdrawn before
 /// it is answered; a slower withdrawal finishes in the background.
@@ -281,7 +282,7 @@ async fn warn_if_stuck_behind_this_process<T>(
     waited.await
 }
 
-fn never() -> crate::Wake {
+fn never() -> crate::kit::Wake {
     Box::pin(std::future::pending())
 }
 

@@ -232,7 +232,7 @@ impl Polling {
 #[derive(Debug, Clone, Deserialize)]
 pub struct EngineConfig {
     /// The engine kind: `"memory"`, `"redis"`, `"postgres"`, ... (see
-    /// [`Kinds`](crate::Kinds)).
+    /// `Kinds`).
     pub kind: String,
     /// Every other field of the table, left for the kind to parse.
     #[serde(flatten)]

@@ -87,7 +87,7 @@ pub enum Error {
         engine: String,
         /// The engine's kind.
         kind: &'static str,
-        /// Where its server is ([`Engine::address`](crate::Engine::address)).
+        /// Where its server is ([`Engine::address`](crate::kit::Engine::address)).
         address: String,
         /// The lock the failed call was for.
         key: LockKey,

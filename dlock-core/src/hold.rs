@@ -12,12 +12,13 @@ use std::thread::ThreadId;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::{Call, within};
 use crate::key::shard_of;
+use crate::kit::{Call, within};
+use crate::kit::{Engine, EngineError, KeyHashing, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Span};
 use crate::registry::Group;
-use crate::{Engine, EngineError, Error, KeyHashing, LockKey, LostReason, Mode, Request, trace};
+use crate::{Error, LockKey, LostReason, Mode, trace};
 
 /// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
 /// outside any task (`block_on`, whose future never changes thread).

@@ -13,7 +13,8 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
 use crate::key::shard_of;
-use crate::{KeyHashing, LockKey, Mode};
+use crate::kit::KeyHashing;
+use crate::{LockKey, Mode};
 
 const SHARDS: usize = 64;
 

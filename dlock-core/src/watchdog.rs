@@ -18,8 +18,8 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
-use crate::LostSignal;
 use crate::hold::{Hold, Stop, Unfile};
+use crate::kit::LostSignal;
 use crate::metrics::Event;
 use crate::{LostReason, trace};
 

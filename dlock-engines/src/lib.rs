@@ -24,7 +24,7 @@
 
 #![warn(missing_docs)]
 
-use dlock_core::Kinds;
+use dlock_core::kit::Kinds;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -12,7 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock_core::Fencing;
+use dlock_core::kit::Fencing;
 
 use crate::store::{FencedStore, Report};
 use crate::{Breakable, Fixture};

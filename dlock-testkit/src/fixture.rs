@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{Config, Engine};
+use dlock_core::Config;
+use dlock_core::kit::Engine;
 
 /// An engine's test setup: its server(s) on free loopback ports, and the
 /// `[engines.<name>]` table that points at them.

@@ -51,7 +51,7 @@ macro_rules! conformance_suite {
 
 /// Checks that the guarantee table's capability row, in the column that
 /// names `fixture`'s engine, starts with the words of what the engine
-/// declares ([`Capabilities::words`](dlock_core::Capabilities::words));
+/// declares ([`Capabilities::words`](dlock_core::kit::Capabilities::words));
 /// more may follow after a `;`.
 pub async fn assert_capabilities_documented<F: Fixture>(fixture: &F, doc: &std::path::Path) {
     let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("read {}: {e}", doc.display()));

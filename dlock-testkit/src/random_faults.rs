@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::{Fairness, Fencing};
+use dlock_core::kit::{Fairness, Fencing};
 
 use crate::fault_suite::{Paths, Setup, Worker};
 use crate::{Breakable, engine};

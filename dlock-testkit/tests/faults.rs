@@ -226,7 +226,7 @@ async fn memory_holder_stalled_past_its_lease_is_fenced() {
     use dlock::engines::memory::MemoryEngine;
     use dlock::{LostReason, Registry, Settings};
 
-    let engine: Arc<dyn dlock::Engine> = Arc::new(MemoryEngine::new());
+    let engine: Arc<dyn dlock::kit::Engine> = Arc::new(MemoryEngine::new());
     let stalled_path = Faults::new(engine.clone());
     let stalled_path = Arc::new(stalled_path);
     let holder =

@@ -36,7 +36,7 @@ fn run<F: Breakable>() {
     let seeds = match number("FAULT_RUN_SEED") {
         Some(seed) => vec![seed],
         None => {
-            let first = (dlock::OwnerId::random().as_u128() as u64) >> 16;
+            let first = (dlock::kit::OwnerId::random().as_u128() as u64) >> 16;
             vec![first, first + 1, first + 2]
         }
     };

@@ -5,7 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{Error, Expiry, Lock, LockKey, LostReason, MIN_LEASE, Mode, Poll, Request, Woken};
+use dlock_core::kit::{Expiry, Poll, Request, Woken};
+use dlock_core::{Error, Lock, LockKey, LostReason, MIN_LEASE, Mode};
 use tokio::sync::{Barrier, oneshot};
 use tokio::time::{Instant, sleep, timeout};
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use dlock_core::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
 
 /// The fault wrapper: an [`Engine`] that passes every call to `inner`
 /// unless told to fail it; see the module docs.

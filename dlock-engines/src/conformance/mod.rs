@@ -9,7 +9,7 @@
 //! use std::sync::Arc;
 //! use dlock::engines::memory::MemoryEngine;
 //!
-//! dlock::engines::conformance_suite!(|| async { Arc::new(MemoryEngine::new()) as Arc<dyn dlock::Engine> });
+//! dlock::engines::conformance_suite!(|| async { Arc::new(MemoryEngine::new()) as Arc<dyn dlock::kit::Engine> });
 //! # fn main() {}
 //! ```
 //!
@@ -26,7 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::config::{Polling, Queue};
-use dlock_core::{Capabilities, Engine, Error, Expiry, Fairness, Fencing, Lock, Registry, Settings, Wait};
+use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing};
+use dlock_core::{Error, Lock, Registry, Settings, Wait};
 
 pub use counter::GuardedCounter;
 pub use faults::Faults;
@@ -153,7 +154,7 @@ pub enum Need {
 }
 
 fn rand_suffix() -> u32 {
-    (dlock_core::OwnerId::random().as_u128() & 0xffff_ffff) as u32
+    (dlock_core::kit::OwnerId::random().as_u128() & 0xffff_ffff) as u32
 }
 
 /// Runs every case in turn, each on a fresh harness over an engine from

@@ -64,11 +64,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::session::Sessions;
-use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Mode, Poll, Request, RequestState,
-    async_trait,
-};
+use dlock_core::kit::session::Sessions;
+use dlock_core::{Error, Mode};
+use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, Kinds, LostSignal, Poll, Request, RequestState, async_trait};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse,

@@ -12,7 +12,8 @@
 //! [`READER`], a Mutex's empty one included, is a writer. Both kinds sit under the same prefix, so a Mutex waits for
 //! dlock's readers too.
 
-use dlock_core::{Mode, OwnerId};
+use dlock_core::Mode;
+use dlock_core::kit::OwnerId;
 use etcd_client::KeyValue;
 
 /// How the value of a dlock reader's key starts.

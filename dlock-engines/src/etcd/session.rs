@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use dlock_core::EngineError;
-use dlock_core::session::{Ender, Ends, SessionEnd};
+use dlock_core::kit::EngineError;
+use dlock_core::kit::session::{Ender, Ends, SessionEnd};
 use etcd_client::{
     Client, Error as EtcdError, KvClient, LeaseKeepAliveStream, LeaseKeeper, Txn, TxnResponse,
 };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::{Wake, Woken};
+use dlock_core::kit::{Wake, Woken};
 use etcd_client::{Event, EventType, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;

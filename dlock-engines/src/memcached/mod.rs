@@ -46,7 +46,8 @@ mod wire;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock_core::{Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LockKey, LostSignal, Poll, Request, async_trait, percent_escape};
+use dlock_core::{Error, LockKey};
+use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, Kinds, LostSignal, Poll, Request, async_trait, percent_escape};
 use serde::Deserialize;
 
 use wire::{Pool, Reply};

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dlock_core::{Capabilities, Engine, EngineError, KeyHashing, LockKey, LostSignal, Mode, OwnerId, Poll, Request, Wake, Woken, async_trait};
+use dlock_core::{LockKey, Mode};
+use dlock_core::kit::{Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Request, Wake, Woken, async_trait};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
@@ -320,7 +321,7 @@ impl Engine for MemoryEngine {
 }
 
 /// Registers `kind = "memory"`, which takes no settings.
-pub fn register(kinds: &mut dlock_core::Kinds) {
+pub fn register(kinds: &mut dlock_core::kit::Kinds) {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct NoSettings {}

@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dlock_core::{EngineError, LockKey, Request};
+use dlock_core::LockKey;
+use dlock_core::kit::{EngineError, Request};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Conn, Opts, Value};
 

@@ -65,7 +65,8 @@ mod sql;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::{Capabilities, Engine, EngineError, Error, Kinds, LostSignal, Mode, Poll, Request, Waiters, Wake, Woken, async_trait};
+use dlock_core::{Error, Mode};
+use dlock_core::kit::{Capabilities, Engine, EngineError, Kinds, LostSignal, Poll, Request, Waiters, Wake, Woken, async_trait};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
 use serde::Deserialize;

@@ -67,9 +67,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Kinds, LockKey, LostSignal, Mode, Poll, Request, async_trait,
-};
+use dlock_core::{Error, LockKey, Mode};
+use dlock_core::kit::{Capabilities, Engine, EngineError, Kinds, LostSignal, Poll, Request, async_trait};
 use serde::Deserialize;
 use tokio_postgres::config::Host;
 

@@ -1,7 +1,8 @@
 //! The engine's one database object, the fence sequence: made on first use,
 //! or a startup error that says which privilege is missing.
 
-use dlock_core::{EngineError, Error};
+use dlock_core::Error;
+use dlock_core::kit::EngineError;
 
 use super::pool::failed;
 use tokio_postgres::error::SqlState;

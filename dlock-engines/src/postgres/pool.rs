@@ -15,7 +15,8 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dlock_core::{EngineError, Mode, OwnerId, Waiters};
+use dlock_core::Mode;
+use dlock_core::kit::{EngineError, OwnerId, Waiters};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{Mode, Wake, Woken};
+use dlock_core::Mode;
+use dlock_core::kit::{Wake, Woken};
 use tokio::sync::watch;
 
 use super::pool::{Conn, Pool};

@@ -1,7 +1,8 @@
 //! Where one lock's state lives: every key shares one hash tag, so a lock's
 //! keys sit in one Redis Cluster slot and one Lua script can change them all.
 
-use dlock_core::{LockKey, percent_escape};
+use dlock_core::LockKey;
+use dlock_core::kit::percent_escape;
 
 /// `{dlock:<group>:<name>}` with `%`, `:`, `{` and `}` percent-escaped: a
 /// brace in a user's name cannot end the tag early, and ("g:a", "b") cannot

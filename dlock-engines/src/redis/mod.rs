@@ -106,7 +106,8 @@ mod notify;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{Capabilities, Engine, EngineError, Error, Kinds, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
+use dlock_core::Error;
+use dlock_core::kit::{Capabilities, Engine, EngineError, Kinds, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
 use redis::{Client, Script};
 use serde::Deserialize;
 
@@ -501,7 +502,7 @@ impl RedisEngine {
             // Subscribed after this attempt: try again at once, so a release
             // that happened meanwhile is not missed.
             (None, Some(channel)) => match self.notifier.subscribe(&channel).await {
-                Some(_) => Box::pin(std::future::ready(dlock_core::Woken::Retry)),
+                Some(_) => Box::pin(std::future::ready(dlock_core::kit::Woken::Retry)),
                 None => Box::pin(std::future::pending()),
             },
         };

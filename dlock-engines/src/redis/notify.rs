@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use std::convert::Infallible;
 
-use dlock_core::{OwnerId, Wake, Woken};
+use dlock_core::kit::{OwnerId, Wake, Woken};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;

@@ -59,7 +59,8 @@ use std::sync::Arc;
 use std::task::Poll as TaskPoll;
 use std::time::Duration;
 
-use dlock_core::{BoxError, Capabilities, Engine, EngineError, Error, Fairness, Fencing, Kinds, LostSignal, Poll, Request, async_trait};
+use dlock_core::{BoxError, Error};
+use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, Kinds, LostSignal, Poll, Request, async_trait};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use serde::Deserialize;

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use dlock_core::{KeyHashing, LockKey};
+use dlock_core::LockKey;
+use dlock_core::kit::KeyHashing;
 
 struct Entry {
     path: Arc<str>,

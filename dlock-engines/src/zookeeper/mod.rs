@@ -58,10 +58,8 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::{
-    Capabilities, Engine, EngineError, Error, Expiry, Kinds, LostSignal, Poll, Request, RequestState, Wake, Woken,
-    async_trait,
-};
+use dlock_core::Error;
+use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, Kinds, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;

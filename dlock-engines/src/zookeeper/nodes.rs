@@ -6,7 +6,8 @@
 //! "protection" prefix, which lets a client find its node again after a lost
 //! create reply). Contenders are ordered by the sequence suffix alone.
 
-use dlock_core::{Mode, OwnerId};
+use dlock_core::Mode;
+use dlock_core::kit::OwnerId;
 
 const READ: &str = "__READ__";
 const WRITE: &str = "__WRIT__";

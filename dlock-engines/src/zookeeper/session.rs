@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
-use dlock_core::EngineError;
-use dlock_core::session::{self, Ender, Ends, SessionEnd};
+use dlock_core::kit::EngineError;
+use dlock_core::kit::session::{self, Ender, Ends, SessionEnd};
 use zookeeper_client::{Client, Error as ZkError, SessionState, StateWatcher};
 
 use super::ZooKeeperConfig;

@@ -1,36 +1,4 @@
-//! The interface every lock engine implements.
-//!
-//! An engine only keeps the shared state of a lock on its server. Waiting,
-//! timeouts, reentrancy, the renewal schedule, the lost signal and metrics all
-//! live once in dlock-core and drive an engine through this small protocol:
-//!
-//! 1. [`acquire`](Engine::acquire) joins the lock's queue (or takes the lock at
-//!    once) and answers [`Poll::Held`] with a fencing token, or [`Poll::Waiting`]
-//!    with a *wake* future that resolves when trying again is worthwhile, or
-//!    with the lock itself when another client handed it over ([`Woken`]).
-//! 2. The core awaits the wake (or its safety-net poll interval) and calls
-//!    [`poll`](Engine::poll), until held or the wait timeout; then
-//!    [`cancel`](Engine::cancel) withdraws the request.
-//! 3. While held, the core's watchdog calls [`renew`](Engine::renew) every
-//!    lease/3; `Ok(false)` or a whole lease without success means lost.
-//! 4. [`release`](Engine::release) lets go; [`downgrade`](Engine::downgrade)
-//!    turns a write hold into a read hold without letting go.
-//!
-//! The core bounds every call: acquire and poll by the wait, renew by the
-//! lease, release and cancel by `call_timeout`. An engine never needs its
-//! own timeouts around a call that may block. Nor is a call dropped
-//! half-way, when its bound passes or its caller goes away: it runs on to
-//! its end (for `call_timeout` more at most) before the request is
-//! withdrawn or the next call for it is made. So an engine needs no guard
-//! for being cut between two awaits.
-//!
-//! Each request carries a fresh random [`OwnerId`], and a place for what the
-//! engine must remember about it from acquire to release (a node, a
-//! connection, a lease): [`Request::state`].
-//!
-//! What an engine can and cannot promise is declared once, in
-//! [`Capabilities`]; the core refuses requests an engine cannot serve, and the
-//! conformance suite runs or skips its cases by them.
+//! The engine interface: the trait, a request and what answers it.
 
 use std::any::Any;
 use std::future::Future;
@@ -340,7 +308,7 @@ impl EngineError {
     }
 }
 
-/// A lock engine. See the [module docs](self) for the protocol.
+/// A lock engine. See the [kit](crate::kit) for the protocol.
 ///
 /// Behaviour around any engine is added by wrapping it in another engine;
 /// this one counts the acquisitions that reach the engine it wraps:
@@ -350,7 +318,7 @@ impl EngineError {
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use dlock::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+/// use dlock::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
 ///
 /// struct Counted {
 ///     inner: Arc<dyn Engine>,

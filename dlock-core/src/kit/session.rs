@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::{Mutex, watch};
 
-use crate::EngineError;
+use crate::kit::EngineError;
 
 /// Whether a session has ended, for everyone using it. Once ended, it stays
 /// ended.

@@ -1,0 +1,218 @@
+//! Connecting an engine at startup, written once: the settings every
+//! server engine shares, the names of its fields in errors, the error for a
+//! server that cannot be reached, and a call with a time limit.
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{BoxError, Error};
+
+/// An engine being built: its name in the config and its kind.
+#[derive(Clone, Copy, Debug)]
+pub struct Connecting<'a> {
+    /// The engine's name, `<name>` in `[engines.<name>]`.
+    pub name: &'a str,
+    /// Its kind, as written in config.
+    pub kind: &'static str,
+}
+
+impl Connecting<'_> {
+    /// The config path of one of the engine's fields: `engines.<name>.<field>`.
+    pub fn field(&self, field: &str) -> String {
+        format!("engines.{}.{field}", self.name)
+    }
+
+    /// A bad setting, naming its field.
+    pub fn bad(&self, field: &str, message: impl Into<String>) -> Error {
+        Error::config(self.field(field), message)
+    }
+
+    /// The server at `address` (never with a password) could not be
+    /// reached, or refused the engine.
+    pub fn unreachable(&self, address: impl Into<String>, source: impl Into<BoxError>) -> Error {
+        Error::Unavailable {
+            engine: self.name.to_owned(),
+            kind: self.kind,
+            address: address.into(),
+            source: source.into(),
+        }
+    }
+
+    /// `call` to the server at `address`, given `limit` to answer: an error
+    /// or no answer in time is [`unreachable`](Self::unreachable).
+    pub async fn within<T, E: Into<BoxError>>(
+        &self,
+        address: &str,
+        limit: Duration,
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(limit, call).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(self.unreachable(address, e)),
+            Err(_) => Err(self.unreachable(address, format!("no answer within {limit:?}"))),
+        }
+    }
+}
+
+/// Settings every engine with a server has, flattened into its own table.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ConnectSettings {
+    /// How long connecting to a server may take before startup fails.
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// How this process names itself to the server, where the server
+    /// shows names to its operators (PostgreSQL's `application_name`).
+    /// Default: `dlock`.
+    #[serde(default)]
+    pub client_name: Option<String>,
+}
+
+impl Default for ConnectSettings {
+    fn default() -> Self {
+        ConnectSettings {
+            connect_timeout: default_connect_timeout(),
+            client_name: None,
+        }
+    }
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// A user name and password, for engines that log in apart from their
+/// address. The password never shows in `Debug`.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user to log in as (`user` is accepted too).
+    #[serde(default, alias = "user")]
+    pub username: Option<String>,
+    /// Its password.
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// PEM files for TLS: the certificate authority to trust, and the
+/// client's own certificate and key for servers that ask for one.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA that signed the server's certificate; default: the system's.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// The client certificate, with `tls_key_file`.
+    #[serde(default)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The client certificate's key, with `tls_cert_file`.
+    #[serde(default)]
+    pub tls_key_file: Option<PathBuf>,
+}
+
+/// What [`TlsFiles`] name, read.
+#[derive(Default)]
+pub struct TlsPem {
+    /// The CA to trust, if not the system's.
+    pub ca: Option<Vec<u8>>,
+    /// The client certificate and its key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    /// Whether any file is set.
+    pub fn any(&self) -> bool {
+        self.tls_ca_file.is_some() || self.tls_cert_file.is_some() || self.tls_key_file.is_some()
+    }
+
+    /// Reads the files; an unreadable file, or a certificate without its
+    /// key, is a config error naming the field.
+    pub fn read(&self, at: &Connecting<'_>) -> Result<TlsPem, Error> {
+        let read = |field: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| at.bad(field, format!("cannot read {}: {e}", path.display())))
+        };
+        let ca = match &self.tls_ca_file {
+            Some(path) => Some(read("tls_ca_file", path)?),
+            None => None,
+        };
+        let identity = match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Some((read("tls_cert_file", cert)?, read("tls_key_file", key)?)),
+            (None, None) => None,
+            (Some(_), None) => return Err(at.bad("tls_key_file", "set it with tls_cert_file")),
+            (None, Some(_)) => return Err(at.bad("tls_cert_file", "set it with tls_key_file")),
+        };
+        Ok(TlsPem { ca, identity })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_engine_and_field() {
+        let at = Connecting {
+            name: "pg",
+            kind: "postgres",
+        };
+        assert_eq!(at.field("url"), "engines.pg.url");
+        let bad = at.bad("url", "not a url").to_string();
+        assert!(
+            bad.contains("engines.pg.url") && bad.contains("not a url"),
+            "{bad}"
+        );
+        let gone = at.unreachable("127.0.0.1:1", "refused").to_string();
+        assert!(
+            gone.contains("pg") && gone.contains("postgres") && gone.contains("127.0.0.1:1"),
+            "{gone}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_does_not_answer_is_unreachable_after_its_limit() {
+        let at = Connecting {
+            name: "e",
+            kind: "etcd",
+        };
+        let silent = std::future::pending::<Result<(), std::io::Error>>();
+        let err = at
+            .within("127.0.0.1:2379", Duration::from_secs(2), silent)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("no answer within 2s"), "{err}");
+    }
+
+    #[test]
+    fn a_certificate_without_its_key_names_the_missing_field() {
+        let at = Connecting {
+            name: "e",
+            kind: "etcd",
+        };
+        let files = TlsFiles {
+            tls_cert_file: Some("c.pem".into()),
+            ..TlsFiles::default()
+        };
+        let err = files.read(&at).err().expect("refused").to_string();
+        assert!(err.contains("engines.e.tls_key_file"), "{err}");
+        assert!(
+            !format!(
+                "{:?}",
+                Credentials {
+                    username: Some("u".into()),
+                    password: Some("secret".into())
+                }
+            )
+            .contains("secret")
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! The engine author's kit: what it takes to write an engine and nothing a
+//! user of locks needs. Implement [`Engine`], declare its [`Capabilities`],
+//! register its kind in [`Kinds`], and connect with [`Connecting`] and the
+//! shared settings. [`session`] and [`Waiters`] serve engines whose holds
+//! live on a server session, or that wake their own waiters.
+//!
+//! # The protocol
+//!
+//! An engine only keeps the shared state of a lock on its server. Waiting,
+//! timeouts, reentrancy, the renewal schedule, the lost signal and metrics all
+//! live once in dlock-core and drive an engine through this small protocol:
+//!
+//! 1. [`acquire`](Engine::acquire) joins the lock's queue (or takes the lock at
+//!    once) and answers [`Poll::Held`] with a fencing token, or [`Poll::Waiting`]
+//!    with a *wake* future that resolves when trying again is worthwhile, or
+//!    with the lock itself when another client handed it over ([`Woken`]).
+//! 2. The core awaits the wake (or its safety-net poll interval) and calls
+//!    [`poll`](Engine::poll), until held or the wait timeout; then
+//!    [`cancel`](Engine::cancel) withdraws the request.
+//! 3. While held, the core's watchdog calls [`renew`](Engine::renew) every
+//!    lease/3; `Ok(false)` or a whole lease without success means lost.
+//! 4. [`release`](Engine::release) lets go; [`downgrade`](Engine::downgrade)
+//!    turns a write hold into a read hold without letting go.
+//!
+//! The core bounds every call: acquire and poll by the wait, renew by the
+//! lease, release and cancel by `call_timeout`. An engine never needs its
+//! own timeouts around a call that may block. Nor is a call dropped
+//! half-way, when its bound passes or its caller goes away: it runs on to
+//! its end (for `call_timeout` more at most) before the request is
+//! withdrawn or the next call for it is made. So an engine needs no guard
+//! for being cut between two awaits.
+//!
+//! Each request carries a fresh random [`OwnerId`], and a place for what the
+//! engine must remember about it from acquire to release (a node, a
+//! connection, a lease): [`Request::state`].
+//!
+//! What an engine can and cannot promise is declared once, in
+//! [`Capabilities`]; the core refuses requests an engine cannot serve, and the
+//! conformance suite runs or skips its cases by them.
+
+mod connecting;
+mod engine;
+mod kinds;
+pub mod session;
+mod waiters;
+
+pub use connecting::{ConnectSettings, Connecting, Credentials, TlsFiles, TlsPem};
+pub(crate) use engine::{Call, within};
+pub use engine::{
+    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request,
+    RequestState, Wake, Woken,
+};
+pub use kinds::Kinds;
+pub use waiters::Waiters;
+
+pub use crate::key::{KeyHasher, KeyHashing, percent_escape};
+/// Re-exported so that engines share the core's version.
+pub use async_trait::async_trait;
+
+/// The parent of every lock's path on servers that keep a tree of names
+/// (ZooKeeper, etcd), unless the engine's `root` says otherwise.
+pub fn default_root() -> String {
+    "/locks".to_owned()
+}
