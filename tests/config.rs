@@ -194,6 +194,38 @@ async fn bad_files_fail_naming_the_field() {
     fails_naming_the_field(cases).await;
 }
 
+/// The settings every server engine shares are flattened into its table;
+/// a bad one is still named.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn bad_shared_settings_fail_naming_the_field() {
+    let pg = "[engines.pg]\nkind = \"postgres\"\nurl = \"postgres://127.0.0.1:1/x\"";
+    let cases = [
+        (
+            format!("{pg}\nconnect_timeout = \"soon\""),
+            "engines.pg.connect_timeout",
+            "duration",
+        ),
+        (
+            format!("{pg}\nclient_name = 5"),
+            "engines.pg.client_name",
+            "string",
+        ),
+        (
+            format!("{pg}\nconect_timeout = \"1s\""),
+            "engines.pg.conect_timeout",
+            "unknown field",
+        ),
+        (
+            format!("{pg}\nmax_connections = \"many\""),
+            "engines.pg.max_connections",
+            "",
+        ),
+    ];
+    let cases: Vec<(&str, &str, &str)> = cases.iter().map(|(t, f, m)| (t.as_str(), *f, *m)).collect();
+    fails_naming_the_field(&cases).await;
+}
+
 #[cfg(all(feature = "redis", feature = "zookeeper"))]
 #[tokio::test]
 async fn bad_engine_settings_fail_naming_the_field() {

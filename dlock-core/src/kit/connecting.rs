@@ -71,12 +71,19 @@ pub struct ConnectSettings {
     pub client_name: Option<String>,
 }
 
-impl Default for ConnectSettings {
-    fn default() -> Self {
+impl ConnectSettings {
+    /// The defaults, with `connect_timeout` as given.
+    pub fn with_timeout(connect_timeout: Duration) -> Self {
         ConnectSettings {
-            connect_timeout: default_connect_timeout(),
+            connect_timeout,
             client_name: None,
         }
+    }
+}
+
+impl Default for ConnectSettings {
+    fn default() -> Self {
+        Self::with_timeout(default_connect_timeout())
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use super::Engine;
+use super::{ConnectSettings, Credentials, Engine, TlsFiles};
 use crate::Error;
 use crate::config::EngineConfig;
 
@@ -67,7 +67,9 @@ impl Kinds {
     {
         let build = Arc::new(build);
         let builder = move |name: &str, config: &EngineConfig| -> Built {
-            let settings = config.settings::<S>(name);
+            let settings = config
+                .settings::<S>(name)
+                .map_err(|e| shared_field_at_fault(name, config, e));
             let (build, name) = (build.clone(), name.to_owned());
             Box::pin(async move {
                 build(name, settings?)
@@ -122,4 +124,27 @@ impl Kinds {
             .map(|b| &**b)
             .ok_or_else(unknown)
     }
+}
+
+/// serde reports an error inside settings flattened into an engine's
+/// table without the field's name; the shared settings, read on their own,
+/// name it. An unknown field comes back without its name too.
+fn shared_field_at_fault(name: &str, config: &EngineConfig, error: Error) -> Error {
+    let Error::Config { field, message } = &error else {
+        return error;
+    };
+    if *field != format!("engines.{name}") {
+        return error;
+    }
+    if let Some(unknown) = message
+        .strip_prefix("unknown field `")
+        .and_then(|m| m.split('`').next())
+    {
+        return Error::config(format!("{field}.{unknown}"), message.clone());
+    }
+    let shared = config.settings::<ConnectSettings>(name).err();
+    let shared = shared.or_else(|| config.settings::<Credentials>(name).err());
+    shared
+        .or_else(|| config.settings::<TlsFiles>(name).err())
+        .unwrap_or(error)
 }

@@ -56,8 +56,10 @@
 //! max_connections = 10
 //! schema = "public"
 //! connect_timeout = "5s"
+//! client_name = "billing"                             # application_name
 //! ```
 
+mod config;
 mod objects;
 mod pool;
 mod sql;
@@ -67,46 +69,13 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::{Error, LockKey, Mode};
-use dlock_core::kit::{Capabilities, Engine, EngineError, Kinds, LostSignal, Poll, Request, async_trait};
-use serde::Deserialize;
-use tokio_postgres::config::Host;
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+use dlock_core::{LockKey, Mode};
 
 use pool::{Conn, Pool};
 use waiter::{Stage, Waiter, Want};
 
-/// Settings of the postgres engine, `kind = "postgres"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresConfig {
-    /// A URL (`postgres://user:password@host:port/db`) or a key/value string
-    /// (`host=... port=... user=... password=... dbname=...`).
-    pub url: String,
-    /// Connections kept at most; holds share them, each waiter blocks one.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
-    /// Where the fence sequence `dlock_fence` lives.
-    #[serde(default = "default_schema")]
-    pub schema: String,
-    /// How long opening one connection may take.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-}
-
-fn default_max_connections() -> usize {
-    10
-}
-
-fn default_schema() -> String {
-    "public".to_owned()
-}
-
-/// Registers `kind = "postgres"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("postgres", |name, config: PostgresConfig| async move {
-        PostgresEngine::connect(&name, &config).await
-    });
-}
+pub use config::{PostgresConfig, register};
 
 /// The postgres engine. See the [module docs](self).
 ///
@@ -116,14 +85,13 @@ pub fn register(kinds: &mut Kinds) {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
-/// use std::time::Duration;
 /// use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 ///
 /// let config = PostgresConfig {
 ///     url: "postgres://app:secret@127.0.0.1:5432/app".to_owned(),
 ///     max_connections: 10,
 ///     schema: "public".to_owned(),
-///     connect_timeout: Duration::from_secs(5),
+///     connect: Default::default(),
 /// };
 /// let engine = PostgresEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
@@ -202,59 +170,6 @@ impl Hold {
 fn advisory_key(key: &LockKey) -> i64 {
     let hash = key.stable_hash();
     (hash as u64 ^ (hash >> 64) as u64) as i64
-}
-
-impl PostgresEngine {
-    /// Connects engine `name` (for error messages): checks the settings,
-    /// makes the fence sequence if missing, and opens one connection.
-    pub async fn connect(name: &str, config: &PostgresConfig) -> Result<Self, Error> {
-        let field = |f: &str| format!("engines.{name}.{f}");
-        if config.max_connections < 2 {
-            return Err(Error::config(
-                field("max_connections"),
-                "must be at least 2: one connection stays free for short statements while the others wait",
-            ));
-        }
-        let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| {
-            Error::config(
-                field("url"),
-                format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
-            )
-        })?;
-        pg.connect_timeout(config.connect_timeout);
-        if pg.get_application_name().is_none() {
-            pg.application_name("dlock");
-        }
-        let address = address_of(&pg);
-        let unavailable = |e: EngineError| Error::Unavailable {
-            engine: name.to_owned(),
-            kind: "postgres",
-            address: address.clone(),
-            source: e.into(),
-        };
-        let fence = objects::fence_sequence(&pg, &config.schema, &field("schema"), unavailable).await?;
-        let pool = Arc::new(Pool::new(pg, fence, config.max_connections));
-        pool.open_one().await.map_err(unavailable)?;
-        Ok(PostgresEngine { pool, address })
-    }
-}
-
-/// `host:port` of each host, for messages; never the password.
-fn address_of(config: &tokio_postgres::Config) -> String {
-    let ports = config.get_ports();
-    let hosts = config.get_hosts().iter().enumerate().map(|(i, host)| {
-        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-        match host {
-            Host::Tcp(host) => format!("{host}:{port}"),
-            Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
-        }
-    });
-    let address = hosts.collect::<Vec<_>>().join(",");
-    if address.is_empty() {
-        "(no host)".to_owned()
-    } else {
-        address
-    }
 }
 
 /// The request's first attempt: a try, unless one of this process's
@@ -419,13 +334,5 @@ mod tests {
         assert_ne!(key("g:a", "b"), key("g", "a:b"));
         // Pinned: a release that changed it would let old and new processes both hold.
         assert_eq!(key("order", "42"), -5132300032755931345);
-    }
-
-    #[test]
-    fn addresses_never_show_the_password() {
-        let config: tokio_postgres::Config = "postgres://u:secret@db1:5433,db2/app".parse().unwrap();
-        assert_eq!(address_of(&config), "db1:5433,db2:5432");
-        let config: tokio_postgres::Config = "host=/run/pg port=6000 password=secret".parse().unwrap();
-        assert_eq!(address_of(&config), "/run/pg/.s.PGSQL.6000");
     }
 }

@@ -1,0 +1,112 @@
+//! The postgres engine's settings, and connecting.
+
+use std::sync::Arc;
+
+use dlock_core::Error;
+use dlock_core::kit::{ConnectSettings, Connecting, EngineError, Kinds};
+use serde::Deserialize;
+use tokio_postgres::config::Host;
+
+use super::pool::Pool;
+use super::{PostgresEngine, objects};
+
+/// Settings of the postgres engine, `kind = "postgres"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresConfig {
+    /// A URL (`postgres://user:password@host:port/db`) or a key/value string
+    /// (`host=... port=... user=... password=... dbname=...`).
+    pub url: String,
+    /// Connections kept at most; holds share them, each waiter blocks one.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Where the fence sequence `dlock_fence` lives.
+    #[serde(default = "default_schema")]
+    pub schema: String,
+    /// `connect_timeout` bounds opening each connection; `client_name` is
+    /// the sessions' `application_name` (else the URL's, else `dlock`).
+    #[serde(flatten)]
+    pub connect: ConnectSettings,
+}
+
+fn default_max_connections() -> usize {
+    10
+}
+
+fn default_schema() -> String {
+    "public".to_owned()
+}
+
+/// Registers `kind = "postgres"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("postgres", |name, config: PostgresConfig| async move {
+        PostgresEngine::connect(&name, &config).await
+    });
+}
+
+impl PostgresEngine {
+    /// Connects engine `name` (for error messages): checks the settings,
+    /// makes the fence sequence if missing, and opens one connection.
+    pub async fn connect(name: &str, config: &PostgresConfig) -> Result<Self, Error> {
+        let at = Connecting { name, kind: "postgres" };
+        if config.max_connections < 2 {
+            return Err(at.bad(
+                "max_connections",
+                "must be at least 2: one connection stays free for short statements while the others wait",
+            ));
+        }
+        let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| {
+            at.bad(
+                "url",
+                format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
+            )
+        })?;
+        pg.connect_timeout(config.connect.connect_timeout);
+        match &config.connect.client_name {
+            Some(client) => {
+                pg.application_name(client);
+            }
+            None if pg.get_application_name().is_none() => {
+                pg.application_name("dlock");
+            }
+            None => {}
+        }
+        let address = address_of(&pg);
+        let unavailable = |e: EngineError| at.unreachable(&address, e);
+        let fence = objects::fence_sequence(&pg, &config.schema, &at.field("schema"), unavailable).await?;
+        let pool = Arc::new(Pool::new(pg, fence, config.max_connections));
+        pool.open_one().await.map_err(unavailable)?;
+        Ok(PostgresEngine { pool, address })
+    }
+}
+
+/// `host:port` of each host, for messages; never the password.
+fn address_of(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    let hosts = config.get_hosts().iter().enumerate().map(|(i, host)| {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        match host {
+            Host::Tcp(host) => format!("{host}:{port}"),
+            Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+        }
+    });
+    let address = hosts.collect::<Vec<_>>().join(",");
+    if address.is_empty() {
+        "(no host)".to_owned()
+    } else {
+        address
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_never_show_the_password() {
+        let config: tokio_postgres::Config = "postgres://u:secret@db1:5433,db2/app".parse().unwrap();
+        assert_eq!(address_of(&config), "db1:5433,db2:5432");
+        let config: tokio_postgres::Config = "host=/run/pg port=6000 password=secret".parse().unwrap();
+        assert_eq!(address_of(&config), "/run/pg/.s.PGSQL.6000");
+    }
+}
