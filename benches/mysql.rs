@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
+use dlock::kit::ClientSettings;
 use dlock::{Registry, Settings};
 use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::mysql::Mysql;
@@ -106,7 +107,7 @@ async fn main() {
         url: url.clone(),
         max_connections: 32,
         waiter_ttl: Duration::from_secs(3),
-        connect_timeout: Duration::from_secs(5),
+        client: ClientSettings::with_timeout(Duration::from_secs(5)),
     };
     let engine = Arc::new(MysqlEngine::connect("mysql", &config).await.expect("connect"));
     let registry = Registry::with_engine("mysql", engine, Settings::default()).expect("registry");

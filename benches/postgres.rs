@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
-use dlock::kit::ConnectSettings;
+use dlock::kit::ClientSettings;
 use dlock::{Registry, Settings};
 use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::postgres::{PASSWORD, Postgres, USER};
@@ -168,7 +168,7 @@ async fn main() {
         url: url.clone(),
         max_connections: 32,
         schema: "public".to_owned(),
-        connect: ConnectSettings::with_timeout(Duration::from_secs(5)),
+        client: ClientSettings::with_timeout(Duration::from_secs(5)),
     };
     let engine = PostgresEngine::connect("postgres", &config)
         .await

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use dlock::engines::conformance;
 use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
+use dlock::kit::ClientSettings;
 use dlock::kit::Engine;
 use dlock_testkit::fixtures::redis::{RedisCluster, redis_cli};
 
@@ -25,7 +26,7 @@ async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
             .iter()
             .map(|n| format!("redis://{}", n.address()))
             .collect(),
-        connect_timeout: Duration::from_secs(5),
+        client: ClientSettings::with_timeout(Duration::from_secs(5)),
         fence_retention: Duration::from_secs(1),
         waiter_ttl,
     };

@@ -18,6 +18,7 @@ use dlock::config::Queue;
 use dlock::engines::conformance::run_each;
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
 use dlock::kit::Engine;
+use dlock::kit::{ClientSettings, Credentials};
 use dlock::{Registry, Settings};
 use dlock_testkit::fixtures::etcd::{Etcd, SESSION_TTL, etcdctl, metric};
 use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
@@ -604,7 +605,7 @@ async fn nothing_is_left_in_etcd_after_the_suite() {
 async fn bad_settings_and_an_unreachable_cluster_are_clear_errors() {
     let nobody = format!("127.0.0.1:{}", free_port());
     let unreachable = EtcdConfig {
-        connect_timeout: Duration::from_millis(800),
+        client: ClientSettings::with_timeout(Duration::from_millis(800)),
         ..EtcdConfig::new(std::slice::from_ref(&nobody))
     };
     assert_unreachable_is_a_clear_error(
@@ -627,7 +628,10 @@ async fn bad_settings_and_an_unreachable_cluster_are_clear_errors() {
         .to_string();
     assert!(message.contains("engines.e.session_ttl"), "{message}");
     let half_auth = EtcdConfig {
-        user: Some("dlock".into()),
+        credentials: Credentials {
+            username: Some("dlock".into()),
+            password: None,
+        },
         ..config(endpoint)
     };
     let message = EtcdEngine::connect("e", &half_auth)
@@ -659,8 +663,10 @@ async fn user_and_password_authenticate_and_a_wrong_password_is_refused() {
     ctl(&endpoint, &["user", "grant-role", "dlock", "locker"]);
     ctl(&endpoint, &["auth", "enable"]);
     let with = |password: &str| EtcdConfig {
-        user: Some("dlock".into()),
-        password: Some(password.into()),
+        credentials: Credentials {
+            username: Some("dlock".into()),
+            password: Some(password.into()),
+        },
         ..config(endpoint.clone())
     };
     let engine = Arc::new(

@@ -8,13 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::etcd::{EtcdConfig, EtcdEngine};
+use dlock::kit::{ClientSettings, TlsFiles};
 use dlock::{Error, Registry, Settings};
 use dlock_testkit::certificates::certificates;
 use dlock_testkit::fixtures::etcd::etcd_args;
 use dlock_testkit::server::{TestServer, free_port};
 
 /// A member whose client port speaks TLS only.
-fn tls_member(certs: &Path) -> TestServer {
+/// A one-member cluster serving https; with `client_auth` it admits only
+/// clients with a certificate its CA signed.
+fn tls_member(certs: &Path, client_auth: bool) -> TestServer {
     let peer = free_port();
     TestServer::start("etcd", |port| {
         let plain = format!("http://127.0.0.1:{port}");
@@ -32,15 +35,23 @@ fn tls_member(certs: &Path) -> TestServer {
             args.push(flag.to_owned());
             args.push(certs.join(file).display().to_string());
         }
+        if client_auth {
+            args.push("--client-cert-auth".to_owned());
+            args.push("--trusted-ca-file".to_owned());
+            args.push(certs.join("ca.crt").display().to_string());
+        }
         args
     })
 }
 
 fn config(endpoint: String, ca: Option<&Path>) -> EtcdConfig {
     EtcdConfig {
-        connect_timeout: Duration::from_secs(2),
+        client: ClientSettings::with_timeout(Duration::from_secs(2)),
         session_ttl: Duration::from_secs(2),
-        tls_ca_file: ca.map(Path::to_path_buf),
+        tls: TlsFiles {
+            tls_ca_file: ca.map(Path::to_path_buf),
+            ..TlsFiles::default()
+        },
         ..EtcdConfig::new(&[endpoint])
     }
 }
@@ -48,7 +59,7 @@ fn config(endpoint: String, ca: Option<&Path>) -> EtcdConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn locks_work_over_tls_and_an_untrusted_server_is_a_clear_error() {
     let certs = certificates();
-    let member = tls_member(&certs);
+    let member = tls_member(&certs, false);
     let endpoint = format!("https://{}", member.address());
     let ca = certs.join("ca.crt");
 
@@ -97,5 +108,43 @@ async fn locks_work_over_tls_and_an_untrusted_server_is_a_clear_error() {
         .expect("refused")
         .to_string();
     assert!(message.contains("engines.e.endpoints"), "{message}");
+    std::fs::remove_dir_all(certs).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_certificate_is_presented_when_the_member_asks() {
+    let certs = certificates();
+    let member = tls_member(&certs, true);
+    let endpoint = format!("https://{}", member.address());
+    let with = EtcdConfig {
+        tls: TlsFiles {
+            tls_ca_file: Some(certs.join("ca.crt")),
+            tls_cert_file: Some(certs.join("client.crt")),
+            tls_key_file: Some(certs.join("client.key")),
+        },
+        ..config(endpoint.clone(), None)
+    };
+    // The member serves once it has elected itself.
+    let started = Instant::now();
+    let engine = loop {
+        match EtcdEngine::connect("mtls", &with).await {
+            Ok(engine) => break engine,
+            Err(e) => assert!(started.elapsed() < Duration::from_secs(30), "{e}"),
+        }
+    };
+    let dlock = Registry::with_engine("mtls", Arc::new(engine), Settings::default()).expect("registry");
+    let guard = dlock
+        .locks("mtls")
+        .get("x")
+        .lock()
+        .await
+        .expect("lock with a client certificate");
+    guard.release().await.expect("release");
+    let without = config(endpoint, Some(&certs.join("ca.crt")));
+    let err = EtcdEngine::connect("mtls", &without)
+        .await
+        .err()
+        .expect("admitted without a client certificate");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     std::fs::remove_dir_all(certs).ok();
 }

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
+use dlock::kit::ClientSettings;
 use dlock::kit::{Poll, Request};
 use dlock::{Error, LockKey, Mode};
 use dlock_testkit::fixtures::memcached::Memcached;
@@ -149,7 +150,7 @@ async fn bad_settings_and_an_unreachable_server_are_clear_errors() {
     let config = MemcachedConfig {
         address: format!("127.0.0.1:{port}"),
         connections: 2,
-        connect_timeout: Duration::from_secs(1),
+        client: ClientSettings::with_timeout(Duration::from_secs(1)),
     };
     let connect = MemcachedEngine::connect("mc", &config);
     assert_unreachable_is_a_clear_error(connect, "mc", &port.to_string(), Duration::from_secs(3)).await;

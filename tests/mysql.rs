@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
+use dlock::kit::ClientSettings;
 use dlock::kit::{Engine, Poll, Request};
 use dlock::{Error, LockKey, Mode, Registry, Settings};
 use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, Mysql};
@@ -24,7 +25,7 @@ fn config(server: &MariaDb) -> MysqlConfig {
         url: server.url(),
         max_connections: 10,
         waiter_ttl: Duration::from_secs(3),
-        connect_timeout: Duration::from_secs(2),
+        client: ClientSettings::with_timeout(Duration::from_secs(2)),
     }
 }
 
@@ -323,7 +324,7 @@ async fn bad_settings_a_failed_login_and_an_unreachable_server_are_clear_errors(
         url: format!("mysql://dlock@127.0.0.1:{port}/dlock"),
         max_connections: 4,
         waiter_ttl: Duration::from_secs(3),
-        connect_timeout: Duration::from_secs(1),
+        client: ClientSettings::with_timeout(Duration::from_secs(1)),
     };
     let connect = MysqlEngine::connect("my", &unreachable);
     assert_unreachable_is_a_clear_error(

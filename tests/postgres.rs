@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
-use dlock::kit::ConnectSettings;
+use dlock::kit::ClientSettings;
 use dlock::kit::{Engine, Poll, Request};
 use dlock::{Error, LockKey, LostReason, Mode, Registry, Settings};
 use dlock_testkit::fixtures::postgres::{PgServer, Postgres};
@@ -25,7 +25,7 @@ fn config(server: &PgServer, application: &str, max_connections: usize) -> Postg
         url: format!("{} application_name={application}", server.url()),
         max_connections,
         schema: "public".to_owned(),
-        connect: ConnectSettings::with_timeout(Duration::from_secs(2)),
+        client: ClientSettings::with_timeout(Duration::from_secs(2)),
     }
 }
 
@@ -378,7 +378,7 @@ async fn bad_settings_a_failed_login_and_an_unreachable_server_are_clear_errors(
         url: format!("postgres://dlock@127.0.0.1:{port}/postgres"),
         max_connections: 4,
         schema: "public".to_owned(),
-        connect: ConnectSettings::with_timeout(Duration::from_secs(1)),
+        client: ClientSettings::with_timeout(Duration::from_secs(1)),
     };
     let connect = PostgresEngine::connect("pg", &unreachable);
     assert_unreachable_is_a_clear_error(
@@ -441,7 +441,7 @@ async fn a_missing_privilege_is_named_with_the_fix() {
         ),
         max_connections: 2,
         schema: "locks".to_owned(),
-        connect: ConnectSettings::with_timeout(Duration::from_secs(2)),
+        client: ClientSettings::with_timeout(Duration::from_secs(2)),
     };
     let expect_refusal = |err: Option<Error>, fix: &str| match err {
         Some(Error::Config { field, message }) => {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use dlock::config::Polling;
 use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
+use dlock::kit::ClientSettings;
 use dlock::kit::Engine;
 use dlock::{Error, LockKey, Mode, Registry, Settings};
 use dlock_core::kit::{Poll, Request};
@@ -23,7 +24,7 @@ fn start() -> TestServer {
 
 fn config(server: &TestServer) -> RedisConfig {
     RedisConfig {
-        connect_timeout: Duration::from_secs(2),
+        client: ClientSettings::with_timeout(Duration::from_secs(2)),
         fence_retention: Duration::from_secs(1),
         waiter_ttl: Duration::from_secs(1),
         ..RedisConfig::new(format!("redis://{}", server.address()))
@@ -473,7 +474,7 @@ async fn no_key_is_left_behind() {
 async fn an_unreachable_server_is_a_clear_error_in_time() {
     let port = free_port();
     let config = RedisConfig {
-        connect_timeout: Duration::from_secs(1),
+        client: ClientSettings::with_timeout(Duration::from_secs(1)),
         ..RedisConfig::new(format!("redis://127.0.0.1:{port}"))
     };
     let connect = RedisEngine::connect("main", &config);
@@ -487,7 +488,6 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
 
     let bad = RedisConfig {
         url: "redis//u:secret@nowhere".into(),
-        tls_ca_file: None,
         ..config
     };
     match RedisEngine::connect("main", &bad).await {

@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::SETTINGS;
 use dlock::engines::redis::{RedisConfig, RedisEngine};
+use dlock::kit::TlsFiles;
 use dlock::{Error, Registry};
 use dlock_testkit::certificates::certificates;
 use dlock_testkit::fixtures::redis::redis_args;
 use dlock_testkit::server::TestServer;
 use dlock_testkit::timed_writer;
 
-fn tls_server(certs: &Path) -> TestServer {
+fn tls_server(certs: &Path, auth_clients: &'static str) -> TestServer {
     let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
     TestServer::start("redis-server", |port| {
         let (cert, key, ca, tls_port) = (
@@ -35,7 +36,7 @@ fn tls_server(certs: &Path) -> TestServer {
             "--tls-ca-cert-file",
             &ca,
             "--tls-auth-clients",
-            "no",
+            auth_clients,
         ];
         redis_args(port, &tls)
     })
@@ -44,9 +45,12 @@ fn tls_server(certs: &Path) -> TestServer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_notifications_work_over_tls() {
     let certs = certificates();
-    let server = tls_server(&certs);
+    let server = tls_server(&certs, "no");
     let config = RedisConfig {
-        tls_ca_file: Some(certs.join("ca.crt")),
+        tls: TlsFiles {
+            tls_ca_file: Some(certs.join("ca.crt")),
+            ..TlsFiles::default()
+        },
         fence_retention: Duration::from_secs(1),
         waiter_ttl: Duration::from_secs(1),
         ..RedisConfig::new(format!("rediss://{}", server.address()))
@@ -67,7 +71,7 @@ async fn locks_and_notifications_work_over_tls() {
 
     // Without the CA the server's certificate is not trusted: a clear error, no hang.
     let untrusted = RedisConfig {
-        tls_ca_file: None,
+        tls: TlsFiles::default(),
         ..config.clone()
     };
     let err = RedisEngine::connect("tls", &untrusted)
@@ -84,5 +88,40 @@ async fn locks_and_notifications_work_over_tls() {
         Err(Error::Config { field, .. }) => assert_eq!(field, "engines.tls.tls_ca_file"),
         other => panic!("expected a config error, got {:?}", other.err()),
     }
+    std::fs::remove_dir_all(certs).ok();
+}
+
+/// A server that checks client certificates admits a client with one
+/// signed by its CA, and refuses one without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_when_the_server_asks() {
+    let certs = certificates();
+    let server = tls_server(&certs, "yes");
+    let without = RedisConfig {
+        tls: TlsFiles {
+            tls_ca_file: Some(certs.join("ca.crt")),
+            ..TlsFiles::default()
+        },
+        ..RedisConfig::new(format!("rediss://{}", server.address()))
+    };
+    let err = RedisEngine::connect("mtls", &without)
+        .await
+        .err()
+        .expect("connected without a client certificate");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    let with = RedisConfig {
+        tls: TlsFiles {
+            tls_cert_file: Some(certs.join("client.crt")),
+            tls_key_file: Some(certs.join("client.key")),
+            ..without.tls.clone()
+        },
+        ..without.clone()
+    };
+    let engine = RedisEngine::connect("mtls", &with)
+        .await
+        .expect("connect with a client certificate");
+    let registry = Registry::with_engine("mtls", Arc::new(engine), SETTINGS).expect("registry");
+    let guard = registry.locks("mtls").get("x").lock().await.expect("lock");
+    guard.release().await.expect("release");
     std::fs::remove_dir_all(certs).ok();
 }

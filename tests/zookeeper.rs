@@ -12,6 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
+use dlock::kit::ClientSettings;
 use dlock::{Error, Registry, Settings};
 use dlock_testkit::fixtures::zookeeper::{curator_classpath, four_letter, zookeeper};
 use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
@@ -314,7 +315,7 @@ async fn each_waiter_watches_one_node_never_the_children_list() {
 async fn an_unreachable_server_is_an_error_naming_engine_and_address() {
     let nobody = dlock_testkit::server::free_port();
     let config = ZooKeeperConfig {
-        connect_timeout: Duration::from_millis(800),
+        client: ClientSettings::with_timeout(Duration::from_millis(800)),
         ..ZooKeeperConfig::new(format!("127.0.0.1:{nobody}"))
     };
     let started = Instant::now();

@@ -28,7 +28,6 @@ use dlock_core::kit::Kinds;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
-mod defaults;
 
 /// The one list of engines. A row is a module, its cargo feature (the same
 /// name) and the kinds it registers (`kind = ...` in config); the module

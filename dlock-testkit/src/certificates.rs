@@ -1,8 +1,10 @@
-//! Certificates made at test time for servers that speak TLS: a CA, and a
-//! server certificate for IP 127.0.0.1 signed by it, with `openssl`.
+//! Certificates made at test time for servers that speak TLS: a CA, a
+//! server certificate for IP 127.0.0.1 and a client certificate, both
+//! signed by it, with `openssl`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn openssl(dir: &Path, args: &[&str]) {
     let status = Command::new("openssl")
@@ -15,7 +17,10 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// A CA, and a server certificate for IP 127.0.0.1 signed by it.
 pub fn certificates() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dlock-tls-{}", std::process::id()));
+    // A folder per call: tests in one process run side by side.
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("dlock-tls-{}-{made}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("cert dir");
     openssl(
         &dir,
@@ -51,13 +56,37 @@ pub fn certificates() -> PathBuf {
         ],
     );
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
+    sign(&dir, "server", "san.ext");
     openssl(
         &dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=dlock test client",
+            "-keyout",
+            "client.key",
+            "-out",
+            "client.csr",
+        ],
+    );
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+    sign(&dir, "client", "client.ext");
+    dir
+}
+
+/// Signs `<name>.csr` with the CA into `<name>.crt`.
+fn sign(dir: &Path, name: &str, extensions: &str) {
+    let (csr, crt) = (format!("{name}.csr"), format!("{name}.crt"));
+    openssl(
+        dir,
         &[
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &csr,
             "-CA",
             "ca.crt",
             "-CAkey",
@@ -66,10 +95,9 @@ pub fn certificates() -> PathBuf {
             "-days",
             "1",
             "-extfile",
-            "san.ext",
+            extensions,
             "-out",
-            "server.crt",
+            &crt,
         ],
     );
-    dir
 }

@@ -60,28 +60,27 @@ impl Connecting<'_> {
 
 /// Settings every engine with a server has, flattened into its own table.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct ConnectSettings {
+pub struct ClientSettings {
     /// How long connecting to a server may take before startup fails.
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// How this process names itself to the server, where the server
-    /// shows names to its operators (PostgreSQL's `application_name`).
-    /// Default: `dlock`.
+    /// How this process names itself to servers that show client names
+    /// to their operators (PostgreSQL's `application_name`).
     #[serde(default)]
     pub client_name: Option<String>,
 }
 
-impl ConnectSettings {
+impl ClientSettings {
     /// The defaults, with `connect_timeout` as given.
     pub fn with_timeout(connect_timeout: Duration) -> Self {
-        ConnectSettings {
+        ClientSettings {
             connect_timeout,
             client_name: None,
         }
     }
 }
 
-impl Default for ConnectSettings {
+impl Default for ClientSettings {
     fn default() -> Self {
         Self::with_timeout(default_connect_timeout())
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use super::{ConnectSettings, Credentials, Engine, TlsFiles};
+use super::{ClientSettings, Credentials, Engine, TlsFiles};
 use crate::Error;
 use crate::config::EngineConfig;
 
@@ -128,7 +128,9 @@ impl Kinds {
 
 /// serde reports an error inside settings flattened into an engine's
 /// table without the field's name; the shared settings, read on their own,
-/// name it. An unknown field comes back without its name too.
+/// name it. An unknown field comes back without its name too, and only
+/// after any missing one: a missing field with a key one typo away is
+/// reported as that key.
 fn shared_field_at_fault(name: &str, config: &EngineConfig, error: Error) -> Error {
     let Error::Config { field, message } = &error else {
         return error;
@@ -136,15 +138,56 @@ fn shared_field_at_fault(name: &str, config: &EngineConfig, error: Error) -> Err
     if *field != format!("engines.{name}") {
         return error;
     }
-    if let Some(unknown) = message
-        .strip_prefix("unknown field `")
-        .and_then(|m| m.split('`').next())
-    {
+    let quoted = |prefix: &str| Some(message.strip_prefix(prefix)?.split('`').next()?.to_owned());
+    if let Some(unknown) = quoted("unknown field `") {
         return Error::config(format!("{field}.{unknown}"), message.clone());
     }
-    let shared = config.settings::<ConnectSettings>(name).err();
+    if let Some(missing) = quoted("missing field `") {
+        let typo = config.settings.keys().find(|key| typo_of(key, &missing));
+        if let Some(key) = typo {
+            return Error::config(
+                format!("{field}.{key}"),
+                format!("unknown field `{key}`; did you mean `{missing}`?"),
+            );
+        }
+    }
+    let shared = config.settings::<ClientSettings>(name).err();
     let shared = shared.or_else(|| config.settings::<Credentials>(name).err());
     shared
         .or_else(|| config.settings::<TlsFiles>(name).err())
         .unwrap_or(error)
+}
+
+/// Whether `key` is `word` with one letter added, dropped or changed.
+fn typo_of(key: &str, word: &str) -> bool {
+    let (key, word): (Vec<char>, Vec<char>) = (key.chars().collect(), word.chars().collect());
+    let (short, long) = if key.len() <= word.len() {
+        (&key, &word)
+    } else {
+        (&word, &key)
+    };
+    if key == word || long.len() - short.len() > 1 {
+        return false;
+    }
+    // Past the first difference, the rest must match: after the changed
+    // letter, or after the one the longer has in addition.
+    let same = short.iter().zip(long.iter()).take_while(|(a, b)| a == b).count();
+    let rest = if short.len() == long.len() { same + 1 } else { same };
+    short.get(rest..) == long.get(same + 1..)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::typo_of;
+
+    #[test]
+    fn a_typo_is_one_letter_added_dropped_or_changed() {
+        assert!(typo_of("conect", "connect"));
+        assert!(typo_of("connnect", "connect"));
+        assert!(typo_of("cinnect", "connect"));
+        assert!(typo_of("ur", "url"));
+        assert!(!typo_of("connect", "connect"));
+        assert!(!typo_of("cnect", "connect"));
+        assert!(!typo_of("root", "url"));
+    }
 }

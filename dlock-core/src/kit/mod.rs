@@ -44,7 +44,7 @@ mod kinds;
 pub mod session;
 mod waiters;
 
-pub use connecting::{ConnectSettings, Connecting, Credentials, TlsFiles, TlsPem};
+pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request,

@@ -39,7 +39,7 @@
 //! root = "/locks"
 //! session_ttl = "10s"        # the lease; whole seconds
 //! connect_timeout = "5s"
-//! # user = "dlock"           # etcd authentication (both or neither)
+//! # username = "dlock"       # etcd authentication (both or neither; `user` works too)
 //! # password = "secret"
 //! # endpoints = ["https://10.0.0.1:2379"]   # TLS, with feature `etcd-tls`
 //! # tls_ca_file = "ca.pem"    # a private CA; default: the system trust store
@@ -50,6 +50,7 @@
 //! Building this engine needs `protoc` and its well-known types (Debian
 //! `protobuf-compiler` and `libprotobuf-dev`).
 
+mod config;
 mod handoff;
 mod queue;
 /// The client crate, for tests and benchmarks that talk to etcd directly.
@@ -60,18 +61,16 @@ mod tls;
 mod waiting;
 mod watches;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::session::Sessions;
-use dlock_core::{Error, Mode};
-use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, Kinds, LostSignal, Poll, Request, RequestState, async_trait};
+use dlock_core::Mode;
+use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, async_trait};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse,
 };
-use serde::Deserialize;
 
 use handoff::Successor;
 use queue::{Contender, PAGE, Turn};
@@ -86,70 +85,7 @@ use key_numbers::{KeyNumber, KeyNumbers};
 use waiting::{Signal, Watched, Watching};
 use watches::Watches;
 
-/// Settings of the etcd engine, `kind = "etcd"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EtcdConfig {
-    /// `host:port` or `http://host:port` of one or more cluster members.
-    pub endpoints: Vec<String>,
-    /// Parent of every lock prefix: `etcdctl lock <root>/<group>/<name>`
-    /// takes the same lock as dlock.
-    #[serde(default = "crate::defaults::root")]
-    pub root: String,
-    /// TTL of the engine's lease, whole seconds: how soon the locks of a
-    /// process that died are free.
-    #[serde(default = "default_session_ttl", with = "humantime_serde")]
-    pub session_ttl: Duration,
-    /// How long connecting and opening the first session may take at startup.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// etcd user, for clusters with authentication on; set with `password`.
-    #[serde(default)]
-    pub user: Option<String>,
-    /// That user's password; set with `user`.
-    #[serde(default)]
-    pub password: Option<String>,
-    /// PEM file of the CA that signed the members' certificates, for
-    /// `https://` endpoints (cargo feature `etcd-tls`); without it the
-    /// system's trust store is used.
-    #[serde(default)]
-    pub tls_ca_file: Option<PathBuf>,
-    /// PEM certificate and key of this client, for members that check
-    /// client certificates (`--client-cert-auth`).
-    #[serde(default)]
-    pub tls_cert_file: Option<PathBuf>,
-    /// PEM private key of `tls_cert_file`; set with it.
-    #[serde(default)]
-    pub tls_key_file: Option<PathBuf>,
-}
-
-impl EtcdConfig {
-    /// Defaults for everything but the endpoints.
-    pub fn new(endpoints: &[String]) -> Self {
-        EtcdConfig {
-            endpoints: endpoints.to_vec(),
-            root: crate::defaults::root(),
-            session_ttl: default_session_ttl(),
-            connect_timeout: crate::defaults::connect_timeout(),
-            user: None,
-            password: None,
-            tls_ca_file: None,
-            tls_cert_file: None,
-            tls_key_file: None,
-        }
-    }
-}
-
-fn default_session_ttl() -> Duration {
-    Duration::from_secs(10)
-}
-
-/// Registers `kind = "etcd"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("etcd", |name, config: EtcdConfig| async move {
-        EtcdEngine::connect(&name, &config).await
-    });
-}
+pub use config::{EtcdConfig, register};
 
 /// A request's key: none before it is put or once it is deleted.
 type State = RequestState<Contending>;
@@ -209,77 +145,6 @@ pub struct EtcdEngine {
 }
 
 impl EtcdEngine {
-    /// Connects engine `name` (for error messages) and grants its lease.
-    pub async fn connect(name: &str, config: &EtcdConfig) -> Result<Self, Error> {
-        let field = |f: &str| format!("engines.{name}.{f}");
-        if config.endpoints.is_empty() || config.endpoints.iter().any(|e| e.trim().is_empty()) {
-            return Err(Error::config(
-                field("endpoints"),
-                "name at least one host:port, none empty",
-            ));
-        }
-        let ttl = config.session_ttl;
-        if ttl < Duration::from_secs(1) || ttl.subsec_nanos() != 0 {
-            return Err(Error::config(
-                field("session_ttl"),
-                format!("{ttl:?} is not a whole number of seconds, at least 1 (etcd leases count seconds)"),
-            ));
-        }
-        if config.user.is_some() != config.password.is_some() {
-            let missing = if config.user.is_none() { "user" } else { "password" };
-            return Err(Error::config(
-                field(missing),
-                "set both user and password, or neither",
-            ));
-        }
-        let tls = tls::options(config, &field)?;
-        let address = config.endpoints.join(",");
-        let unavailable = |source: EngineError| Error::Unavailable {
-            engine: name.to_owned(),
-            kind: "etcd",
-            address: address.clone(),
-            source: source.into(),
-        };
-        let connected = async {
-            let mut options = ConnectOptions::new()
-                .with_connect_timeout(config.connect_timeout)
-                .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
-                .with_keep_alive_while_idle(true)
-                // A member without a leader answers at once rather than
-                // holding the call until an election ends: then it is retried.
-                .with_require_leader(true);
-            if let (Some(user), Some(password)) = (&config.user, &config.password) {
-                options = options.with_user(user, password);
-            }
-            options = tls::apply(options, tls);
-            let client = Client::connect(&config.endpoints, Some(options))
-                .await
-                .map_err(EngineError::failed)?;
-            let first = Session::open(&client, ttl).await?;
-            Ok::<_, EngineError>((client, first))
-        };
-        let (client, first) = match tokio::time::timeout(config.connect_timeout, connected).await {
-            Ok(connected) => connected.map_err(unavailable)?,
-            Err(_) => {
-                let why = format!(
-                    "no answer within {:?}{}",
-                    config.connect_timeout,
-                    probe(&config.endpoints).await
-                );
-                return Err(unavailable(EngineError::failed(why)));
-            }
-        };
-        Ok(EtcdEngine {
-            watches: Arc::new(Watches::new(client.clone())),
-            client,
-            sessions: Sessions::new(first),
-            ttl,
-            root: config.root.trim_end_matches('/').to_owned(),
-            key_numbers: KeyNumbers::default(),
-            address,
-        })
-    }
-
     /// The lease every key of this engine lives on now.
     pub fn lease(&self) -> i64 {
         self.sessions.current().lease
@@ -647,24 +512,6 @@ async fn still_there(session: &Session, key: &[u8], created: i64) -> Result<bool
         .kvs()
         .first()
         .is_some_and(|kv| kv.create_revision() == created))
-}
-
-/// Why each endpoint could not be reached, for the error message.
-async fn probe(endpoints: &[String]) -> String {
-    let mut why = String::new();
-    for endpoint in endpoints {
-        let address = endpoint
-            .trim_start_matches("http://")
-            .trim_start_matches("https://")
-            .trim_end_matches('/');
-        let attempt = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(address));
-        match attempt.await {
-            Ok(Ok(_)) => why += &format!("; {address} accepts connections but did not answer"),
-            Ok(Err(e)) => why += &format!("; {address}: {e}"),
-            Err(_) => why += &format!("; {address}: no connection within 1s"),
-        }
-    }
-    why
 }
 
 #[async_trait]

@@ -2,15 +2,13 @@
 //! asking for TLS is a config error naming the feature.
 
 use dlock_core::Error;
+use dlock_core::kit::Connecting;
 
 use super::EtcdConfig;
 
 /// Whether the config asks for TLS.
 fn wanted(config: &EtcdConfig) -> bool {
-    config.endpoints.iter().any(|e| e.starts_with("https://"))
-        || config.tls_ca_file.is_some()
-        || config.tls_cert_file.is_some()
-        || config.tls_key_file.is_some()
+    config.endpoints.iter().any(|e| e.starts_with("https://")) || config.tls.any()
 }
 
 #[cfg(not(feature = "etcd-tls"))]
@@ -27,12 +25,9 @@ pub(crate) fn apply(
 }
 
 #[cfg(not(feature = "etcd-tls"))]
-pub(crate) fn options(config: &EtcdConfig, field: &dyn Fn(&str) -> String) -> Result<Option<Options>, Error> {
+pub(crate) fn options(config: &EtcdConfig, at: &Connecting<'_>) -> Result<Option<Options>, Error> {
     if wanted(config) {
-        return Err(Error::config(
-            field("endpoints"),
-            "TLS needs dlock's cargo feature `etcd-tls`",
-        ));
+        return Err(at.bad("endpoints", "TLS needs dlock's cargo feature `etcd-tls`"));
     }
     Ok(None)
 }
@@ -53,34 +48,24 @@ pub(crate) fn apply(
 
 /// The TLS settings of `config`, `None` for plain `http://` endpoints.
 #[cfg(feature = "etcd-tls")]
-pub(crate) fn options(config: &EtcdConfig, field: &dyn Fn(&str) -> String) -> Result<Option<Options>, Error> {
+pub(crate) fn options(config: &EtcdConfig, at: &Connecting<'_>) -> Result<Option<Options>, Error> {
     use etcd_client::{Certificate, Identity};
     if !wanted(config) {
         return Ok(None);
     }
     if let Some(plain) = config.endpoints.iter().find(|e| e.starts_with("http://")) {
-        return Err(Error::config(
-            field("endpoints"),
+        return Err(at.bad(
+            "endpoints",
             format!("`{plain}` is plain http while TLS is set: write https://, or drop the tls_ settings"),
         ));
     }
-    let read = |name: &str, path: &std::path::Path| {
-        std::fs::read(path)
-            .map_err(|e| Error::config(field(name), format!("cannot read {}: {e}", path.display())))
+    let pem = config.tls.read(at)?;
+    let mut options = match pem.ca {
+        Some(ca) => Options::new().ca_certificate(Certificate::from_pem(ca)),
+        None => Options::new().with_native_roots(),
     };
-    let mut options = Options::new();
-    options = match &config.tls_ca_file {
-        Some(path) => options.ca_certificate(Certificate::from_pem(read("tls_ca_file", path)?)),
-        None => options.with_native_roots(),
-    };
-    match (&config.tls_cert_file, &config.tls_key_file) {
-        (Some(cert), Some(key)) => {
-            let identity = Identity::from_pem(read("tls_cert_file", cert)?, read("tls_key_file", key)?);
-            options = options.identity(identity);
-        }
-        (None, None) => {}
-        (Some(_), None) => return Err(Error::config(field("tls_key_file"), "set it with tls_cert_file")),
-        (None, Some(_)) => return Err(Error::config(field("tls_cert_file"), "set it with tls_key_file")),
+    if let Some((cert, key)) = pem.identity {
+        options = options.identity(Identity::from_pem(cert, key));
     }
     Ok(Some(options))
 }

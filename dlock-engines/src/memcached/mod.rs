@@ -41,41 +41,18 @@
 //! connect_timeout = "5s"
 //! ```
 
+mod config;
 mod wire;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock_core::{Error, LockKey};
-use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, Kinds, LostSignal, Poll, Request, async_trait, percent_escape};
-use serde::Deserialize;
+use dlock_core::LockKey;
+use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Request, async_trait, percent_escape};
 
 use wire::{Pool, Reply};
 
-/// Settings of the memcached engine, `kind = "memcached"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MemcachedConfig {
-    /// `host:port` of one memcached server.
-    pub address: String,
-    /// Connections kept open; requests on one connection wait for each other.
-    #[serde(default = "default_connections")]
-    pub connections: usize,
-    /// How long opening one connection may take.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-}
-
-fn default_connections() -> usize {
-    4
-}
-
-/// Registers `kind = "memcached"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("memcached", |name, config: MemcachedConfig| async move {
-        MemcachedEngine::connect(&name, &config).await
-    });
-}
+pub use config::{MemcachedConfig, register};
 
 const FENCE_KEY: &str = "dlock:fence";
 const MAX_KEY: usize = 250;
@@ -88,13 +65,12 @@ const MAX_KEY: usize = 250;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
-/// use std::time::Duration;
 /// use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 ///
 /// let config = MemcachedConfig {
 ///     address: "127.0.0.1:11211".to_owned(),
 ///     connections: 4,
-///     connect_timeout: Duration::from_secs(5),
+///     client: Default::default(),
 /// };
 /// let engine = MemcachedEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
@@ -135,41 +111,6 @@ impl Item {
 }
 
 impl MemcachedEngine {
-    /// Connects engine `name` (for error messages).
-    pub async fn connect(name: &str, config: &MemcachedConfig) -> Result<Self, Error> {
-        if config.address.trim().is_empty() {
-            return Err(Error::config(
-                format!("engines.{name}.address"),
-                "name the server as host:port",
-            ));
-        }
-        if config.connections == 0 {
-            return Err(Error::config(
-                format!("engines.{name}.connections"),
-                "must be at least 1",
-            ));
-        }
-        let pool = Pool::new(config.address.clone(), config.connections, config.connect_timeout);
-        let unavailable = |source: std::io::Error| Error::Unavailable {
-            engine: name.to_owned(),
-            kind: "memcached",
-            address: config.address.clone(),
-            source: source.into(),
-        };
-        // One round trip proves the server speaks the meta protocol.
-        let replies = pool.call(b"mn\r\n", 1).await.map_err(unavailable)?;
-        if replies[0].code() != "MN" {
-            return Err(unavailable(std::io::Error::other(format!(
-                "not a memcached with the meta protocol (answered {:?})",
-                replies[0].code()
-            ))));
-        }
-        Ok(MemcachedEngine {
-            pool,
-            address: config.address.clone(),
-        })
-    }
-
     async fn call(&self, request: &[u8], replies: usize) -> Result<Vec<Reply>, EngineError> {
         self.pool
             .call(request, replies)

@@ -59,52 +59,21 @@
 //! connect_timeout = "5s"
 //! ```
 
+mod config;
 mod gate;
 mod sql;
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::{Error, Mode};
-use dlock_core::kit::{Capabilities, Engine, EngineError, Kinds, LostSignal, Poll, Request, Waiters, Wake, Woken, async_trait};
+use dlock_core::Mode;
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, Waiters, Wake, Woken, async_trait};
 use mysql_async::prelude::{Queryable, ToValue};
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Value};
-use serde::Deserialize;
+use mysql_async::{Pool, Value};
 
 use sql::{key_and_name, mode_code};
 
-/// Settings of the mysql engine, `kind = "mysql"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MysqlConfig {
-    /// `mysql://user:password@host:port/database`.
-    pub url: String,
-    /// Connections kept at most for statements. Each write hold taken at
-    /// once keeps one more of its own, its gate's session, while it holds.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
-    /// A waiter that does not poll within this is dropped from the queue.
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
-    /// How long the first connection may take at startup.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-}
-
-fn default_max_connections() -> usize {
-    10
-}
-
-fn default_waiter_ttl() -> Duration {
-    Duration::from_secs(3)
-}
-
-/// Registers `kind = "mysql"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("mysql", |name, config: MysqlConfig| async move {
-        MysqlEngine::connect(&name, &config).await
-    });
-}
+pub use config::{MysqlConfig, register};
 
 /// How often a waiter with only holders ahead looks again, so that a
 /// handoff between processes takes milliseconds, not the core's backed-off
@@ -141,7 +110,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 ///     url: "mysql://app:secret@127.0.0.1:3306/app".to_owned(),
 ///     max_connections: 10,
 ///     waiter_ttl: Duration::from_secs(3),
-///     connect_timeout: Duration::from_secs(5),
+///     client: Default::default(),
 /// };
 /// let engine = MysqlEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;
@@ -207,100 +176,6 @@ impl Mine {
 }
 
 impl MysqlEngine {
-    /// Connects engine `name` (for error messages): checks the settings,
-    /// makes the table if missing, and checks this user may use it.
-    pub async fn connect(name: &str, config: &MysqlConfig) -> Result<Self, Error> {
-        let field = |f: &str| format!("engines.{name}.{f}");
-        let opts = Opts::from_url(&config.url).map_err(|e| {
-            Error::config(
-                field("url"),
-                format!("not a MySQL URL (mysql://user:password@host:3306/database): {e}"),
-            )
-        })?;
-        let Some(database) = opts.db_name().map(str::to_owned) else {
-            return Err(Error::config(
-                field("url"),
-                "name the database: mysql://user@host:3306/<database>",
-            ));
-        };
-        if config.max_connections == 0 {
-            return Err(Error::config(field("max_connections"), "must be at least 1"));
-        }
-        if config.waiter_ttl < Duration::from_millis(300) {
-            return Err(Error::config(field("waiter_ttl"), "must be at least 300ms"));
-        }
-        let address = format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port());
-        let pool_opts = PoolOpts::default()
-            .with_constraints(PoolConstraints::new(1, config.max_connections).expect("1 ≤ max"))
-            // Idle connections stay a minute: with no ttl, every connection
-            // above the minimum closes as it comes back, and the next
-            // statement pays a new connection.
-            .with_inactive_connection_ttl(Duration::from_secs(60))
-            // A reset would drop the prepared statements each time a
-            // connection goes back to the pool.
-            .with_reset_connection(false);
-        let builder = OptsBuilder::from_opts(opts)
-            .pool_opts(pool_opts)
-            .prefer_socket(false)
-            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"]);
-        let gates = gate::Sessions::new(builder.clone().into());
-        let pool = Pool::new(builder);
-        let unavailable = |source: String| Error::Unavailable {
-            engine: name.to_owned(),
-            kind: "mysql",
-            address: address.clone(),
-            source: source.into(),
-        };
-        let mut conn = match tokio::time::timeout(config.connect_timeout, pool.get_conn()).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(unavailable(e.to_string())),
-            Err(_) => {
-                return Err(unavailable(format!(
-                    "no connection within {:?}",
-                    config.connect_timeout
-                )));
-            }
-        };
-        let refused = |what: &str, e: mysql_async::Error| match &e {
-            mysql_async::Error::Server(server) if [1142, 1044, 1045].contains(&server.code) => {
-                Error::config(field("url"), format!("{what}: {}", server.message))
-            }
-            _ => unavailable(e.to_string()),
-        };
-        let exists: Option<u64> = conn
-            .query_first(sql::TABLE_EXISTS)
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
-        if exists != Some(1) {
-            conn.query_drop(sql::CREATE_TABLE).await.map_err(|e| {
-                refused(
-                    &format!(
-                        "cannot create table dlock_queue in database {database}; grant CREATE on `{database}`.* \
-                         to this user, or have an administrator run the CREATE TABLE in the mysql engine's docs"
-                    ),
-                    e,
-                )
-            })?;
-        }
-        for (what, statement) in sql::PRIVILEGE_CHECKS {
-            conn.query_drop(statement)
-                .await
-                .map_err(|e| refused(&format!("this user may not use table dlock_queue ({what})"), e))?;
-        }
-        drop(conn);
-        let shared = Arc::new(Shared {
-            pool,
-            gates,
-            waiting: Waiters::default(),
-        });
-        tokio::spawn(sweep(Arc::downgrade(&shared)));
-        Ok(MysqlEngine {
-            shared,
-            address,
-            waiter_ttl: config.waiter_ttl,
-        })
-    }
-
     /// The first row of a read.
     async fn first<T: mysql_async::prelude::FromRow + Send + 'static>(
         &self,

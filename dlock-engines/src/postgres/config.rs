@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use dlock_core::Error;
-use dlock_core::kit::{ConnectSettings, Connecting, EngineError, Kinds};
+use dlock_core::kit::{ClientSettings, Connecting, EngineError, Kinds};
 use serde::Deserialize;
 use tokio_postgres::config::Host;
 
@@ -26,7 +26,7 @@ pub struct PostgresConfig {
     /// `connect_timeout` bounds opening each connection; `client_name` is
     /// the sessions' `application_name` (else the URL's, else `dlock`).
     #[serde(flatten)]
-    pub connect: ConnectSettings,
+    pub client: ClientSettings,
 }
 
 fn default_max_connections() -> usize {
@@ -61,8 +61,8 @@ impl PostgresEngine {
                 format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
             )
         })?;
-        pg.connect_timeout(config.connect.connect_timeout);
-        match &config.connect.client_name {
+        pg.connect_timeout(config.client.connect_timeout);
+        match &config.client.client_name {
             Some(client) => {
                 pg.application_name(client);
             }

@@ -91,7 +91,7 @@ pub use config::{PostgresConfig, register};
 ///     url: "postgres://app:secret@127.0.0.1:5432/app".to_owned(),
 ///     max_connections: 10,
 ///     schema: "public".to_owned(),
-///     connect: Default::default(),
+///     client: Default::default(),
 /// };
 /// let engine = PostgresEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::task::AbortHandle;
 
-use dlock_core::{BoxError, Error};
+use dlock_core::Error;
+use dlock_core::kit::Connecting;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -207,30 +208,17 @@ fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
         .set_number_of_retries(1)
 }
 
-/// What a connect attempt failed on, named the way config errors are.
+/// An engine connecting to `address`, each step given `timeout`.
 pub(crate) struct Target<'a> {
-    pub engine: &'a str,
-    pub kind: &'static str,
+    pub at: Connecting<'a>,
     pub address: String,
     pub timeout: Duration,
 }
 
 impl Target<'_> {
-    fn unavailable(&self, source: BoxError) -> Error {
-        Error::Unavailable {
-            engine: self.engine.to_owned(),
-            kind: self.kind,
-            address: self.address.clone(),
-            source,
-        }
-    }
-
     /// Runs `connect` within the timeout, naming engine and address on failure.
     pub async fn within<T>(&self, connect: impl Future<Output = redis::RedisResult<T>>) -> Result<T, Error> {
-        tokio::time::timeout(self.timeout, connect)
-            .await
-            .map_err(|_| self.unavailable(format!("no answer within {:?}", self.timeout).into()))?
-            .map_err(|e| self.unavailable(e.into()))
+        self.at.within(&self.address, self.timeout, connect).await
     }
 }
 
@@ -255,7 +243,7 @@ pub(crate) async fn cluster(nodes: &[String], target: &Target<'_>) -> Result<Con
         .connection_timeout(target.timeout)
         .response_timeout(target.timeout)
         .build()
-        .map_err(|e| Error::config(format!("engines.{}.nodes", target.engine), e.to_string()))?;
+        .map_err(|e| target.at.bad("nodes", e.to_string()))?;
     let connection = target.within(client.get_async_connection()).await?;
     Ok(Connection::Cluster(connection))
 }

@@ -52,6 +52,8 @@
 //! url = "redis://127.0.0.1:6379"   # redis://user:password@host for ACL users
 //! # url = "rediss://host:6380"      # TLS, with feature `redis-tls`
 //! # tls_ca_file = "/etc/ssl/redis-ca.pem"
+//! # tls_cert_file = "client.pem"    # with tls_key_file, for tls-auth-clients
+//! # tls_key_file = "client.key"
 //! connect_timeout = "5s"
 //! fence_retention = "1m"          # the same in every process sharing these locks
 //! waiter_ttl = "3s"                # a queued waiter silent this long is dropped
@@ -99,154 +101,19 @@
 //!   refused and `lost` fires; the old holder's writes are refused by
 //!   fenced storage, since its token is older.
 
+mod config;
 mod connection;
 pub(crate) mod keys;
 mod notify;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::Error;
-use dlock_core::kit::{Capabilities, Engine, EngineError, Kinds, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
-use redis::{Client, Script};
-use serde::Deserialize;
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
+use redis::Script;
 
 use connection::{Connection, Target};
 
-/// Settings of a single-server Redis engine, `kind = "redis"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisConfig {
-    /// `redis://[user:password@]host:port`, or `rediss://` for TLS (feature `redis-tls`).
-    pub url: String,
-    /// PEM file of the CA that signed the server's certificate, for `rediss://`
-    /// with a private CA; without it the system's trust store is used.
-    #[serde(default)]
-    pub tls_ca_file: Option<std::path::PathBuf>,
-    /// How long connecting may take; also each command's connection and
-    /// response timeout in the client.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// How long the last fencing token is kept after a grant: the next
-    /// token is past it even if the server's clock stepped back by less;
-    /// see the [module docs](self).
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// How long a queued waiter stays in line without polling before the
-    /// others drop it as dead.
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
-    /// Replicas that must have a grant before it is handed out (`WAIT`).
-    #[serde(default)]
-    pub replicas_ack: u32,
-    /// How long a grant waits for `replicas_ack` replicas; too few in time,
-    /// and it is undone and tried again within the wait.
-    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
-    pub replicas_ack_timeout: Duration,
-}
-
-impl RedisConfig {
-    /// Defaults for everything but the url.
-    pub fn new(url: impl Into<String>) -> Self {
-        RedisConfig {
-            url: url.into(),
-            tls_ca_file: None,
-            connect_timeout: crate::defaults::connect_timeout(),
-            fence_retention: default_fence_retention(),
-            waiter_ttl: default_waiter_ttl(),
-            replicas_ack: 0,
-            replicas_ack_timeout: default_replicas_ack_timeout(),
-        }
-    }
-}
-
-/// Settings of a Redis Cluster engine, `kind = "redis-cluster"`: seed nodes,
-/// from which the client learns the rest.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisClusterConfig {
-    /// `redis://host:port` of one or more cluster nodes.
-    pub nodes: Vec<String>,
-    /// How long connecting may take; also each command's connection and
-    /// response timeout in the client.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// How long the last fencing token is kept after a grant: the next
-    /// token is past it even if the server's clock stepped back by less;
-    /// see the [module docs](self).
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// How long a queued waiter stays in line without polling before the
-    /// others drop it as dead.
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
-}
-
-fn default_fence_retention() -> Duration {
-    Duration::from_secs(60)
-}
-
-fn default_waiter_ttl() -> Duration {
-    Duration::from_secs(3)
-}
-
-/// Settings of a Redis engine behind Sentinel, `kind = "redis-sentinel"`:
-/// the engine follows the primary the sentinels name, across failovers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisSentinelConfig {
-    /// `redis://[user:password@]host:port` of each sentinel (auth, if any,
-    /// from the first).
-    pub sentinels: Vec<String>,
-    /// The name the sentinels monitor the primary under.
-    pub master_name: String,
-    /// ACL user of the data nodes.
-    #[serde(default)]
-    pub username: Option<String>,
-    /// Password of the data nodes (with `username`, or alone for `AUTH`).
-    #[serde(default)]
-    pub password: Option<String>,
-    /// Replicas that must have a grant before it is handed out (`WAIT`).
-    /// With 1 or more a grant survives a failover, and an old primary that
-    /// no replica follows any more grants nothing; but the lock then stops
-    /// granting while fewer replicas are up, so it is not the default.
-    #[serde(default)]
-    pub replicas_ack: u32,
-    /// How long a grant waits for `replicas_ack` replicas; too few in time,
-    /// and it is undone and tried again within the wait.
-    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
-    pub replicas_ack_timeout: Duration,
-    /// How long connecting may take; also each command's connection and
-    /// response timeout in the client.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// How long the last fencing token is kept after a grant: the next
-    /// token is past it even if the server's clock stepped back by less;
-    /// see the [module docs](self).
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// How long a queued waiter stays in line without polling before the
-    /// others drop it as dead.
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
-}
-
-fn default_replicas_ack_timeout() -> Duration {
-    Duration::from_millis(50)
-}
-
-/// Registers `kind = "redis"`, `"redis-cluster"` and `"redis-sentinel"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("redis", |name, config: RedisConfig| async move {
-        RedisEngine::connect(&name, &config).await
-    });
-    kinds.register("redis-cluster", |name, config: RedisClusterConfig| async move {
-        RedisEngine::connect_cluster(&name, &config).await
-    });
-    kinds.register("redis-sentinel", |name, config: RedisSentinelConfig| async move {
-        RedisEngine::connect_sentinel(&name, &config).await
-    });
-}
+pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, register};
 
 /// A script: this engine's settings as Lua constants (one script per
 /// setting in use, not per process), the names all scripts share
@@ -306,109 +173,6 @@ pub struct RedisEngine {
 }
 
 impl RedisEngine {
-    /// Connects single-server engine `name` (for error messages).
-    pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
-        let timings = timings(name, config.fence_retention, config.waiter_ttl)?;
-        let client = client(name, config)?;
-        let target = Target {
-            engine: name,
-            kind: "redis",
-            address: client.get_connection_info().addr().to_string(),
-            timeout: config.connect_timeout,
-        };
-        let connection = connection::single(client.clone(), &target).await?;
-        let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
-        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
-        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
-    }
-
-    /// Connects Redis Cluster engine `name` through its seed nodes.
-    pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
-        let timings = timings(name, config.fence_retention, config.waiter_ttl)?;
-        if config.nodes.is_empty() {
-            return Err(Error::config(
-                format!("engines.{name}.nodes"),
-                "name at least one seed node",
-            ));
-        }
-        let target = Target {
-            engine: name,
-            kind: "redis-cluster",
-            address: config.nodes.join(","),
-            timeout: config.connect_timeout,
-        };
-        let connection = connection::cluster(&config.nodes, &target).await?;
-        let notifier = notify::Notifier::new(notify::Source::Cluster(config.nodes.clone()));
-        Ok(Self::new(target, connection, notifier, "SPUBLISH", timings))
-    }
-
-    /// Connects Sentinel engine `name` to the primary its sentinels name.
-    pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
-        let timings = timings(name, config.fence_retention, config.waiter_ttl)?;
-        let field = |f: &str| format!("engines.{name}.{f}");
-        if config.sentinels.is_empty() {
-            return Err(Error::config(field("sentinels"), "name at least one sentinel"));
-        }
-        let mut infos = Vec::new();
-        let mut sentinel_auth = None;
-        for url in &config.sentinels {
-            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                .map_err(|e| Error::config(field("sentinels"), format!("`{url}`: {e}")))?;
-            let settings = info.redis_settings();
-            if sentinel_auth.is_none() && settings.password().is_some() {
-                sentinel_auth = Some(settings.clone());
-            }
-            infos.push(info);
-        }
-        // Every sentinel is reached with the first one's credentials.
-        if let Some(auth) = &sentinel_auth {
-            infos = infos
-                .into_iter()
-                .map(|info| info.set_redis_settings(auth.clone()))
-                .collect();
-        }
-        let addresses: Vec<_> = infos.iter().map(|info| info.addr().clone()).collect();
-        let mut builder = redis::sentinel::SentinelClientBuilder::new(
-            addresses,
-            &config.master_name,
-            redis::sentinel::SentinelServerType::Master,
-        )
-        .map_err(|e| Error::config(field("sentinels"), e.to_string()))?;
-        if let Some(auth) = &sentinel_auth {
-            if let Some(username) = auth.username() {
-                builder = builder.set_client_to_sentinel_username(username);
-            }
-            if let Some(password) = auth.password() {
-                builder = builder.set_client_to_sentinel_password(password);
-            }
-        }
-        if let Some(username) = &config.username {
-            builder = builder.set_client_to_redis_username(username);
-        }
-        if let Some(password) = &config.password {
-            builder = builder.set_client_to_redis_password(password);
-        }
-        let sentinel = builder
-            .build()
-            .map_err(|e| Error::config(field("sentinels"), e.to_string()))?;
-        let target = Target {
-            engine: name,
-            kind: "redis-sentinel",
-            address: format!(
-                "{} (sentinels {})",
-                config.master_name,
-                config.sentinels.join(",")
-            ),
-            timeout: config.connect_timeout,
-        };
-        let primary = Arc::new(connection::Primary::new(sentinel, config.connect_timeout));
-        let connection = connection::sentinel(primary.clone(), &target).await?;
-        primary.follow(infos, &config.master_name);
-        let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
-        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
-        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
-    }
-
     /// Grants wait for `replicas` replicas (none: 0), at most `timeout`.
     fn acknowledged_by(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replicas_ack = (replicas > 0).then_some((replicas, timeout));
@@ -443,7 +207,7 @@ impl RedisEngine {
             millis(waiter_ttl)
         );
         RedisEngine {
-            kind: target.kind,
+            kind: target.at.kind,
             connection,
             notifier,
             scripts: Scripts {
@@ -577,80 +341,6 @@ impl RedisEngine {
     }
 }
 
-/// `fence_retention` and `waiter_ttl`, which the scripts use as key
-/// expiries: at least a millisecond each.
-fn timings(
-    name: &str,
-    fence_retention: Duration,
-    waiter_ttl: Duration,
-) -> Result<(Duration, Duration), Error> {
-    for (field, value) in [("fence_retention", fence_retention), ("waiter_ttl", waiter_ttl)] {
-        if value < Duration::from_millis(1) {
-            return Err(Error::config(
-                format!("engines.{name}.{field}"),
-                "must be at least 1ms",
-            ));
-        }
-    }
-    Ok((fence_retention, waiter_ttl))
-}
-
-/// A client for `config.url`, with TLS trust from `tls_ca_file` when given.
-fn client(name: &str, config: &RedisConfig) -> Result<Client, Error> {
-    let field = |f: &str| format!("engines.{name}.{f}");
-    let tls = config.url.starts_with("rediss://");
-    if !tls && config.tls_ca_file.is_some() {
-        return Err(Error::config(
-            field("tls_ca_file"),
-            "is only used with a rediss:// url",
-        ));
-    }
-    if tls && !cfg!(feature = "redis-tls") {
-        return Err(Error::config(
-            field("url"),
-            "rediss:// needs dlock's cargo feature `redis-tls`",
-        ));
-    }
-    #[cfg(feature = "redis-tls")]
-    if let Some(path) = &config.tls_ca_file {
-        let root_cert = std::fs::read(path).map_err(|e| {
-            Error::config(
-                field("tls_ca_file"),
-                format!("cannot read {}: {e}", path.display()),
-            )
-        })?;
-        let certificates = redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(root_cert),
-        };
-        return Client::build_with_tls(config.url.as_str(), certificates)
-            .map_err(|e| Error::config(field("url"), e.to_string()));
-    }
-    Client::open(config.url.as_str()).map_err(|e| {
-        Error::config(
-            field("url"),
-            format!(
-                "`{}` is not a Redis url ({e}); write redis://[user:password@]host:port, or rediss:// for TLS",
-                without_password(&config.url)
-            ),
-        )
-    })
-}
-
-/// `url` with any password replaced by `***`, for error messages: the
-/// credentials are what stands after the last `/` before the `@`, so a
-/// malformed url keeps its password out of the message too.
-fn without_password(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_owned();
-    };
-    let start = url[..at].rfind('/').map_or(0, |slash| slash + 1);
-    match url[start..at].find(':') {
-        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
-        None => url.to_owned(),
-    }
-}
-
 fn millis(d: Duration) -> u64 {
     d.as_millis().try_into().unwrap_or(u64::MAX)
 }
@@ -699,19 +389,5 @@ impl Engine for RedisEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn passwords_never_reach_error_messages() {
-        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
-        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
-        assert_eq!(without_password("redis//h:1"), "redis//h:1");
-        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
-        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
     }
 }

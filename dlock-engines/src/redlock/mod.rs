@@ -53,75 +53,24 @@
 //! fence_retention = "1m"
 //! ```
 
+mod config;
+
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll as TaskPoll;
 use std::time::Duration;
 
-use dlock_core::{BoxError, Error};
-use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, Kinds, LostSignal, Poll, Request, async_trait};
+use dlock_core::BoxError;
+use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Request, async_trait};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
-use serde::Deserialize;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::redis::keys;
 
-/// Settings of a RedLock engine, `kind = "redlock"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedLockConfig {
-    /// `redis://` urls of independent masters (no cluster, no replicas): at
-    /// least 3, an odd number recommended.
-    pub masters: Vec<String>,
-    /// Ordered tokens from the quorum (one more round trip per grant).
-    #[serde(default = "default_fence")]
-    pub fence: bool,
-    /// How long one master may take to answer before it counts as a no.
-    #[serde(default = "default_master_timeout", with = "humantime_serde")]
-    pub master_timeout: Duration,
-    /// How long connecting to one master may take.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// How long a master keeps a lock's fence counter after the last grant;
-    /// see the [module docs](self).
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-}
-
-impl RedLockConfig {
-    /// Defaults for everything but the masters.
-    pub fn new(masters: Vec<String>) -> Self {
-        RedLockConfig {
-            masters,
-            fence: default_fence(),
-            master_timeout: default_master_timeout(),
-            connect_timeout: crate::defaults::connect_timeout(),
-            fence_retention: default_fence_retention(),
-        }
-    }
-}
-
-fn default_fence() -> bool {
-    true
-}
-
-fn default_master_timeout() -> Duration {
-    Duration::from_millis(50)
-}
-
-fn default_fence_retention() -> Duration {
-    Duration::from_secs(60)
-}
-
-/// Registers `kind = "redlock"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("redlock", |name, config: RedLockConfig| async move {
-        RedLockEngine::connect(&name, &config).await
-    });
-}
+pub use config::{RedLockConfig, register};
 
 struct Master {
     address: String,
@@ -168,77 +117,6 @@ pub struct RedLockEngine {
 type Answer = Result<u64, BoxError>;
 
 impl RedLockEngine {
-    /// Connects engine `name` (for error messages) to its masters; fails
-    /// unless a majority answers.
-    pub async fn connect(name: &str, config: &RedLockConfig) -> Result<Self, Error> {
-        let field = |f: &str| format!("engines.{name}.{f}");
-        if config.masters.len() < 3 {
-            return Err(Error::config(
-                field("masters"),
-                format!(
-                    "RedLock needs at least 3 independent masters, got {}",
-                    config.masters.len()
-                ),
-            ));
-        }
-        let mut masters = Vec::new();
-        for url in &config.masters {
-            let client = Client::open(url.as_str())
-                .map_err(|e| Error::config(field("masters"), format!("`{url}`: {e}")))?;
-            masters.push(Arc::new(Master {
-                address: client.get_connection_info().addr().to_string(),
-                client,
-                connection: OnceCell::new(),
-            }));
-        }
-        let engine = RedLockEngine {
-            quorum: masters.len() / 2 + 1,
-            address: masters
-                .iter()
-                .map(|m| m.address.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            masters,
-            fence: config.fence,
-            master_timeout: config.master_timeout,
-            fence_retention: config.fence_retention,
-            scripts: Scripts {
-                acquire: Arc::new(Script::new(include_str!("scripts/acquire.lua"))),
-                fence: Arc::new(Script::new(include_str!("scripts/fence.lua"))),
-                renew: Arc::new(Script::new(include_str!("scripts/renew.lua"))),
-                release: Arc::new(Script::new(include_str!("scripts/release.lua"))),
-            },
-        };
-        let connected = futures_util::future::join_all(
-            engine
-                .masters
-                .iter()
-                .map(|m| tokio::time::timeout(config.connect_timeout, m.connection(config.connect_timeout))),
-        )
-        .await;
-        let errors: Vec<String> = connected
-            .into_iter()
-            .zip(&engine.masters)
-            .filter_map(|(c, m)| match c {
-                Ok(Ok(_)) => None,
-                Ok(Err(e)) => Some(format!("{}: {e}", m.address)),
-                Err(_) => Some(format!(
-                    "{}: no answer within {:?}",
-                    m.address, config.connect_timeout
-                )),
-            })
-            .collect();
-        if engine.masters.len() - errors.len() < engine.quorum {
-            return Err(Error::Unavailable {
-                engine: name.to_owned(),
-                kind: "redlock",
-                address: engine.address.clone(),
-                source: format!("fewer than a majority of masters answered: {}", errors.join("; ")).into(),
-            });
-        }
-        Ok(engine)
-    }
-
     /// Sends `call` to every master at once. Returns once a majority said
     /// yes, or all answered: a slow master's answer cannot change a yes
     /// already settled, so its call finishes in the background (its slot

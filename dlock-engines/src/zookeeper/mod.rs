@@ -52,15 +52,14 @@
 //! ```
 
 mod keeper;
+mod config;
 mod nodes;
 mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::Error;
-use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, Kinds, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
-use serde::Deserialize;
+use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult};
@@ -69,59 +68,7 @@ use keeper::Keeper;
 use nodes::Turn;
 use session::{Session, Sessions};
 
-/// Settings of the ZooKeeper engine, `kind = "zookeeper"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ZooKeeperConfig {
-    /// `host:port[,host:port...]`, optionally followed by a chroot path.
-    pub connect: String,
-    /// Parent of every lock path; Curator peers name `<root>/<group>/<name>`.
-    #[serde(default = "crate::defaults::root")]
-    pub root: String,
-    /// The session timeout asked of the server: a crashed or cut-off
-    /// process's locks are free after it, and this engine gives its holds
-    /// up as lost after half of it without the server.
-    #[serde(default = "default_session_timeout", with = "humantime_serde")]
-    pub session_timeout: Duration,
-    /// How long connecting and opening a session may take.
-    #[serde(default = "crate::defaults::connect_timeout", with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// How long the LockKeeper keeps a lock's state after its last request.
-    #[serde(default = "default_keeper_idle", with = "humantime_serde")]
-    pub keeper_idle: Duration,
-    /// `user:password` for ZooKeeper digest authentication.
-    #[serde(default)]
-    pub digest: Option<String>,
-}
-
-impl ZooKeeperConfig {
-    /// Defaults for everything but the connect string.
-    pub fn new(connect: impl Into<String>) -> Self {
-        ZooKeeperConfig {
-            connect: connect.into(),
-            root: crate::defaults::root(),
-            session_timeout: default_session_timeout(),
-            connect_timeout: crate::defaults::connect_timeout(),
-            keeper_idle: default_keeper_idle(),
-            digest: None,
-        }
-    }
-}
-
-fn default_session_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-
-fn default_keeper_idle() -> Duration {
-    Duration::from_secs(60)
-}
-
-/// Registers `kind = "zookeeper"`.
-pub fn register(kinds: &mut Kinds) {
-    kinds.register("zookeeper", |name, config: ZooKeeperConfig| async move {
-        ZooKeeperEngine::connect(&name, &config).await
-    });
-}
+pub use config::{ZooKeeperConfig, register};
 
 /// A request's node: none before it is created or once it is removed.
 type NodeState = RequestState<Node>;
@@ -168,43 +115,6 @@ pub struct ZooKeeperEngine {
 }
 
 impl ZooKeeperEngine {
-    /// Connects engine `name` (for error messages) and opens its session.
-    pub async fn connect(name: &str, config: &ZooKeeperConfig) -> Result<Self, Error> {
-        let field = |f: &str| format!("engines.{name}.{f}");
-        if config.connect.trim().is_empty() {
-            return Err(Error::config(field("connect"), "name at least one host:port"));
-        }
-        let root = config.root.trim_end_matches('/');
-        if !root.starts_with('/') || root.contains("//") {
-            return Err(Error::config(
-                field("root"),
-                format!("`{}` is not an absolute ZooKeeper path", config.root),
-            ));
-        }
-        if config.digest.as_ref().is_some_and(|d| !d.contains(':')) {
-            return Err(Error::config(field("digest"), "write it as `user:password`"));
-        }
-        let sessions = Sessions::connect(config.clone())
-            .await
-            .map_err(|e| Error::Unavailable {
-                engine: name.to_owned(),
-                kind: "zookeeper",
-                address: config.connect.clone(),
-                source: e.into(),
-            })?;
-        Ok(ZooKeeperEngine {
-            sessions,
-            root: root.to_owned(),
-            acls: if config.digest.is_some() {
-                Acls::creator_all()
-            } else {
-                Acls::anyone_all()
-            },
-            keeper: Keeper::new(config.keeper_idle),
-            address: config.connect.clone(),
-        })
-    }
-
     /// Locks whose state the LockKeeper holds now, idle ones included.
     pub fn kept_locks(&self) -> usize {
         self.keeper.len()

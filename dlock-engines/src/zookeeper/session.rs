@@ -100,13 +100,13 @@ impl Sessions {
 async fn open(config: &ZooKeeperConfig) -> Result<Session, EngineError> {
     let mut connector = Client::connector()
         .with_session_timeout(config.session_timeout)
-        .with_connection_timeout(config.connect_timeout);
+        .with_connection_timeout(config.client.connect_timeout);
     if let Some(auth) = &config.digest {
         connector = connector.with_auth("digest", auth.as_bytes());
     }
-    let client = tokio::time::timeout(config.connect_timeout, connector.connect(&config.connect))
+    let client = tokio::time::timeout(config.client.connect_timeout, connector.connect(&config.connect))
         .await
-        .map_err(|_| format!("no session within {:?}", config.connect_timeout))
+        .map_err(|_| format!("no session within {:?}", config.client.connect_timeout))
         .and_then(|connected| connected.map_err(|e| e.to_string()))
         .map_err(|why| {
             EngineError::failed(format!(

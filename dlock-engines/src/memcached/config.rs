@@ -1,0 +1,61 @@
+//! The memcached engine's settings, and connecting.
+
+use dlock_core::Error;
+use dlock_core::kit::{ClientSettings, Connecting, Kinds};
+use serde::Deserialize;
+
+use super::MemcachedEngine;
+use super::wire::Pool;
+
+/// Settings of the memcached engine, `kind = "memcached"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemcachedConfig {
+    /// `host:port` of one memcached server.
+    pub address: String,
+    /// Connections kept open; requests on one connection wait for each other.
+    #[serde(default = "default_connections")]
+    pub connections: usize,
+    /// `connect_timeout` bounds opening each connection (memcached keeps no
+    /// client names).
+    #[serde(flatten)]
+    pub client: ClientSettings,
+}
+
+fn default_connections() -> usize {
+    4
+}
+
+/// Registers `kind = "memcached"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("memcached", |name, config: MemcachedConfig| async move {
+        MemcachedEngine::connect(&name, &config).await
+    });
+}
+
+impl MemcachedEngine {
+    /// Connects engine `name` (for error messages).
+    pub async fn connect(name: &str, config: &MemcachedConfig) -> Result<Self, Error> {
+        let at = Connecting { name, kind: "memcached" };
+        if config.address.trim().is_empty() {
+            return Err(at.bad("address", "name the server as host:port"));
+        }
+        if config.connections == 0 {
+            return Err(at.bad("connections", "must be at least 1"));
+        }
+        let pool = Pool::new(config.address.clone(), config.connections, config.client.connect_timeout);
+        let unavailable = |source: std::io::Error| at.unreachable(&config.address, source);
+        // One round trip proves the server speaks the meta protocol.
+        let replies = pool.call(b"mn\r\n", 1).await.map_err(unavailable)?;
+        if replies[0].code() != "MN" {
+            return Err(unavailable(std::io::Error::other(format!(
+                "not a memcached with the meta protocol (answered {:?})",
+                replies[0].code()
+            ))));
+        }
+        Ok(MemcachedEngine {
+            pool,
+            address: config.address.clone(),
+        })
+    }
+}

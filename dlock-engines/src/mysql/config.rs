@@ -1,0 +1,125 @@
+//! The mysql engine's settings, and connecting: the table made if missing
+//! and this user's rights on it checked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::Error;
+use dlock_core::kit::{ClientSettings, Connecting, Kinds, Waiters};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use serde::Deserialize;
+
+use super::{MysqlEngine, Shared, gate, sql, sweep};
+
+/// Settings of the mysql engine, `kind = "mysql"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlConfig {
+    /// `mysql://user:password@host:port/database`.
+    pub url: String,
+    /// Connections kept at most for statements. Each write hold taken at
+    /// once keeps one more of its own, its gate's session, while it holds.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// A waiter that does not poll within this is dropped from the queue.
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+    /// `connect_timeout` bounds the first connection at startup (the
+    /// engine sets no client name on MySQL sessions).
+    #[serde(flatten)]
+    pub client: ClientSettings,
+}
+
+fn default_max_connections() -> usize {
+    10
+}
+
+fn default_waiter_ttl() -> Duration {
+    Duration::from_secs(3)
+}
+
+/// Registers `kind = "mysql"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("mysql", |name, config: MysqlConfig| async move {
+        MysqlEngine::connect(&name, &config).await
+    });
+}
+
+impl MysqlEngine {
+    /// Connects engine `name` (for error messages): checks the settings,
+    /// makes the table if missing, and checks this user may use it.
+    pub async fn connect(name: &str, config: &MysqlConfig) -> Result<Self, Error> {
+        let at = Connecting { name, kind: "mysql" };
+        let opts = Opts::from_url(&config.url).map_err(|e| {
+            at.bad(
+                "url",
+                format!("not a MySQL URL (mysql://user:password@host:3306/database): {e}"),
+            )
+        })?;
+        let Some(database) = opts.db_name().map(str::to_owned) else {
+            return Err(at.bad("url", "name the database: mysql://user@host:3306/<database>"));
+        };
+        if config.max_connections == 0 {
+            return Err(at.bad("max_connections", "must be at least 1"));
+        }
+        if config.waiter_ttl < Duration::from_millis(300) {
+            return Err(at.bad("waiter_ttl", "must be at least 300ms"));
+        }
+        let address = format!("{}:{}", opts.ip_or_hostname(), opts.tcp_port());
+        let pool_opts = PoolOpts::default()
+            .with_constraints(PoolConstraints::new(1, config.max_connections).expect("1 ≤ max"))
+            // Idle connections stay a minute: with no ttl, every connection
+            // above the minimum closes as it comes back, and the next
+            // statement pays a new connection.
+            .with_inactive_connection_ttl(Duration::from_secs(60))
+            // A reset would drop the prepared statements each time a
+            // connection goes back to the pool.
+            .with_reset_connection(false);
+        let builder = OptsBuilder::from_opts(opts)
+            .pool_opts(pool_opts)
+            .prefer_socket(false)
+            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"]);
+        let gates = gate::Sessions::new(builder.clone().into());
+        let pool = Pool::new(builder);
+        let unavailable = |e: mysql_async::Error| at.unreachable(&address, e);
+        let mut conn = at
+            .within(&address, config.client.connect_timeout, pool.get_conn())
+            .await?;
+        let refused = |what: &str, e: mysql_async::Error| match &e {
+            mysql_async::Error::Server(server) if [1142, 1044, 1045].contains(&server.code) => {
+                at.bad("url", format!("{what}: {}", server.message))
+            }
+            _ => unavailable(e),
+        };
+        let exists: Option<u64> = conn.query_first(sql::TABLE_EXISTS).await.map_err(unavailable)?;
+        if exists != Some(1) {
+            conn.query_drop(sql::CREATE_TABLE).await.map_err(|e| {
+                refused(
+                    &format!(
+                        "cannot create table dlock_queue in database {database}; grant CREATE on `{database}`.* \
+                         to this user, or have an administrator run the CREATE TABLE in the mysql engine's docs"
+                    ),
+                    e,
+                )
+            })?;
+        }
+        for (what, statement) in sql::PRIVILEGE_CHECKS {
+            conn.query_drop(statement)
+                .await
+                .map_err(|e| refused(&format!("this user may not use table dlock_queue ({what})"), e))?;
+        }
+        drop(conn);
+        let shared = Arc::new(Shared {
+            pool,
+            gates,
+            waiting: Waiters::default(),
+        });
+        tokio::spawn(sweep(Arc::downgrade(&shared)));
+        Ok(MysqlEngine {
+            shared,
+            address,
+            waiter_ttl: config.waiter_ttl,
+        })
+    }
+}

@@ -1,0 +1,319 @@
+//! The Redis engines' settings (one server, a cluster, or behind
+//! Sentinel), and connecting.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::Error;
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, TlsFiles};
+use redis::Client;
+use serde::Deserialize;
+
+use super::connection::{self, Target};
+use super::{RedisEngine, notify};
+
+/// Settings of a single-server Redis engine, `kind = "redis"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port`, or `rediss://` for TLS (feature `redis-tls`).
+    pub url: String,
+    /// How long the last fencing token is kept after a grant: the next
+    /// token is past it even if the server's clock stepped back by less;
+    /// see the [module docs](super).
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// How long a queued waiter stays in line without polling before the
+    /// others drop it as dead.
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    #[serde(default)]
+    pub replicas_ack: u32,
+    /// How long a grant waits for `replicas_ack` replicas; too few in time,
+    /// and it is undone and tried again within the wait.
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
+    /// `connect_timeout` bounds connecting, and each command's connection
+    /// and response in the client (Redis client names are not set).
+    #[serde(flatten)]
+    pub client: ClientSettings,
+    /// For `rediss://`: the CA that signed the server's certificate
+    /// (default: the system's), and this client's certificate and key for
+    /// servers that ask for one (`tls-auth-clients`).
+    #[serde(flatten)]
+    pub tls: TlsFiles,
+}
+
+impl RedisConfig {
+    /// Defaults for everything but the url.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            fence_retention: default_fence_retention(),
+            waiter_ttl: default_waiter_ttl(),
+            replicas_ack: 0,
+            replicas_ack_timeout: default_replicas_ack_timeout(),
+            client: ClientSettings::default(),
+            tls: TlsFiles::default(),
+        }
+    }
+}
+
+/// Settings of a Redis Cluster engine, `kind = "redis-cluster"`: seed nodes,
+/// from which the client learns the rest.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisClusterConfig {
+    /// `redis://host:port` of one or more cluster nodes.
+    pub nodes: Vec<String>,
+    /// As [`RedisConfig::fence_retention`].
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// As [`RedisConfig::waiter_ttl`].
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+    /// As [`RedisConfig::client`].
+    #[serde(flatten)]
+    pub client: ClientSettings,
+}
+
+/// Settings of a Redis engine behind Sentinel, `kind = "redis-sentinel"`:
+/// the engine follows the primary the sentinels name, across failovers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSentinelConfig {
+    /// `redis://[user:password@]host:port` of each sentinel (auth, if any,
+    /// from the first).
+    pub sentinels: Vec<String>,
+    /// The name the sentinels monitor the primary under.
+    pub master_name: String,
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    /// With 1 or more a grant survives a failover, and an old primary that
+    /// no replica follows any more grants nothing; but the lock then stops
+    /// granting while fewer replicas are up, so it is not the default.
+    #[serde(default)]
+    pub replicas_ack: u32,
+    /// As [`RedisConfig::replicas_ack_timeout`].
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
+    /// As [`RedisConfig::fence_retention`].
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// As [`RedisConfig::waiter_ttl`].
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+    /// As [`RedisConfig::client`].
+    #[serde(flatten)]
+    pub client: ClientSettings,
+    /// The data nodes' ACL `username` and `password` (a password alone
+    /// for `AUTH`).
+    #[serde(flatten)]
+    pub credentials: Credentials,
+}
+
+fn default_fence_retention() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_waiter_ttl() -> Duration {
+    Duration::from_secs(3)
+}
+
+fn default_replicas_ack_timeout() -> Duration {
+    Duration::from_millis(50)
+}
+
+/// Registers `kind = "redis"`, `"redis-cluster"` and `"redis-sentinel"`.
+pub fn register(kinds: &mut Kinds) {
+    kinds.register("redis", |name, config: RedisConfig| async move {
+        RedisEngine::connect(&name, &config).await
+    });
+    kinds.register("redis-cluster", |name, config: RedisClusterConfig| async move {
+        RedisEngine::connect_cluster(&name, &config).await
+    });
+    kinds.register("redis-sentinel", |name, config: RedisSentinelConfig| async move {
+        RedisEngine::connect_sentinel(&name, &config).await
+    });
+}
+
+impl RedisEngine {
+    /// Connects single-server engine `name` (for error messages).
+    pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
+        let at = Connecting { name, kind: "redis" };
+        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
+        let client = client(&at, config)?;
+        let target = Target {
+            at,
+            address: client.get_connection_info().addr().to_string(),
+            timeout: config.client.connect_timeout,
+        };
+        let connection = connection::single(client.clone(), &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
+        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
+        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
+    }
+
+    /// Connects Redis Cluster engine `name` through its seed nodes.
+    pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
+        let at = Connecting { name, kind: "redis-cluster" };
+        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
+        if config.nodes.is_empty() {
+            return Err(at.bad("nodes", "name at least one seed node"));
+        }
+        let target = Target {
+            at,
+            address: config.nodes.join(","),
+            timeout: config.client.connect_timeout,
+        };
+        let connection = connection::cluster(&config.nodes, &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Cluster(config.nodes.clone()));
+        Ok(Self::new(target, connection, notifier, "SPUBLISH", timings))
+    }
+
+    /// Connects Sentinel engine `name` to the primary its sentinels name.
+    pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
+        let at = Connecting { name, kind: "redis-sentinel" };
+        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
+        if config.sentinels.is_empty() {
+            return Err(at.bad("sentinels", "name at least one sentinel"));
+        }
+        let mut infos = Vec::new();
+        let mut sentinel_auth = None;
+        for url in &config.sentinels {
+            let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                .map_err(|e| at.bad("sentinels", format!("`{url}`: {e}")))?;
+            let settings = info.redis_settings();
+            if sentinel_auth.is_none() && settings.password().is_some() {
+                sentinel_auth = Some(settings.clone());
+            }
+            infos.push(info);
+        }
+        // Every sentinel is reached with the first one's credentials.
+        if let Some(auth) = &sentinel_auth {
+            infos = infos
+                .into_iter()
+                .map(|info| info.set_redis_settings(auth.clone()))
+                .collect();
+        }
+        let addresses: Vec<_> = infos.iter().map(|info| info.addr().clone()).collect();
+        let mut builder = redis::sentinel::SentinelClientBuilder::new(
+            addresses,
+            &config.master_name,
+            redis::sentinel::SentinelServerType::Master,
+        )
+        .map_err(|e| at.bad("sentinels", e.to_string()))?;
+        if let Some(auth) = &sentinel_auth {
+            if let Some(username) = auth.username() {
+                builder = builder.set_client_to_sentinel_username(username);
+            }
+            if let Some(password) = auth.password() {
+                builder = builder.set_client_to_sentinel_password(password);
+            }
+        }
+        if let Some(username) = &config.credentials.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = &config.credentials.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        let sentinel = builder.build().map_err(|e| at.bad("sentinels", e.to_string()))?;
+        let timeout = config.client.connect_timeout;
+        let target = Target {
+            at,
+            address: format!(
+                "{} (sentinels {})",
+                config.master_name,
+                config.sentinels.join(",")
+            ),
+            timeout,
+        };
+        let primary = Arc::new(connection::Primary::new(sentinel, timeout));
+        let connection = connection::sentinel(primary.clone(), &target).await?;
+        primary.follow(infos, &config.master_name);
+        let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
+        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
+        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
+    }
+}
+
+/// `fence_retention` and `waiter_ttl`, which the scripts use as key
+/// expiries: at least a millisecond each.
+fn timings(
+    at: &Connecting<'_>,
+    fence_retention: Duration,
+    waiter_ttl: Duration,
+) -> Result<(Duration, Duration), Error> {
+    for (field, value) in [("fence_retention", fence_retention), ("waiter_ttl", waiter_ttl)] {
+        if value < Duration::from_millis(1) {
+            return Err(at.bad(field, "must be at least 1ms"));
+        }
+    }
+    Ok((fence_retention, waiter_ttl))
+}
+
+/// A client for `config.url`, with the TLS files when given.
+fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
+    let tls = config.url.starts_with("rediss://");
+    if !tls && config.tls.any() {
+        let field = match &config.tls {
+            TlsFiles { tls_ca_file: Some(_), .. } => "tls_ca_file",
+            TlsFiles { tls_cert_file: Some(_), .. } => "tls_cert_file",
+            _ => "tls_key_file",
+        };
+        return Err(at.bad(field, "is only used with a rediss:// url"));
+    }
+    if tls && !cfg!(feature = "redis-tls") {
+        return Err(at.bad("url", "rediss:// needs dlock's cargo feature `redis-tls`"));
+    }
+    #[cfg(feature = "redis-tls")]
+    if config.tls.any() {
+        let pem = config.tls.read(at)?;
+        let certificates = redis::TlsCertificates {
+            client_tls: pem.identity.map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
+            root_cert: pem.ca,
+        };
+        return Client::build_with_tls(config.url.as_str(), certificates)
+            .map_err(|e| at.bad("url", e.to_string()));
+    }
+    Client::open(config.url.as_str()).map_err(|e| {
+        at.bad(
+            "url",
+            format!(
+                "`{}` is not a Redis url ({e}); write redis://[user:password@]host:port, or rediss:// for TLS",
+                without_password(&config.url)
+            ),
+        )
+    })
+}
+
+/// `url` with any password replaced by `***`, for error messages: the
+/// credentials are what stands after the last `/` before the `@`, so a
+/// malformed url keeps its password out of the message too.
+fn without_password(url: &str) -> String {
+    let Some(at) = url.rfind('@') else {
+        return url.to_owned();
+    };
+    let start = url[..at].rfind('/').map_or(0, |slash| slash + 1);
+    match url[start..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
+        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(without_password("redis//h:1"), "redis//h:1");
+        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
+        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
+    }
+}
