@@ -96,6 +96,9 @@ impl Faults {
     }
 }
 
+// A method with a default that this wrapper did not forward would drop the
+// wrapped engine's behaviour without a word: clippy refuses that here.
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl Engine for Faults {
     fn kind(&self) -> &'static str {
