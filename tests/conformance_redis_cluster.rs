@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance;
-use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
+use dlock::engines::redis::{RedisClusterConfig, RedisEngine, Timings};
 use dlock::kit::ClientSettings;
 use dlock::kit::Engine;
 use dlock_testkit::fixtures::redis::{RedisCluster, redis_cli};
@@ -27,8 +27,10 @@ async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
             .map(|n| format!("redis://{}", n.address()))
             .collect(),
         client: ClientSettings::with_timeout(Duration::from_secs(5)),
-        fence_retention: Duration::from_secs(1),
-        waiter_ttl,
+        timings: Timings {
+            fence_retention: Duration::from_secs(1),
+            waiter_ttl,
+        },
     };
     let engine = RedisEngine::connect_cluster("cluster", &config).await;
     Arc::new(engine.expect("connect"))

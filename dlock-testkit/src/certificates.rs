@@ -15,7 +15,9 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(status.success(), "openssl {args:?} failed");
 }
 
-/// A CA, and a server certificate for IP 127.0.0.1 signed by it.
+/// A CA (`ca.crt`), and signed by it a server certificate for IP 127.0.0.1
+/// (`server.crt`, `server.key`) and a client certificate (`client.crt`,
+/// `client.key`), in a new folder.
 pub fn certificates() -> PathBuf {
     // A folder per call: tests in one process run side by side.
     static MADE: AtomicUsize = AtomicUsize::new(0);
@@ -40,41 +42,24 @@ pub fn certificates() -> PathBuf {
             "ca.crt",
         ],
     );
-    openssl(
-        &dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
+    request(&dir, "server", "/CN=127.0.0.1");
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
     sign(&dir, "server", "san.ext");
-    openssl(
-        &dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=dlock test client",
-            "-keyout",
-            "client.key",
-            "-out",
-            "client.csr",
-        ],
-    );
+    request(&dir, "client", "/CN=dlock test client");
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
     sign(&dir, "client", "client.ext");
     dir
+}
+
+/// A key, `<name>.key`, and a request to sign it, `<name>.csr`.
+fn request(dir: &Path, name: &str, subject: &str) {
+    let (key, csr) = (format!("{name}.key"), format!("{name}.csr"));
+    openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", &key, "-out", &csr,
+        ],
+    );
 }
 
 /// Signs `<name>.csr` with the CA into `<name>.crt`.

@@ -18,22 +18,12 @@ use super::{RedisEngine, notify};
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port`, or `rediss://` for TLS (feature `redis-tls`).
     pub url: String,
-    /// How long the last fencing token is kept after a grant: the next
-    /// token is past it even if the server's clock stepped back by less;
-    /// see the [module docs](super).
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// How long a queued waiter stays in line without polling before the
-    /// others drop it as dead.
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
-    /// Replicas that must have a grant before it is handed out (`WAIT`).
-    #[serde(default)]
-    pub replicas_ack: u32,
-    /// How long a grant waits for `replicas_ack` replicas; too few in time,
-    /// and it is undone and tried again within the wait.
-    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
-    pub replicas_ack_timeout: Duration,
+    /// `fence_retention` and `waiter_ttl`.
+    #[serde(flatten)]
+    pub timings: Timings,
+    /// `replicas_ack` and `replicas_ack_timeout`.
+    #[serde(flatten)]
+    pub replication: Replication,
     /// `connect_timeout` bounds connecting, and each command's connection
     /// and response in the client (Redis client names are not set).
     #[serde(flatten)]
@@ -50,12 +40,57 @@ impl RedisConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
-            fence_retention: default_fence_retention(),
-            waiter_ttl: default_waiter_ttl(),
-            replicas_ack: 0,
-            replicas_ack_timeout: default_replicas_ack_timeout(),
+            timings: Timings::default(),
+            replication: Replication::default(),
             client: ClientSettings::default(),
             tls: TlsFiles::default(),
+        }
+    }
+}
+
+/// How long the scripts keep a lock's keys, in every Redis kind.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Timings {
+    /// How long the last fencing token is kept after a grant: the next
+    /// token is past it even if the server's clock stepped back by less;
+    /// see the [module docs](super).
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// How long a queued waiter stays in line without polling before the
+    /// others drop it as dead.
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            fence_retention: default_fence_retention(),
+            waiter_ttl: default_waiter_ttl(),
+        }
+    }
+}
+
+/// Replicas a grant waits for, on one server or behind Sentinel.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Replication {
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    /// With 1 or more a grant survives a failover, and an old primary that
+    /// no replica follows any more grants nothing; but the lock then stops
+    /// granting while fewer replicas are up, so it is not the default.
+    #[serde(default)]
+    pub replicas_ack: u32,
+    /// How long a grant waits for `replicas_ack` replicas; too few in time,
+    /// and it is undone and tried again within the wait.
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            replicas_ack: 0,
+            replicas_ack_timeout: default_replicas_ack_timeout(),
         }
     }
 }
@@ -67,12 +102,9 @@ impl RedisConfig {
 pub struct RedisClusterConfig {
     /// `redis://host:port` of one or more cluster nodes.
     pub nodes: Vec<String>,
-    /// As [`RedisConfig::fence_retention`].
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// As [`RedisConfig::waiter_ttl`].
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
+    /// `fence_retention` and `waiter_ttl`.
+    #[serde(flatten)]
+    pub timings: Timings,
     /// As [`RedisConfig::client`].
     #[serde(flatten)]
     pub client: ClientSettings,
@@ -88,21 +120,12 @@ pub struct RedisSentinelConfig {
     pub sentinels: Vec<String>,
     /// The name the sentinels monitor the primary under.
     pub master_name: String,
-    /// Replicas that must have a grant before it is handed out (`WAIT`).
-    /// With 1 or more a grant survives a failover, and an old primary that
-    /// no replica follows any more grants nothing; but the lock then stops
-    /// granting while fewer replicas are up, so it is not the default.
-    #[serde(default)]
-    pub replicas_ack: u32,
-    /// As [`RedisConfig::replicas_ack_timeout`].
-    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
-    pub replicas_ack_timeout: Duration,
-    /// As [`RedisConfig::fence_retention`].
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// As [`RedisConfig::waiter_ttl`].
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
+    /// `fence_retention` and `waiter_ttl`.
+    #[serde(flatten)]
+    pub timings: Timings,
+    /// `replicas_ack` and `replicas_ack_timeout`.
+    #[serde(flatten)]
+    pub replication: Replication,
     /// As [`RedisConfig::client`].
     #[serde(flatten)]
     pub client: ClientSettings,
@@ -141,7 +164,7 @@ impl RedisEngine {
     /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis" };
-        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
+        let timings = timings(&at, &config.timings)?;
         let client = client(&at, config)?;
         let target = Target {
             at,
@@ -151,13 +174,13 @@ impl RedisEngine {
         let connection = connection::single(client.clone(), &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
         let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
-        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
+        Ok(engine.acknowledged_by(&config.replication))
     }
 
     /// Connects Redis Cluster engine `name` through its seed nodes.
     pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-cluster" };
-        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
+        let timings = timings(&at, &config.timings)?;
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
         }
@@ -174,7 +197,7 @@ impl RedisEngine {
     /// Connects Sentinel engine `name` to the primary its sentinels name.
     pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-sentinel" };
-        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
+        let timings = timings(&at, &config.timings)?;
         if config.sentinels.is_empty() {
             return Err(at.bad("sentinels", "name at least one sentinel"));
         }
@@ -233,17 +256,17 @@ impl RedisEngine {
         primary.follow(infos, &config.master_name);
         let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
         let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
-        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
+        Ok(engine.acknowledged_by(&config.replication))
     }
 }
 
 /// `fence_retention` and `waiter_ttl`, which the scripts use as key
 /// expiries: at least a millisecond each.
-fn timings(
-    at: &Connecting<'_>,
-    fence_retention: Duration,
-    waiter_ttl: Duration,
-) -> Result<(Duration, Duration), Error> {
+fn timings(at: &Connecting<'_>, timings: &Timings) -> Result<(Duration, Duration), Error> {
+    let Timings {
+        fence_retention,
+        waiter_ttl,
+    } = *timings;
     for (field, value) in [("fence_retention", fence_retention), ("waiter_ttl", waiter_ttl)] {
         if value < Duration::from_millis(1) {
             return Err(at.bad(field, "must be at least 1ms"));
