@@ -23,6 +23,11 @@ use tokio_postgres::{Client, Config, NoTls};
 
 use super::sql::Statements;
 
+/// How long a cancelled wait's answer may take before its session is
+/// ended instead: a cancel takes effect in milliseconds, even on a busy
+/// machine, unless the server dropped it.
+const CANCEL_TAKES: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Closed {
@@ -475,9 +480,10 @@ impl Conn {
     /// books. So the session is used again only if the wait itself was
     /// cancelled, which spends the cancel, and after an unlock of the key,
     /// since the cancel may have struck just after the grant. Otherwise
-    /// (the grant came first, or the cancel came before the statement and
-    /// was dropped) the session stays marked waiting, so nothing else runs
-    /// on it, and ends; that lets go of a grant too.
+    /// (the grant came first, or no answer within [`CANCEL_TAKES`]) the
+    /// session stays marked waiting, so nothing else runs on it, and ends;
+    /// that lets go of a grant too, and a statement still in the server's
+    /// queue ends once granted.
     pub async fn wait_take(
         &self,
         key: i64,
@@ -491,14 +497,23 @@ impl Conn {
         let answer = self.client.query_one(self.statements.wait_take(mode), &params);
         tokio::pin!(answer);
         let answer = tokio::select! {
+            // The statement first: polled, it is sent before any cancel.
+            biased;
             answer = &mut answer => answer,
             () = stop => {
                 // A failed cancel leaves the statement to finish on its own.
                 let _ = self.client.cancel_token().cancel_query(NoTls).await;
-                let spent = matches!(answer.await, Err(e) if e.code() == Some(&SqlState::QUERY_CANCELED));
+                // A cancel that reached the session before the statement
+                // did is dropped, and the statement waits its turn: the
+                // session then ends rather than keep the waiter.
+                let answer = tokio::time::timeout(CANCEL_TAKES, answer).await;
+                let spent = matches!(answer, Ok(Err(e)) if e.code() == Some(&SqlState::QUERY_CANCELED));
                 let undone = spent && self.on_key(self.statements.give_back(mode, true), key, Some(0)).await.is_ok();
                 if undone {
-                    self.rebook(|book| book.waiting = false);
+                    self.rebook(|book| {
+                        book.waiting = false;
+                        book.timeout = 0;
+                    });
                 } else {
                     self.end.notify_one();
                 }
