@@ -221,6 +221,11 @@ async fn bad_shared_settings_fail_naming_the_field() {
             "engines.pg.max_connections",
             "",
         ),
+        (
+            "[engines.m]\nkind = \"memory\"\nconnect_timeout = \"1s\"".to_owned(),
+            "engines.m.connect_timeout",
+            "unknown field",
+        ),
     ];
     let cases: Vec<(&str, &str, &str)> = cases.iter().map(|(t, f, m)| (t.as_str(), *f, *m)).collect();
     fails_naming_the_field(&cases).await;
@@ -240,6 +245,16 @@ async fn bad_engine_settings_fail_naming_the_field() {
     fails_naming_the_field(&[(&short_waiter_ttl, "engines.r.waiter_ttl", "3 poll intervals")]).await;
     let cases: &[(&str, &str, &str)] = &[
         ("[engines.zk]\nkind = \"zookeeper\"", "engines.zk", "connect"),
+        (
+            "[engines.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nwaiter_ttl = \"soon\"",
+            "engines.r.waiter_ttl",
+            "",
+        ),
+        (
+            "[engines.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nclient_name = \"billing\"",
+            "engines.r.client_name",
+            "does not name its connections",
+        ),
         (
             "[engines.zk]\nkind = \"zookeeper\"\nconect = \"127.0.0.1:2181\"",
             "engines.zk.conect",

@@ -71,6 +71,21 @@ pub struct ClientSettings {
 }
 
 impl ClientSettings {
+    /// For an engine whose server shows no client names: a `client_name`
+    /// set anyway is refused, not ignored.
+    pub fn unnamed(&self, at: &Connecting<'_>) -> Result<(), Error> {
+        match &self.client_name {
+            Some(_) => Err(at.bad(
+                "client_name",
+                format!(
+                    "the {} engine does not name its connections (postgres does)",
+                    at.kind
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The defaults, with `connect_timeout` as given.
     pub fn with_timeout(connect_timeout: Duration) -> Self {
         ClientSettings {

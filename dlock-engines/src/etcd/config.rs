@@ -30,7 +30,7 @@ pub struct EtcdConfig {
     #[serde(default = "default_session_ttl", with = "humantime_serde")]
     pub session_ttl: Duration,
     /// `connect_timeout` bounds connecting and opening the first session
-    /// (etcd keeps no client names).
+    /// (`client_name` is refused: no names here).
     #[serde(flatten)]
     pub client: ClientSettings,
     /// `username` (or `user`) and `password`, for clusters with
@@ -74,6 +74,7 @@ impl EtcdEngine {
     /// Connects engine `name` (for error messages) and grants its lease.
     pub async fn connect(name: &str, config: &EtcdConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "etcd" };
+        config.client.unnamed(&at)?;
         if config.endpoints.is_empty() || config.endpoints.iter().any(|e| e.trim().is_empty()) {
             return Err(at.bad("endpoints", "name at least one host:port, none empty"));
         }

@@ -16,8 +16,8 @@ pub struct MemcachedConfig {
     /// Connections kept open; requests on one connection wait for each other.
     #[serde(default = "default_connections")]
     pub connections: usize,
-    /// `connect_timeout` bounds opening each connection (memcached keeps no
-    /// client names).
+    /// `connect_timeout` bounds opening each connection (`client_name` is
+    /// refused: no names here).
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -37,6 +37,7 @@ impl MemcachedEngine {
     /// Connects engine `name` (for error messages).
     pub async fn connect(name: &str, config: &MemcachedConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "memcached" };
+        config.client.unnamed(&at)?;
         if config.address.trim().is_empty() {
             return Err(at.bad("address", "name the server as host:port"));
         }

@@ -25,8 +25,8 @@ pub struct MysqlConfig {
     /// A waiter that does not poll within this is dropped from the queue.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
-    /// `connect_timeout` bounds the first connection at startup (the
-    /// engine sets no client name on MySQL sessions).
+    /// `connect_timeout` bounds the first connection at startup (`client_name`
+    /// is refused: no names here).
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -51,6 +51,7 @@ impl MysqlEngine {
     /// makes the table if missing, and checks this user may use it.
     pub async fn connect(name: &str, config: &MysqlConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "mysql" };
+        config.client.unnamed(&at)?;
         let opts = Opts::from_url(&config.url).map_err(|e| {
             at.bad(
                 "url",

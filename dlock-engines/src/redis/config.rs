@@ -18,14 +18,24 @@ use super::{RedisEngine, notify};
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port`, or `rediss://` for TLS (feature `redis-tls`).
     pub url: String,
-    /// `fence_retention` and `waiter_ttl`.
-    #[serde(flatten)]
-    pub timings: Timings,
-    /// `replicas_ack` and `replicas_ack_timeout`.
-    #[serde(flatten)]
-    pub replication: Replication,
+    /// How long the last fencing token is kept after a grant: the next
+    /// token is past it even if the server's clock stepped back by less;
+    /// see the [module docs](super).
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// How long a queued waiter stays in line without polling before the
+    /// others drop it as dead.
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    #[serde(default)]
+    pub replicas_ack: u32,
+    /// How long a grant waits for `replicas_ack` replicas; too few in time,
+    /// and it is undone and tried again within the wait.
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
     /// `connect_timeout` bounds connecting, and each command's connection
-    /// and response in the client (Redis client names are not set).
+    /// and response in the client (`client_name` is refused: no names here).
     #[serde(flatten)]
     pub client: ClientSettings,
     /// For `rediss://`: the CA that signed the server's certificate
@@ -40,57 +50,12 @@ impl RedisConfig {
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
-            timings: Timings::default(),
-            replication: Replication::default(),
-            client: ClientSettings::default(),
-            tls: TlsFiles::default(),
-        }
-    }
-}
-
-/// How long the scripts keep a lock's keys, in every Redis kind.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct Timings {
-    /// How long the last fencing token is kept after a grant: the next
-    /// token is past it even if the server's clock stepped back by less;
-    /// see the [module docs](super).
-    #[serde(default = "default_fence_retention", with = "humantime_serde")]
-    pub fence_retention: Duration,
-    /// How long a queued waiter stays in line without polling before the
-    /// others drop it as dead.
-    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
-    pub waiter_ttl: Duration,
-}
-
-impl Default for Timings {
-    fn default() -> Self {
-        Timings {
             fence_retention: default_fence_retention(),
             waiter_ttl: default_waiter_ttl(),
-        }
-    }
-}
-
-/// Replicas a grant waits for, on one server or behind Sentinel.
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub struct Replication {
-    /// Replicas that must have a grant before it is handed out (`WAIT`).
-    /// With 1 or more a grant survives a failover, and an old primary that
-    /// no replica follows any more grants nothing; but the lock then stops
-    /// granting while fewer replicas are up, so it is not the default.
-    #[serde(default)]
-    pub replicas_ack: u32,
-    /// How long a grant waits for `replicas_ack` replicas; too few in time,
-    /// and it is undone and tried again within the wait.
-    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
-    pub replicas_ack_timeout: Duration,
-}
-
-impl Default for Replication {
-    fn default() -> Self {
-        Replication {
             replicas_ack: 0,
             replicas_ack_timeout: default_replicas_ack_timeout(),
+            client: ClientSettings::default(),
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -102,9 +67,12 @@ impl Default for Replication {
 pub struct RedisClusterConfig {
     /// `redis://host:port` of one or more cluster nodes.
     pub nodes: Vec<String>,
-    /// `fence_retention` and `waiter_ttl`.
-    #[serde(flatten)]
-    pub timings: Timings,
+    /// As [`RedisConfig::fence_retention`].
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// As [`RedisConfig::waiter_ttl`].
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
     /// As [`RedisConfig::client`].
     #[serde(flatten)]
     pub client: ClientSettings,
@@ -120,12 +88,21 @@ pub struct RedisSentinelConfig {
     pub sentinels: Vec<String>,
     /// The name the sentinels monitor the primary under.
     pub master_name: String,
-    /// `fence_retention` and `waiter_ttl`.
-    #[serde(flatten)]
-    pub timings: Timings,
-    /// `replicas_ack` and `replicas_ack_timeout`.
-    #[serde(flatten)]
-    pub replication: Replication,
+    /// Replicas that must have a grant before it is handed out (`WAIT`).
+    /// With 1 or more a grant survives a failover, and an old primary that
+    /// no replica follows any more grants nothing; but the lock then stops
+    /// granting while fewer replicas are up, so it is not the default.
+    #[serde(default)]
+    pub replicas_ack: u32,
+    /// As [`RedisConfig::replicas_ack_timeout`].
+    #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
+    pub replicas_ack_timeout: Duration,
+    /// As [`RedisConfig::fence_retention`].
+    #[serde(default = "default_fence_retention", with = "humantime_serde")]
+    pub fence_retention: Duration,
+    /// As [`RedisConfig::waiter_ttl`].
+    #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
+    pub waiter_ttl: Duration,
     /// As [`RedisConfig::client`].
     #[serde(flatten)]
     pub client: ClientSettings,
@@ -164,7 +141,8 @@ impl RedisEngine {
     /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis" };
-        let timings = timings(&at, &config.timings)?;
+        config.client.unnamed(&at)?;
+        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         let client = client(&at, config)?;
         let target = Target {
             at,
@@ -174,13 +152,14 @@ impl RedisEngine {
         let connection = connection::single(client.clone(), &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
         let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
-        Ok(engine.acknowledged_by(&config.replication))
+        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 
     /// Connects Redis Cluster engine `name` through its seed nodes.
     pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-cluster" };
-        let timings = timings(&at, &config.timings)?;
+        config.client.unnamed(&at)?;
+        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
         }
@@ -197,7 +176,8 @@ impl RedisEngine {
     /// Connects Sentinel engine `name` to the primary its sentinels name.
     pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-sentinel" };
-        let timings = timings(&at, &config.timings)?;
+        config.client.unnamed(&at)?;
+        let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.sentinels.is_empty() {
             return Err(at.bad("sentinels", "name at least one sentinel"));
         }
@@ -205,7 +185,7 @@ impl RedisEngine {
         let mut sentinel_auth = None;
         for url in &config.sentinels {
             let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                .map_err(|e| at.bad("sentinels", format!("`{url}`: {e}")))?;
+                .map_err(|e| at.bad("sentinels", format!("`{}`: {e}", without_password(url))))?;
             let settings = info.redis_settings();
             if sentinel_auth.is_none() && settings.password().is_some() {
                 sentinel_auth = Some(settings.clone());
@@ -256,17 +236,17 @@ impl RedisEngine {
         primary.follow(infos, &config.master_name);
         let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
         let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
-        Ok(engine.acknowledged_by(&config.replication))
+        Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 }
 
 /// `fence_retention` and `waiter_ttl`, which the scripts use as key
 /// expiries: at least a millisecond each.
-fn timings(at: &Connecting<'_>, timings: &Timings) -> Result<(Duration, Duration), Error> {
-    let Timings {
-        fence_retention,
-        waiter_ttl,
-    } = *timings;
+fn timings(
+    at: &Connecting<'_>,
+    fence_retention: Duration,
+    waiter_ttl: Duration,
+) -> Result<(Duration, Duration), Error> {
     for (field, value) in [("fence_retention", fence_retention), ("waiter_ttl", waiter_ttl)] {
         if value < Duration::from_millis(1) {
             return Err(at.bad(field, "must be at least 1ms"));
@@ -316,7 +296,7 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
 /// `url` with any password replaced by `***`, for error messages: the
 /// credentials are what stands after the last `/` before the `@`, so a
 /// malformed url keeps its password out of the message too.
-fn without_password(url: &str) -> String {
+pub(crate) fn without_password(url: &str) -> String {
     let Some(at) = url.rfind('@') else {
         return url.to_owned();
     };

@@ -101,7 +101,7 @@
 //!   refused and `lost` fires; the old holder's writes are refused by
 //!   fenced storage, since its token is older.
 
-mod config;
+pub(crate) mod config;
 mod connection;
 pub(crate) mod keys;
 mod notify;
@@ -113,7 +113,7 @@ use redis::Script;
 
 use connection::{Connection, Target};
 
-pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, Replication, Timings, register};
+pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, register};
 
 /// A script: this engine's settings as Lua constants (one script per
 /// setting in use, not per process), the names all scripts share
@@ -174,12 +174,8 @@ pub struct RedisEngine {
 
 impl RedisEngine {
     /// Grants wait for `replicas` replicas (none: 0), at most `timeout`.
-    fn acknowledged_by(mut self, replication: &Replication) -> Self {
-        let Replication {
-            replicas_ack,
-            replicas_ack_timeout,
-        } = *replication;
-        self.replicas_ack = (replicas_ack > 0).then_some((replicas_ack, replicas_ack_timeout));
+    fn acknowledged_by(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas_ack = (replicas > 0).then_some((replicas, timeout));
         self
     }
 

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use tokio::sync::OnceCell;
 
 use super::{Master, RedLockEngine, Scripts};
+use crate::redis::config::without_password;
 
 /// Settings of a RedLock engine, `kind = "redlock"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -28,8 +29,8 @@ pub struct RedLockConfig {
     /// see the [module docs](super).
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
-    /// `connect_timeout` bounds connecting to each master (Redis client
-    /// names are not set).
+    /// `connect_timeout` bounds connecting to each master (`client_name`
+    /// is refused: no names here).
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -71,6 +72,7 @@ impl RedLockEngine {
     /// unless a majority answers.
     pub async fn connect(name: &str, config: &RedLockConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redlock" };
+        config.client.unnamed(&at)?;
         if config.masters.len() < 3 {
             return Err(at.bad(
                 "masters",
@@ -82,7 +84,8 @@ impl RedLockEngine {
         }
         let mut masters = Vec::new();
         for url in &config.masters {
-            let client = Client::open(url.as_str()).map_err(|e| at.bad("masters", format!("`{url}`: {e}")))?;
+            let client = Client::open(url.as_str())
+                .map_err(|e| at.bad("masters", format!("`{}`: {e}", without_password(url))))?;
             masters.push(Arc::new(Master {
                 address: client.get_connection_info().addr().to_string(),
                 client,

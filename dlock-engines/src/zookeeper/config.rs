@@ -31,8 +31,8 @@ pub struct ZooKeeperConfig {
     /// `user:password` for ZooKeeper digest authentication.
     #[serde(default)]
     pub digest: Option<String>,
-    /// `connect_timeout` bounds connecting and opening a session (ZooKeeper
-    /// keeps no client names).
+    /// `connect_timeout` bounds connecting and opening a session
+    /// (`client_name` is refused: no names here).
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -70,6 +70,7 @@ impl ZooKeeperEngine {
     /// Connects engine `name` (for error messages) and opens its session.
     pub async fn connect(name: &str, config: &ZooKeeperConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "zookeeper" };
+        config.client.unnamed(&at)?;
         if config.connect.trim().is_empty() {
             return Err(at.bad("connect", "name at least one host:port"));
         }
