@@ -70,8 +70,10 @@ async fn registry(server: &TestServer) -> Registry {
 
 /// A registry whose grants wait for `replicas` replicas (`replicas_ack`).
 async fn acknowledged_registry(server: &TestServer, replicas: u32) -> Registry {
-    let mut config = RedisConfig::new(format!("redis://{}", server.address()));
-    config.replication.replicas_ack = replicas;
+    let config = RedisConfig {
+        replicas_ack: replicas,
+        ..RedisConfig::new(format!("redis://{}", server.address()))
+    };
     let engine = RedisEngine::connect("redis", &config).await.expect("connect");
     Registry::with_engine("redis", Arc::new(engine), Settings::default()).expect("registry")
 }
@@ -386,8 +388,10 @@ async fn memory() {
             .map(|i| Request::new(key(i), Mode::Write, lease))
             .collect(),
     );
-    let mut config = RedisConfig::new(format!("redis://{}", server.address()));
-    config.timings.fence_retention = RETENTION;
+    let config = RedisConfig {
+        fence_retention: RETENTION,
+        ..RedisConfig::new(format!("redis://{}", server.address()))
+    };
     let engine = Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"));
     // Loads the scripts, so that the cache is not counted.
     let warm = Request::new(key(HELD), Mode::Write, lease);

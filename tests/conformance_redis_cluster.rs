@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance;
-use dlock::engines::redis::{RedisClusterConfig, RedisEngine, Timings};
+use dlock::engines::redis::{RedisClusterConfig, RedisEngine};
 use dlock::kit::ClientSettings;
 use dlock::kit::Engine;
 use dlock_testkit::fixtures::redis::{RedisCluster, redis_cli};
@@ -27,10 +27,8 @@ async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
             .map(|n| format!("redis://{}", n.address()))
             .collect(),
         client: ClientSettings::with_timeout(Duration::from_secs(5)),
-        timings: Timings {
-            fence_retention: Duration::from_secs(1),
-            waiter_ttl,
-        },
+        fence_retention: Duration::from_secs(1),
+        waiter_ttl,
     };
     let engine = RedisEngine::connect_cluster("cluster", &config).await;
     Arc::new(engine.expect("connect"))

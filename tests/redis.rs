@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock::config::Polling;
 use dlock::engines::conformance::{self, SETTINGS};
-use dlock::engines::redis::{RedisConfig, RedisEngine, Timings};
+use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::kit::ClientSettings;
 use dlock::kit::Engine;
 use dlock::{Error, LockKey, Mode, Registry, Settings};
@@ -25,10 +25,8 @@ fn start() -> TestServer {
 fn config(server: &TestServer) -> RedisConfig {
     RedisConfig {
         client: ClientSettings::with_timeout(Duration::from_secs(2)),
-        timings: Timings {
-            fence_retention: Duration::from_secs(1),
-            waiter_ttl: Duration::from_secs(1),
-        },
+        fence_retention: Duration::from_secs(1),
+        waiter_ttl: Duration::from_secs(1),
         ..RedisConfig::new(format!("redis://{}", server.address()))
     }
 }
@@ -39,8 +37,10 @@ async fn engine(server: &TestServer) -> Arc<RedisEngine> {
 
 /// An engine that drops waiters silent for `waiter_ttl`.
 async fn engine_with(server: &TestServer, waiter_ttl: Duration) -> Arc<RedisEngine> {
-    let mut config = config(server);
-    config.timings.waiter_ttl = waiter_ttl;
+    let config = RedisConfig {
+        waiter_ttl,
+        ..config(server)
+    };
     Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"))
 }
 
@@ -509,8 +509,8 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
     for field in ["fence_retention", "waiter_ttl"] {
         let mut zero = RedisConfig::new(format!("redis://127.0.0.1:{port}"));
         match field {
-            "fence_retention" => zero.timings.fence_retention = Duration::ZERO,
-            _ => zero.timings.waiter_ttl = Duration::ZERO,
+            "fence_retention" => zero.fence_retention = Duration::ZERO,
+            _ => zero.waiter_ttl = Duration::ZERO,
         }
         match RedisEngine::connect("main", &zero).await {
             Err(Error::Config { field: named, .. }) => assert_eq!(named, format!("engines.main.{field}")),

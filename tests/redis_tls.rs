@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::SETTINGS;
-use dlock::engines::redis::{RedisConfig, RedisEngine, Timings};
+use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::kit::TlsFiles;
 use dlock::{Error, Registry};
 use dlock_testkit::certificates::certificates;
@@ -51,10 +51,8 @@ async fn locks_and_notifications_work_over_tls() {
             tls_ca_file: Some(certs.join("ca.crt")),
             ..TlsFiles::default()
         },
-        timings: Timings {
-            fence_retention: Duration::from_secs(1),
-            waiter_ttl: Duration::from_secs(1),
-        },
+        fence_retention: Duration::from_secs(1),
+        waiter_ttl: Duration::from_secs(1),
         ..RedisConfig::new(format!("rediss://{}", server.address()))
     };
     let engine = Arc::new(

@@ -142,7 +142,7 @@ async fn a_master_restarted_empty_lets_two_hold_and_the_fence_refuses_the_older(
                 .expect("3 of 5 answer"),
         ),
         Settings {
-            lease: Duration::from_secs(9),
+            lease: Duration::from_secs(18),
             ..SETTINGS
         },
     )
@@ -186,7 +186,7 @@ async fn a_master_restarted_empty_lets_two_hold_and_the_fence_refuses_the_older(
     );
     assert_eq!(store.value(), 1);
     // Its next renewal finds no majority: the first holder learns it lost.
-    let reason = tokio::time::timeout(Duration::from_secs(9), old.lost()).await;
+    let reason = tokio::time::timeout(Duration::from_secs(12), old.lost()).await;
     assert!(reason.is_ok(), "the first holder never learned it lost the lock");
     new.release().await.expect("release");
     std::fs::remove_dir_all(dir).ok();
