@@ -291,7 +291,7 @@ impl Hold {
             Entry::Occupied(_) => None,
         };
         Filed {
-            filed: filed,
+            filed,
             hold: self.clone(),
         }
     }

@@ -39,11 +39,11 @@ pub(super) enum Closed {
 }
 
 pub(super) struct Pool {
-    config: Config,
+    config: Arc<Config>,
     /// The fence sequence, as a quoted SQL literal.
-    fence: String,
+    fence: Arc<str>,
     max: usize,
-    conns: Mutex<Conns>,
+    conns: Arc<Mutex<Conns>>,
     /// A connection opened, closed, stopped waiting or let a key go.
     pub changed: Arc<Notify>,
     /// Permits to wait in the server's queue, `max - 1`, handed out in order.
@@ -73,10 +73,10 @@ enum Use {
 impl Pool {
     pub fn new(config: Config, fence: String, max: usize) -> Self {
         Pool {
-            config,
-            fence,
+            config: Arc::new(config),
+            fence: fence.into(),
             max,
-            conns: Mutex::default(),
+            conns: Arc::default(),
             changed: Arc::new(Notify::new()),
             waits: Arc::new(Semaphore::new(max - 1)),
             waiting: Waiters::default(),
@@ -84,7 +84,7 @@ impl Pool {
     }
 
     fn conns(&self) -> MutexGuard<'_, Conns> {
-        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.conns)
     }
 
     /// Tries `key` once on a connection that may take it: the connection
@@ -161,20 +161,42 @@ impl Pool {
                 changed.await;
                 continue;
             }
-            let opening = Opening(Some(self));
-            let conn = self.open().await?;
-            conn.book().mark(used);
-            opening.done(conn.clone());
-            return Ok(Some(conn));
+            let opened = self.open_one_more().await;
+            opened.unwrap_or_else(|e| Err(EngineError::failed(format!("opening a connection: {e}"))))?;
         }
     }
 
-    /// Opens one connection: session settings that could end a wait or a
-    /// hold behind dlock's back are reset, and the statements prepared.
-    async fn open(&self) -> Result<Arc<Conn>, EngineError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(failed)?;
+    /// Opens a connection into the pool, counted in `opening` until then.
+    /// A task of its own, so that a pick given up midway (a status check
+    /// cut short by the grant it watched for) still adds it: a connect,
+    /// authentication included, costs too much to throw away.
+    fn open_one_more(&self) -> tokio::task::JoinHandle<Result<(), EngineError>> {
+        let (config, fence) = (self.config.clone(), self.fence.clone());
+        let (conns, changed) = (self.conns.clone(), self.changed.clone());
+        tokio::spawn(async move {
+            let conn = open(&config, &fence, &changed).await;
+            let mut list = lock(&conns);
+            list.opening -= 1;
+            if let Ok(conn) = &conn {
+                list.open.push(conn.clone());
+            }
+            drop(list);
+            changed.notify_waiters();
+            conn.map(drop)
+        })
+    }
+}
+
+fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
+    conns.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Opens one connection: session settings that could end a wait or a hold
+/// behind dlock's back are reset, and the statements prepared.
+async fn open(config: &Config, fence: &str, pool_changed: &Arc<Notify>) -> Result<Arc<Conn>, EngineError> {
+        let (client, connection) = config.connect(NoTls).await.map_err(failed)?;
         let (closed_tx, closed) = watch::channel(None);
-        let changed = self.changed.clone();
+        let changed = pool_changed.clone();
         let end = Arc::new(Notify::new());
         let ended = end.clone();
         tokio::spawn(async move {
@@ -212,7 +234,7 @@ impl Pool {
                  or session pooling",
             ));
         }
-        let statements = Statements::prepare(&client, &self.fence).await.map_err(failed)?;
+        let statements = Statements::prepare(&client, fence).await.map_err(failed)?;
         Ok(Arc::new(Conn {
             pid: row.get(0),
             client,
@@ -221,34 +243,8 @@ impl Pool {
             order: tokio::sync::Mutex::new(()),
             closed,
             end,
-            changed: self.changed.clone(),
+            changed: pool_changed.clone(),
         }))
-    }
-}
-
-/// A connection being opened, counted in `opening` until it joins the pool.
-/// Dropped before (the open failed, or whoever picked stopped waiting: a
-/// status check cut short by the grant it was watching for), it gives the
-/// count back; a count kept would, once it reached the pool's size, let no
-/// connection open again.
-struct Opening<'a>(Option<&'a Pool>);
-
-impl Opening<'_> {
-    fn done(mut self, conn: Arc<Conn>) {
-        let pool = self.0.take().expect("done once");
-        let mut conns = pool.conns();
-        conns.opening -= 1;
-        conns.open.push(conn);
-    }
-}
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        if let Some(pool) = self.0 {
-            pool.conns().opening -= 1;
-            pool.changed.notify_waiters();
-        }
-    }
 }
 
 /// A connection picked for a read-only statement: it counts as looking
