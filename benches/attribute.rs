@@ -42,6 +42,23 @@ async fn by_hand(order_id: u64) -> Result<u64, dlock::Error> {
     Ok(out)
 }
 
+#[distributed_lock(group = "bench-pair", keys = ["from-<from>", "to-<to>"])]
+async fn annotated_pair(from: u64, to: u64) -> Result<u64, dlock::Error> {
+    Ok(black_box(from) + to)
+}
+
+/// Two locks by hand, in the order a set would take them.
+async fn pair_by_hand(from: u64, to: u64) -> Result<u64, dlock::Error> {
+    static LOCKS: OnceLock<Locks> = OnceLock::new();
+    let locks = LOCKS.get_or_init(|| dlock::locks("bench-pair-hand"));
+    let first = locks.get(format!("from-{from}")).lock().await?;
+    let second = locks.get(format!("to-{to}")).lock().await?;
+    let out = black_box(from) + to;
+    second.release().await?;
+    first.release().await?;
+    Ok(out)
+}
+
 fn attribute(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -127,6 +144,21 @@ fn interleaved() {
         "`#[distributed_lock]` call (median block ratio)",
         &format!("{annotated:.2?}"),
         "the same by hand (Lock API)",
+        &format!("{by_hand:.2?}"),
+        ratio,
+        Target::AtMost(1.05),
+    );
+    let (ratio, annotated, by_hand) = in_turns(
+        "two keys ÷ two locks by hand",
+        60,
+        || block(&rt, |id| annotated_pair(id, id + 1)),
+        || block(&rt, |id| pair_by_hand(id, id + 1)),
+    );
+    row(
+        "memory",
+        "`#[distributed_lock(keys = [two])]` call (median block ratio)",
+        &format!("{annotated:.2?}"),
+        "two locks taken by hand in the same order",
         &format!("{by_hand:.2?}"),
         ratio,
         Target::AtMost(1.05),

@@ -8,10 +8,12 @@ use std::task::Poll;
 use std::time::Duration;
 
 pub use dlock_core::Mode;
-use dlock_core::{Error, HeldLock, Locks, Wait};
+use dlock_core::{Error, HeldLock, Lock, LockSet, Locks, LostReason, Wait};
 
 tokio::task_local! {
-    pub(crate) static CURRENT: HeldLock;
+    /// The lock of the innermost annotated function; `None` in one with
+    /// several locks (each has its own fence: `dlock::held_lock`).
+    pub(crate) static CURRENT: Option<HeldLock>;
 }
 
 /// What one annotated function asks for, as a `static` in its body.
@@ -43,6 +45,18 @@ impl Site {
             cancel_on_lost,
             locks: OnceLock::new(),
         }
+    }
+
+    /// Lock `name` with this site's lease and wait.
+    fn lock(&self, name: Arc<str>) -> Result<Lock, Error> {
+        let mut lock = self.locks()?.get(name);
+        if let Some(lease) = self.lease {
+            lock = lock.with_lease(lease);
+        }
+        if let Some(wait) = self.wait {
+            lock = lock.with_wait(Wait::For(wait));
+        }
+        Ok(lock)
     }
 
     /// The group's locks, looked up once: the global registry never changes.
@@ -114,25 +128,26 @@ impl<T, E: From<Error>> Outcome for Result<T, E> {
     }
 }
 
-/// Runs `body` in the hold's `tracing` span (entered around each poll, so
-/// the body's future is not moved into a wrapper) until it ends, or, with
-/// `cancel`, until the lock is lost. Once the body has waited, the loss is
-/// judged before each poll, so a task resumed after a pause past its lease
-/// stops before it acts (the first poll follows the grant at once); the lost
-/// future itself is only polled, and wakes this task, while the body waits.
+/// Runs `body` in the holds' `tracing` spans (entered around each poll, so
+/// the body's future is not moved into a wrapper) until it ends, or until
+/// `lost` resolves. Once the body has waited, `judge` is asked before each
+/// poll, so a task resumed after a pause past its lease stops before it
+/// acts (the first poll follows the grant at once); `lost` itself is only
+/// polled, and wakes this task, while the body waits.
 async fn in_hold<F: Future>(
-    held: &HeldLock,
+    holds: &[HeldLock],
+    judge: impl Fn() -> Option<Error>,
+    lost: Option<impl Future<Output = Error>>,
     body: F,
-    cancel: bool,
-) -> Result<F::Output, dlock_core::LostReason> {
+) -> Result<F::Output, Error> {
     let mut body = pin!(body);
-    let mut lost = pin!(cancel.then(|| held.lost()));
+    let mut lost = pin!(lost);
     let mut waited = false;
     poll_fn(|cx| {
-        if waited && let Some(reason) = held.lost_reason() {
-            return Poll::Ready(Err(reason));
+        if waited && let Some(error) = judge() {
+            return Poll::Ready(Err(error));
         }
-        if let Poll::Ready(out) = held.span().in_scope(|| body.as_mut().poll(cx)) {
+        if let Poll::Ready(out) = in_spans(holds, || body.as_mut().poll(cx)) {
             return Poll::Ready(Ok(out));
         }
         match lost.as_mut().as_pin_mut() {
@@ -146,34 +161,111 @@ async fn in_hold<F: Future>(
     .await
 }
 
+fn in_spans<R>(holds: &[HeldLock], f: impl FnOnce() -> R) -> R {
+    match holds.split_first() {
+        Some((first, rest)) => first.span().in_scope(|| in_spans(rest, f)),
+        None => f(),
+    }
+}
+
+fn lost(held: &HeldLock, reason: LostReason) -> Error {
+    Error::Lost {
+        key: held.key().clone(),
+        reason,
+    }
+}
+
 /// Acquires, runs `body` under the lock (cancelling it if the lock is lost
 /// and the site says so), then releases. The guard also releases if this
 /// future is dropped or the body panics.
 pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Future<Output = O>) -> O {
-    let mut lock = match site.locks() {
-        Ok(locks) => locks.get(name),
-        Err(e) => return O::lock_error(e),
+    let guard = match site.lock(name) {
+        Ok(lock) => lock.acquire(site.mode).await,
+        Err(e) => Err(e),
     };
-    if let Some(lease) = site.lease {
-        lock = lock.with_lease(lease);
-    }
-    if let Some(wait) = site.wait {
-        lock = lock.with_wait(Wait::For(wait));
-    }
-    let guard = match lock.acquire(site.mode).await {
+    let guard = match guard {
         Ok(guard) => guard,
         Err(e) => return O::lock_error(e),
     };
     let held = guard.held().clone();
-    let body = CURRENT.scope(held.clone(), body);
-    let out = match in_hold(&held, body, site.cancel_on_lost).await {
+    let judge = || held.lost_reason().map(|reason| lost(&held, reason));
+    let watch = site
+        .cancel_on_lost
+        .then_some(async { lost(&held, held.lost().await) });
+    let body = CURRENT.scope(Some(held.clone()), body);
+    let out = match in_hold(std::slice::from_ref(&held), judge, watch, body).await {
         Ok(out) => out,
-        Err(reason) => O::lock_error(Error::Lost {
-            key: held.key().clone(),
-            reason,
-        }),
+        Err(e) => O::lock_error(e),
     };
     // A failed release leaves the lease to free the lock; the body's outcome stands.
     let _ = guard.release().await;
     out
+}
+
+/// [`run`] for a function with several locks: they are taken as one
+/// [`LockSet`], in its order, whatever order they were written in; the
+/// body is cancelled when one whose site says so is lost.
+pub async fn run_all<O: Outcome, const N: usize>(
+    locks: [(&'static Site, Arc<str>); N],
+    body: impl Future<Output = O>,
+) -> O {
+    let mut set = LockSet::new();
+    let mut cancelling = Vec::new();
+    for (site, name) in locks {
+        if site.cancel_on_lost {
+            cancelling.push((site.group, name.clone()));
+        }
+        match site.lock(name) {
+            Ok(lock) => set = set.with(lock, site.mode),
+            Err(e) => return O::lock_error(e),
+        }
+    }
+    let guards = match set.acquire().await {
+        Ok(guards) => guards,
+        Err(e) => return O::lock_error(e),
+    };
+    let holds: Vec<HeldLock> = guards.iter().map(|guard| guard.held().clone()).collect();
+    let some: Vec<HeldLock>;
+    let watched = if cancelling.len() == N {
+        &holds
+    } else {
+        some = holds
+            .iter()
+            .filter(|held| {
+                let key = held.key();
+                cancelling
+                    .iter()
+                    .any(|(group, name)| key.group() == *group && key.name() == &**name)
+            })
+            .cloned()
+            .collect();
+        &some
+    };
+    let judge = || {
+        watched
+            .iter()
+            .find_map(|held| held.lost_reason().map(|reason| lost(held, reason)))
+    };
+    let watch = (!watched.is_empty()).then(|| first_lost(watched));
+    let body = CURRENT.scope(None, body);
+    let out = match in_hold(&holds, judge, watch, body).await {
+        Ok(out) => out,
+        Err(e) => O::lock_error(e),
+    };
+    let _ = guards.release().await;
+    out
+}
+
+/// The first of `holds` to be lost.
+async fn first_lost(holds: &[HeldLock]) -> Error {
+    let mut signals: Vec<_> = holds.iter().map(|held| Box::pin(held.lost())).collect();
+    poll_fn(|cx| {
+        for (held, signal) in holds.iter().zip(&mut signals) {
+            if let Poll::Ready(reason) = signal.as_mut().poll(cx) {
+                return Poll::Ready(lost(held, reason));
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }

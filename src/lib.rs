@@ -54,8 +54,12 @@
 //!
 //! The function returns `Result<T, E>` with `E: From<dlock::Error>`: lock
 //! errors (timeout, engine failure, loss) come back through it. Options:
-//! `group` (required), `key`, `mode`, `wait`, `lease`, `engine` and
-//! `on_lost`; [`distributed_lock`] lists them with their defaults. Misuse
+//! `group` (required), `key` or `keys`, `mode`, `wait`, `lease`, `engine`
+//! and `on_lost`; [`distributed_lock`] lists them with their defaults.
+//! Several locks on one function (`keys = ["<from>", "<to>"]`, or several
+//! attributes) are taken as one [`LockSet`]: by group then name, whatever
+//! order they were written in, so no two calls deadlock each other; each
+//! keeps its own fence ([`held_lock`]). Misuse
 //! is a compile error at the offending token. Annotated functions calling
 //! each other in one task reenter with no engine call; inside the body,
 //! [`fence`] and [`current`] give the held lock.
@@ -269,8 +273,8 @@ use once_cell::sync::OnceCell;
 pub use dlock_core::kit;
 pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_core::{
-    Config, Error, Guard, HeldLock, Lock, LockKey, Locks, LostReason, Mode, Registry, Settings, Share, Wait,
-    config, held_locks, metrics,
+    Config, Error, Guard, Guards, HeldLock, Lock, LockKey, LockSet, Locks, LostReason, Mode, Registry,
+    Settings, Share, Wait, config, held_locks, metrics,
 };
 pub use dlock_engines as engines;
 pub use dlock_macros::distributed_lock;
@@ -402,8 +406,9 @@ pub fn lock(group: &str, name: &str) -> Lock {
 
 /// The innermost lock held by a `#[distributed_lock]` function running in
 /// this task; `None` outside one, even while a [`Guard`] of the Lock API is
-/// held. Every lock the task holds, however taken: [`held_locks`]. Spawned
-/// tasks inherit neither, unless spawned with [`spawn`].
+/// held, and in one with several locks (each has its own fence: see
+/// [`held_lock`]). Every lock the task holds, however taken: [`held_locks`].
+/// Spawned tasks inherit neither, unless spawned with [`spawn`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -422,13 +427,39 @@ pub fn lock(group: &str, name: &str) -> Lock {
 /// # }
 /// ```
 pub fn current() -> Option<HeldLock> {
-    __private::CURRENT.try_with(HeldLock::clone).ok()
+    __private::CURRENT.try_with(Option::clone).ok().flatten()
 }
 
 /// The fencing token of [`current`]: pass it to storage with every write.
-/// `None` outside a `#[distributed_lock]` function.
+/// `None` outside a `#[distributed_lock]` function, and in one with several
+/// locks.
 pub fn fence() -> Option<u64> {
     current().map(|held| held.fence())
+}
+
+/// Lock `name` of `group`, if this task holds it, however taken: in a
+/// function with several locks, each one's fence.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// #[dlock::distributed_lock(group = "account", keys = ["<from>", "<to>"])]
+/// async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), dlock::Error> {
+///     let debit = dlock::held_lock("account", &from.to_string()).expect("held");
+///     let credit = dlock::held_lock("account", &to.to_string()).expect("held");
+///     assert_ne!(debit.fence(), credit.fence()); // hand each store its own
+///     assert_eq!(dlock::fence(), None); // which one would be ambiguous
+///     Ok(())
+/// }
+///
+/// transfer(7, 3, 100).await?; // takes account/3, then account/7
+/// transfer(3, 7, 100).await // the same order: no deadlock with the first
+/// # }
+/// ```
+pub fn held_lock(group: &str, name: &str) -> Option<HeldLock> {
+    held_locks()
+        .into_iter()
+        .find(|held| held.key().group() == group && held.key().name() == name)
 }
 
 /// Spawns `fut` as a task that shares every lock this task holds (see
@@ -463,8 +494,8 @@ where
 {
     let shares = held_locks().iter().filter_map(|held| held.share().ok()).collect();
     let shared = dlock_core::with_shares(shares, fut);
-    match current() {
-        Some(innermost) => tokio::spawn(__private::CURRENT.scope(innermost, shared)),
-        None => tokio::spawn(shared),
+    match __private::CURRENT.try_with(Option::clone) {
+        Ok(innermost) => tokio::spawn(__private::CURRENT.scope(innermost, shared)),
+        Err(_) => tokio::spawn(shared),
     }
 }

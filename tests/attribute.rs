@@ -285,28 +285,141 @@ async fn trait_impls_async_trait_generics_and_reference_fields() {
     );
 }
 
-// --- ordering ---
+// --- several locks: one order, all or nothing ---
 
-#[distributed_lock(group = "attr-order", key = "a")]
+fn fence_of(group: &str, name: &str) -> u64 {
+    dlock::held_lock(group, name).expect("held").fence()
+}
+
 #[distributed_lock(group = "attr-order", key = "b")]
-async fn both() -> AppResult<Vec<String>> {
-    Ok(vec![current_name()])
+#[distributed_lock(group = "attr-order", key = "a", mode = "read")]
+async fn both() -> AppResult<(Option<u64>, u64, u64)> {
+    Ok((
+        dlock::fence(),
+        fence_of("attr-order", "a"),
+        fence_of("attr-order", "b"),
+    ))
 }
 
 #[tokio::test]
-async fn two_attributes_lock_in_the_written_order() {
+async fn several_attributes_lock_by_name_not_as_written_each_in_its_mode() {
     engine();
     let b = dlock::lock("attr-order", "b").lock().await.expect("lock b");
     let call = tokio::spawn(both());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         !is_free("attr-order", "a").await,
-        "`a` (written first) must be taken before waiting on `b`"
+        "`a` (written last) comes first by name, taken before waiting on `b`"
     );
+    let reader = dlock::lock("attr-order", "a").try_read().await.expect("try read");
+    assert!(reader.is_some(), "`a` is held for read, as its attribute says");
+    drop(reader);
     b.release().await.expect("release");
-    let innermost = call.await.expect("task").expect("both");
-    assert_eq!(innermost, ["b"], "the innermost lock is the one written last");
-    assert!(is_free("attr-order", "a").await && is_free("attr-order", "b").await);
+    let (fence, a, b) = call.await.expect("task").expect("both");
+    assert_eq!(fence, None, "with several locks no one fence is the function's");
+    assert_ne!(a, b, "each lock has its own fence");
+    assert!(eventually_free("attr-order", "a").await && eventually_free("attr-order", "b").await);
+}
+
+static MOVED: AtomicU64 = AtomicU64::new(0);
+
+#[distributed_lock(group = "attr-transfer", keys = ["<from>", "<to>"], wait = "5s")]
+async fn transfer(from: u32, to: u32) -> AppResult<()> {
+    let (_, _) = (from, to);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    MOVED.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_orders_of_the_same_keys_never_deadlock() {
+    engine();
+    // Written-order locking deadlocks here within a few rounds: each task
+    // would hold one account and wait for the other's.
+    let forth = tokio::spawn(async {
+        for _ in 0..100 {
+            transfer(1, 2).await.expect("1 -> 2");
+        }
+    });
+    let back = tokio::spawn(async {
+        for _ in 0..100 {
+            transfer(2, 1).await.expect("2 -> 1");
+        }
+    });
+    forth.await.expect("task");
+    back.await.expect("task");
+    assert_eq!(MOVED.load(Ordering::SeqCst), 200);
+}
+
+#[distributed_lock(group = "attr-audit", key = "<account>")]
+async fn audit(account: u32, other: u32) -> AppResult<(u64, u64)> {
+    let outer = dlock::fence().expect("one lock");
+    let inner = keyed_fences(account, other).await?;
+    assert_eq!(inner.0, outer, "the held key is reentered, not taken again");
+    Ok(inner)
+}
+
+#[distributed_lock(group = "attr-audit", keys = ["<a>", "<b>", "<a>"])]
+async fn keyed_fences(a: u32, b: u32) -> AppResult<(u64, u64)> {
+    Ok((
+        fence_of("attr-audit", &a.to_string()),
+        fence_of("attr-audit", &b.to_string()),
+    ))
+}
+
+#[tokio::test]
+async fn a_set_reenters_what_the_task_holds_and_takes_a_repeated_key_once() {
+    engine();
+    let (a, b) = audit(21, 20).await.expect("audit");
+    assert_ne!(a, b);
+    assert!(is_free("attr-audit", "20").await && is_free("attr-audit", "21").await);
+}
+
+#[tokio::test]
+async fn a_set_that_cannot_have_every_lock_within_its_wait_keeps_none() {
+    engine();
+    let accounts = dlock::locks("attr-set");
+    // Held by another task: this one would reenter it.
+    let (taken, release) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let busy = tokio::spawn({
+        let (lock, taken, release) = (accounts.get("9"), taken.clone(), release.clone());
+        async move {
+            let guard = lock.lock().await.expect("lock 9");
+            taken.wait().await;
+            release.wait().await;
+            guard.release().await.expect("release");
+        }
+    });
+    taken.wait().await;
+    let set = dlock::LockSet::new()
+        .write(accounts.get("8"))
+        .read(accounts.get("9"))
+        .write(accounts.get("10"));
+    match set.acquire_for(Duration::from_millis(100)).await {
+        Err(Error::Timeout { key, .. }) => assert_eq!(key.name(), "9"),
+        other => panic!("expected a timeout on 9, got {other:?}"),
+    }
+    assert!(
+        eventually_free("attr-set", "8").await,
+        "what was taken is released"
+    );
+    assert!(set.try_acquire().await.expect("try").is_none());
+    assert!(eventually_free("attr-set", "10").await && eventually_free("attr-set", "8").await);
+    release.wait().await;
+    busy.await.expect("task");
+
+    let twice = dlock::LockSet::new()
+        .read(accounts.get("8"))
+        .write(accounts.get("8"));
+    let guards = twice.acquire().await.expect("acquire");
+    let taken: Vec<_> = guards
+        .iter()
+        .map(|g| (g.key().name().to_owned(), g.mode()))
+        .collect();
+    assert_eq!(taken, [("8".to_owned(), dlock::Mode::Write)], "once, for write");
+    assert!(guards.get("attr-set", "8").is_some() && guards.get("attr-set", "9").is_none());
+    guards.release().await.expect("release");
+    assert!(is_free("attr-set", "8").await);
 }
 
 // --- every exit path releases ---

@@ -94,3 +94,49 @@ async fn on_lost_cancel_drops_the_body_and_ignore_lets_it_finish() {
     engine.set_cut(false);
     assert!(finished.expect("ignore lets the body finish"));
 }
+
+#[distributed_lock(group = "lost", key = "set-b", lease = "300ms", mode = "read")]
+#[distributed_lock(group = "lost", key = "set-a", lease = "300ms")]
+async fn a_set_cancelled_when_lost(engine: &Faults) -> Result<(), AppError> {
+    engine.set_cut(true);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    unreachable!("the body must be dropped when a lock whose site cancels is lost");
+}
+
+#[distributed_lock(group = "lost", keys = ["set-c", "set-d"], lease = "300ms", on_lost = "ignore")]
+async fn a_set_finishing_when_lost(engine: &Faults) -> Result<bool, AppError> {
+    engine.set_cut(true);
+    for name in ["set-c", "set-d"] {
+        let reason = dlock::held_lock("lost", name).expect("held").lost().await;
+        assert_eq!(reason, LostReason::LeaseElapsed);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(true)
+}
+
+#[tokio::test]
+async fn a_set_is_cancelled_when_a_lock_whose_site_cancels_is_lost() {
+    let (engine, _turn) = engine().await;
+    let started = std::time::Instant::now();
+    let result = a_set_cancelled_when_lost(engine).await;
+    engine.set_cut(false);
+    match result {
+        Err(AppError::Lock(Error::Lost { key, reason })) => {
+            assert_eq!(
+                (key.name(), reason),
+                ("set-a", LostReason::LeaseElapsed),
+                "the write lock's site cancels"
+            )
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cancelled late: {:?}",
+        started.elapsed()
+    );
+
+    let finished = a_set_finishing_when_lost(engine).await;
+    engine.set_cut(false);
+    assert!(finished.expect("ignore lets the body finish"));
+}

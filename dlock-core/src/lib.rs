@@ -4,7 +4,7 @@
 //! [`config`] (settings) → [`registry`] (engine kinds, engines, groups) →
 //! `hold` (the reentrancy table, release, downgrade) → `watchdog` (lease
 //! renewal, the lost signal) → [`guard`] (what the caller holds) → `acquire`
-//! (reenter, or ask the engine and wait) → [`lock`] (the handles users call).
+//! (reenter, or ask the engine and wait) → [`lock`] (the handles users call) → `lock_set` (several locks as one).
 //! [`kit`] is what engines are written with; [`metrics`] is what gets
 //! recorded.
 //!
@@ -21,6 +21,7 @@ mod key;
 pub mod kit;
 mod local_queue;
 pub mod lock;
+mod lock_set;
 pub mod metrics;
 mod mode;
 pub mod registry;
@@ -33,5 +34,6 @@ pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};
 pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks};
+pub use lock_set::{Guards, LockSet};
 pub use mode::Mode;
 pub use registry::Registry;

@@ -101,7 +101,7 @@ pub struct Lock {
     group: Arc<Group>,
     name: Arc<str>,
     lease: Duration,
-    wait: Wait,
+    pub(crate) wait: Wait,
 }
 
 impl Lock {
@@ -163,8 +163,13 @@ impl Lock {
         self.acquire_within(mode, self.wait).await
     }
 
-    async fn acquire_within(&self, mode: Mode, wait: Wait) -> Result<Guard, Error> {
+    pub(crate) async fn acquire_within(&self, mode: Mode, wait: Wait) -> Result<Guard, Error> {
         acquire::acquire(&self.group, self.name.clone(), mode, wait, self.lease).await
+    }
+
+    /// Where this lock comes in a [`LockSet`](crate::LockSet)'s one order.
+    pub(crate) fn order_key(&self) -> (&str, &str, &str) {
+        (&self.group.name, &self.name, &self.group.engine_name)
     }
 }
 

@@ -13,7 +13,9 @@ use crate::suggest::nearest;
 use crate::template::Template;
 
 /// Every option, in the order the docs list them.
-const OPTIONS: [&str; 7] = ["group", "key", "mode", "wait", "lease", "engine", "on_lost"];
+const OPTIONS: [&str; 8] = [
+    "group", "key", "keys", "mode", "wait", "lease", "engine", "on_lost",
+];
 
 /// Shortest lease the core accepts (`dlock_core::MIN_LEASE`; a proc-macro
 /// crate cannot use it, and `tests/attribute.rs` checks that the two agree).
@@ -28,7 +30,8 @@ pub(crate) enum Mode {
 /// One attribute, checked.
 pub(crate) struct Args {
     pub group: LitStr,
-    pub key: Option<Template>,
+    /// `key`, or each of `keys`; none: the function's name.
+    pub keys: Vec<Template>,
     pub mode: Mode,
     pub wait: Option<Duration>,
     pub lease: Option<Duration>,
@@ -36,10 +39,15 @@ pub(crate) struct Args {
     pub cancel_on_lost: bool,
 }
 
-/// `name = "value"`, as written.
+/// `name = "value"` or `name = ["value", ...]`, as written.
 struct Item {
     name: Ident,
-    value: LitStr,
+    value: Value,
+}
+
+enum Value {
+    One(LitStr),
+    List(Vec<LitStr>),
 }
 
 impl Parse for Item {
@@ -52,15 +60,27 @@ impl Parse for Item {
             ));
         }
         input.parse::<Token![=]>()?;
-        if !input.peek(LitStr) {
-            return Err(input.error(format!(
-                "`{name}` takes a string literal, e.g. {}",
-                example(&name)
-            )));
+        let list = name == "keys";
+        if list && input.peek(syn::token::Bracket) {
+            let inside;
+            syn::bracketed!(inside in input);
+            let keys = Punctuated::<LitStr, Token![,]>::parse_terminated(&inside)?;
+            return Ok(Item {
+                name,
+                value: Value::List(keys.into_iter().collect()),
+            });
+        }
+        if list || !input.peek(LitStr) {
+            let what = if list {
+                "a list of string literals"
+            } else {
+                "a string literal"
+            };
+            return Err(input.error(format!("`{name}` takes {what}, e.g. {}", example(&name))));
         }
         Ok(Item {
             name,
-            value: input.parse()?,
+            value: Value::One(input.parse()?),
         })
     }
 }
@@ -69,6 +89,7 @@ fn example(name: &Ident) -> &'static str {
     match name.to_string().as_str() {
         "group" => "group = \"order\"",
         "key" => "key = \"<order_id>\"",
+        "keys" => "keys = [\"<from>\", \"<to>\"]",
         "mode" => "mode = \"write\"",
         "wait" => "wait = \"5s\"",
         "lease" => "lease = \"30s\"",
@@ -84,17 +105,41 @@ impl Args {
     pub fn parse(tokens: TokenStream, attr: Span) -> syn::Result<Self> {
         let items = Punctuated::<Item, Token![,]>::parse_terminated.parse2(tokens)?;
         let mut given: [Option<LitStr>; OPTIONS.len()] = Default::default();
+        let mut keys = None;
         for Item { name, value } in items {
             let option = name.to_string();
             let Some(slot) = OPTIONS.iter().position(|o| *o == option) else {
                 return Err(syn::Error::new(name.span(), unknown_option(&option)));
             };
-            if given[slot].is_some() {
+            if given[slot].is_some() || (option == "keys" && keys.is_some()) {
                 return Err(syn::Error::new(name.span(), format!("`{option}` is given twice")));
             }
-            given[slot] = Some(value);
+            match value {
+                Value::One(value) => given[slot] = Some(value),
+                Value::List(list) => keys = Some((name, list)),
+            }
         }
-        let [group, key, mode, wait, lease, engine, on_lost] = given;
+        let [group, key, _, mode, wait, lease, engine, on_lost] = given;
+        let keys = match (key, keys) {
+            (Some(key), None) => vec![Template::parse(key)?],
+            (None, None) => Vec::new(),
+            (Some(_), Some((name, _))) => {
+                return Err(syn::Error::new(
+                    name.span(),
+                    "give `key` or `keys`, not both: `keys` lists every key, e.g. keys = [\"<from>\", \"<to>\"]",
+                ));
+            }
+            (None, Some((name, list))) if list.is_empty() => {
+                return Err(syn::Error::new(
+                    name.span(),
+                    "`keys` is empty; list each key, e.g. keys = [\"<from>\", \"<to>\"]",
+                ));
+            }
+            (None, Some((_, list))) => list
+                .into_iter()
+                .map(Template::parse)
+                .collect::<syn::Result<_>>()?,
+        };
 
         let group = group.ok_or_else(|| {
             syn::Error::new(
@@ -153,7 +198,7 @@ impl Args {
         }
         Ok(Args {
             group,
-            key: key.map(Template::parse).transpose()?,
+            keys,
             mode,
             wait: wait.map(|w| duration(&w)).transpose()?,
             lease,

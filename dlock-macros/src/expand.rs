@@ -14,8 +14,8 @@ use crate::suggest::nearest;
 use crate::template::{Part, Template};
 
 pub(crate) fn expand(first: Args, mut item: ItemFn) -> syn::Result<TokenStream> {
-    // Further `#[distributed_lock]`s on this fn expand here too, so locks are
-    // taken in the order written (left alone, the last would wrap outermost).
+    // Further `#[distributed_lock]`s on this fn expand here too, so all its
+    // locks are taken as one set (left alone, each would wrap the next).
     let mut locks = vec![first];
     let mut kept = Vec::new();
     for attr in std::mem::take(&mut item.attrs) {
@@ -33,23 +33,41 @@ pub(crate) fn expand(first: Args, mut item: ItemFn) -> syn::Result<TokenStream> 
     let params = params(&item);
     let fn_name = item.sig.ident.to_string();
     for args in &locks {
-        if let Some(template) = &args.key {
+        for template in &args.keys {
             check_roots(template, &params, &fn_name)?;
         }
     }
 
     let sites = locks.iter().enumerate().map(|(i, args)| site(i, args));
-    let names = locks.iter().enumerate().map(|(i, args)| {
-        let name = name_ident(i);
-        let rendered = render(args.key.as_ref(), &fn_name);
+    // One (site, key) pair per lock: an attribute without keys names its
+    // lock after the function.
+    let pairs: Vec<(usize, Option<&Template>)> = locks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, args)| match args.keys.as_slice() {
+            [] => vec![(i, None)],
+            keys => keys.iter().map(|key| (i, Some(key))).collect(),
+        })
+        .collect();
+    let names = pairs.iter().enumerate().map(|(j, (_, key))| {
+        let name = name_ident(j);
+        let rendered = render(*key, &fn_name);
         quote!(let #name = ::dlock::__private::render(#rendered);)
     });
-    // Innermost first, so the first attribute's lock is taken first.
-    let mut future = body.future;
-    for i in (0..locks.len()).rev() {
-        let (site, name) = (site_ident(i), name_ident(i));
-        future = quote_spanned!(ret.span()=> ::dlock::__private::run(&#site, #name, #future));
-    }
+    let future = body.future;
+    let future = match pairs.as_slice() {
+        [(i, _)] => {
+            let (site, name) = (site_ident(*i), name_ident(0));
+            quote_spanned!(ret.span()=> ::dlock::__private::run(&#site, #name, #future))
+        }
+        _ => {
+            let each = pairs.iter().enumerate().map(|(j, (i, _))| {
+                let (site, name) = (site_ident(*i), name_ident(j));
+                quote!((&#site, #name))
+            });
+            quote_spanned!(ret.span()=> ::dlock::__private::run_all([#(#each),*], #future))
+        }
+    };
     let ItemFn { attrs, vis, sig, .. } = &item;
     // Spanned at the return type, like `run`: a wrong output type is one error, there.
     let awaited = quote_spanned!(ret.span()=> #future.await);

@@ -78,6 +78,7 @@ use proc_macro2::Span;
 /// |---|---|---|
 /// | `group` | the lock's group, a non-empty literal | required |
 /// | `key` | template: text with `<param>` / `<param.field.path>` parts, each `Display`-formatted (`"<tenant>:<order.id>"`, `"<self.id>"`, `"<pair.0>"`) | the function's name |
+/// | `keys` | several keys of the group, each a template: `keys = ["<from>", "<to>"]`; instead of `key` | |
 /// | `mode` | `"write"` or `"read"` | `"write"` |
 /// | `wait` | how long to wait, e.g. `"5s"`, `"250ms"`; `"0s"` tries once | the group's configured wait |
 /// | `lease` | lease renewed every lease/3 by the watchdog, at least `"30ms"` | the group's configured lease |
@@ -88,11 +89,17 @@ use proc_macro2::Span;
 /// return `Result<T, E>` with `E: From<dlock::Error>`: acquisition errors
 /// (timeout, engine unreachable, lost) are returned through it. Methods
 /// (`&self`, `&mut self`, `self`), generic functions and `impl Trait`
-/// arguments work. Several attributes on one function take their locks in
-/// the order written. Nested annotated calls in one task reenter a held lock
+/// arguments work. Nested annotated calls in one task reenter a held lock
 /// with no engine call. Inside the body, `dlock::fence()` is the current
 /// fencing token and `dlock::current()` the held lock. Misuse is a compile
 /// error at the offending token, saying what to write instead.
+///
+/// Several locks (`keys`, or several attributes on one function, each with
+/// its own group, mode and options) are taken as one `dlock::LockSet`: in
+/// one order, by group then name, whatever order they were written in, so
+/// `transfer(a, b)` and `transfer(b, a)` never deadlock each other; all or
+/// nothing within the shortest of their waits. Each keeps its own fence:
+/// `dlock::held_lock(group, name)` gives it, and `dlock::fence()` is `None`.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let function = match syn::parse::<syn::ItemFn>(item.clone()) {

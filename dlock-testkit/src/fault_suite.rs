@@ -29,6 +29,7 @@ macro_rules! fault_suite {
             server_restarted_with_a_holder_and_waiters,
             server_gone_mid_wait_fails_within_the_wait,
             flash_sale_across_four_processes,
+            transfers_across_four_processes,
         }
     };
     (@tests $fixture:ty; $($scenario:ident,)*) => {
@@ -49,6 +50,8 @@ pub struct Paths {
     pub tmp: PathBuf,
     /// The `fault_worker` binary.
     pub worker: PathBuf,
+    /// The `transfer_worker` binary.
+    pub transfer_worker: PathBuf,
 }
 
 impl Paths {
@@ -73,6 +76,7 @@ macro_rules! paths {
         $crate::fault_suite::Paths {
             tmp: env!("CARGO_TARGET_TMPDIR").into(),
             worker: env!("CARGO_BIN_EXE_fault_worker").into(),
+            transfer_worker: env!("CARGO_BIN_EXE_transfer_worker").into(),
         }
     };
 }
@@ -240,8 +244,8 @@ impl Worker {
 
     /// Waits for the worker to exit and returns its summary counts.
     pub fn finish(self, within: Duration) -> Summary {
-        let mut summaries = finish_all(vec![self], within, false);
-        summaries.remove(0)
+        let printed = finish_all(vec![self], within, false);
+        Summary::from_lines(&printed[0])
     }
 
     /// How the worker ended, if it has.
@@ -260,21 +264,19 @@ impl Worker {
 }
 
 /// Waits for every worker to exit, within `within`, or, if
-/// `progress_resets`, for as long as one of them prints a line within it.
-fn finish_all(mut workers: Vec<Worker>, within: Duration, progress_resets: bool) -> Vec<Summary> {
-    let mut summaries: Vec<Option<String>> = vec![None; workers.len()];
-    let (mut last, mut entered) = (Instant::now(), 0u64);
+/// `progress_resets`, for as long as one of them prints a line within it;
+/// returns the lines each printed.
+fn finish_all(mut workers: Vec<Worker>, within: Duration, progress_resets: bool) -> Vec<Vec<String>> {
+    let mut printed = vec![Vec::new(); workers.len()];
+    let mut last = Instant::now();
     loop {
         let mut running = false;
-        for (worker, summary) in workers.iter_mut().zip(&mut summaries) {
+        for (worker, lines) in workers.iter_mut().zip(&mut printed) {
             while let Ok(line) = worker.lines.try_recv() {
-                entered += u64::from(line.starts_with("entered "));
                 if progress_resets {
                     last = Instant::now();
                 }
-                if line.starts_with("bought=") {
-                    *summary = Some(line);
-                }
+                lines.push(line);
             }
             running |= worker.exited().is_none();
         }
@@ -285,20 +287,15 @@ fn finish_all(mut workers: Vec<Worker>, within: Duration, progress_resets: bool)
             for worker in &mut workers {
                 let _ = worker.child.kill();
             }
-            panic!("a worker hung: no line for {within:?}, after {entered} entries");
+            let counts: Vec<usize> = printed.iter().map(Vec::len).collect();
+            panic!("a worker hung: no line for {within:?}; lines printed by each: {counts:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    workers
-        .iter()
-        .zip(summaries)
-        .map(|(worker, summary)| {
-            let summary = summary
-                .or_else(|| worker.lines.iter().find(|l| l.starts_with("bought=")))
-                .expect("worker summary");
-            Summary::parse(&summary)
-        })
-        .collect()
+    for (worker, lines) in workers.iter().zip(&mut printed) {
+        lines.extend(worker.lines.iter());
+    }
+    printed
 }
 
 impl Drop for Worker {
@@ -324,7 +321,11 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn parse(line: &str) -> Self {
+    fn from_lines(lines: &[String]) -> Self {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with("bought="))
+            .expect("worker summary");
         let mut s = Summary::default();
         for pair in line.split_whitespace() {
             let (name, n) = pair.split_once('=').expect("name=value");
@@ -542,7 +543,8 @@ pub fn flash_sale_across_four_processes<F: Breakable>(paths: &Paths) {
         })
         .collect();
     let (mut sold, mut sold_out) = (0, 0);
-    for summary in finish_all(shops, Duration::from_secs(60), true) {
+    for printed in finish_all(shops, Duration::from_secs(60), true) {
+        let summary = Summary::from_lines(&printed);
         assert_eq!(
             (summary.failed, summary.refused, summary.lost),
             (0, 0, 0),
@@ -559,4 +561,111 @@ pub fn flash_sale_across_four_processes<F: Breakable>(paths: &Paths) {
         "flash sale, 4 processes × 2,500 buyers, stock 10: sold={sold} oversold=0 in {:.2?}",
         started.elapsed()
     ));
+}
+
+/// What the transfer processes of a run did, all told.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Transfers {
+    /// Transfers made.
+    pub done: u64,
+    /// Transfers given up when a lock's wait ran out.
+    pub timed_out: u64,
+}
+
+/// 4 processes × 500 transfers between 10 accounts in random directions,
+/// each under the two accounts' locks taken as one set: no deadlock (a
+/// wait that ran out would show one), every balance exact, no overlap.
+pub fn transfers_across_four_processes<F: Breakable>(paths: &Paths) {
+    let setup = Setup::<F>::start(paths, "transfers");
+    let started = Instant::now();
+    let made = transfers(&setup, "set", 500, "10s", 1);
+    assert_eq!(
+        made,
+        Transfers {
+            done: 2_000,
+            timed_out: 0
+        }
+    );
+    setup.figure(format!(
+        "transfers, 4 processes × 500 between 10 accounts, two locks as one set: all made, balances exact, in {:.2?}",
+        started.elapsed()
+    ));
+}
+
+/// Runs 4 transfer workers of `each` transfers, `--order <order>`, with
+/// `wait`, holding locks `hold_ms`; checks that each account ends at its
+/// opening balance plus what the workers say they moved, that no store
+/// refused a fence and no critical sections overlapped.
+pub fn transfers<F: Fixture>(
+    setup: &Setup<F>,
+    order: &str,
+    each: u64,
+    wait: &str,
+    hold_ms: u64,
+) -> Transfers {
+    const ACCOUNTS: usize = 10;
+    const OPENING: u64 = 1_000_000;
+    let config = setup.config(wait);
+    let accounts: Vec<(PathBuf, FencedStore)> = (0..ACCOUNTS)
+        .map(|i| setup.store(&format!("account-{i}")))
+        .collect();
+    for (_, store) in &accounts {
+        store.write(0, OPENING).expect("opening balance");
+    }
+    let prefix = accounts[0].0.with_file_name("account");
+    let (each, count, hold) = (each.to_string(), ACCOUNTS.to_string(), hold_ms.to_string());
+    let workers = (1..=4)
+        .map(|seed| {
+            let seed = seed.to_string();
+            let args = [
+                "--accounts",
+                &count,
+                "--transfers",
+                &each,
+                "--seed",
+                &seed,
+                "--order",
+                order,
+                "--hold-ms",
+                &hold,
+            ];
+            Worker::start(&setup.paths.transfer_worker, &config, &prefix, &args)
+        })
+        .collect();
+    let mut expected = [i64::try_from(OPENING).expect("fits"); ACCOUNTS];
+    let mut made = Transfers::default();
+    for printed in finish_all(workers, LONG, true) {
+        let tally = printed
+            .iter()
+            .find(|l| l.starts_with("done="))
+            .expect("worker summary");
+        let count = |name: &str| -> u64 {
+            let pair = tally
+                .split_whitespace()
+                .find(|p| p.starts_with(name))
+                .expect(name);
+            pair[name.len() + 1..].parse().expect("count")
+        };
+        assert_eq!((count("refused"), count("failed")), (0, 0), "{tally}");
+        made.done += count("done");
+        made.timed_out += count("timed_out");
+        let net = printed
+            .iter()
+            .find(|l| l.starts_with("net "))
+            .expect("worker's net changes");
+        for change in net["net ".len()..].split_whitespace() {
+            let (account, by) = change.split_once('=').expect("account=change");
+            expected[account.parse::<usize>().expect("account")] += by.parse::<i64>().expect("change");
+        }
+    }
+    for (i, (_, store)) in accounts.iter().enumerate() {
+        assert_eq!(store.value() as i64, expected[i], "account {i}'s balance");
+        let report = store.report();
+        assert_eq!(
+            (report.overlaps, report.stale_refused),
+            (0, 0),
+            "account {i}: {report:?}"
+        );
+    }
+    made
 }

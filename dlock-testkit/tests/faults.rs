@@ -9,7 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dlock_testkit::fault_suite::{Setup, Worker};
+use dlock_testkit::fault_suite::{Setup, Worker, transfers};
 use dlock_testkit::fixtures::redis::Redis;
 use dlock_testkit::store::FencedStore;
 
@@ -176,6 +176,21 @@ mod postgres {
 }
 
 const LONG: Duration = Duration::from_secs(60);
+
+/// The fault suite's transfers with the two locks taken by hand, payer's
+/// first, held 20 ms before asking for the payee's: two transfers in
+/// opposite directions deadlock until a wait runs out. The set's order is
+/// what prevents this, so `transfers_across_four_processes` can fail.
+#[test]
+fn transfers_taking_locks_in_the_written_order_deadlock() {
+    let setup = Setup::<Redis>::start(&dlock_testkit::paths!(), "written-order");
+    let made = transfers(&setup, "written", 100, "500ms", 20);
+    assert!(made.timed_out > 0, "no wait ran out: {made:?}");
+    setup.figure(format!(
+        "transfers in the written order: {} of 400 made, {} waits ran out (deadlocks)",
+        made.done, made.timed_out
+    ));
+}
 
 #[test]
 fn redis_script_flush_and_killed_connections_mid_run_lose_nothing() {
