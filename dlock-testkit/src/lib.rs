@@ -1,7 +1,7 @@
 //! dlock's own test support, not published: real servers on loopback
 //! ports for every engine, a proxy that cuts the network, certificates, a
 //! fenced store, and the cross-process fault suites with their worker
-//! binary (`fault_worker`).
+//! binaries (`fault_worker`, `transfer_worker`).
 //!
 //! The conformance cases themselves are published with the engines
 //! (`dlock::engines::conformance`), so an engine written elsewhere runs
@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod random_faults;
 pub mod server;
 pub mod store;
+pub mod worker_flags;
 
 use std::time::Duration;
 

@@ -15,7 +15,6 @@
 //! failed=F`.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +22,7 @@ use std::time::Duration;
 
 use dlock::distributed_lock;
 use dlock_testkit::store::FencedStore;
+use dlock_testkit::worker_flags::Flags;
 
 struct Work {
     store: FencedStore,
@@ -85,43 +85,23 @@ struct Tally {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (mut config, mut store, mut key) = (None, None, "k".to_owned());
-    let (mut tasks, mut cycles, mut limit, mut hold_ms, mut cancel) = (1u64, 1u64, u64::MAX, 0u64, true);
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_default();
-        let number = || {
-            value
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{flag} takes a number"))
-        };
-        match flag.as_str() {
-            "--config" => config = Some(PathBuf::from(&value)),
-            "--store" => store = Some(PathBuf::from(&value)),
-            "--key" => key = value.clone(),
-            "--tasks" => tasks = number(),
-            "--cycles" => cycles = number(),
-            "--limit" => limit = number(),
-            "--hold-ms" => hold_ms = number(),
-            "--on-lost" => cancel = value == "cancel",
-            _ => {
-                eprintln!("fault_worker: unknown flag {flag}");
-                return ExitCode::from(2);
-            }
-        }
+    let flags = match Flags::parse(
+        "fault_worker",
+        &["key", "tasks", "cycles", "limit", "hold-ms", "on-lost"],
+    ) {
+        Ok(flags) => flags,
+        Err(code) => return code,
+    };
+    if let Err(code) = flags.connect().await {
+        return code;
     }
-    if let Some(config) = config
-        && let Err(e) = dlock::init_from_file(&config).await
-    {
-        eprintln!("fault_worker: {e}");
-        return ExitCode::from(2);
-    }
-    println!("ready");
-    let _ = std::io::stdout().flush();
+    let key = flags.text("key", "k").to_owned();
+    let (tasks, cycles) = (flags.number("tasks", 1), flags.number("cycles", 1));
+    let cancel = flags.text("on-lost", "cancel") == "cancel";
     let work = Arc::new(Work {
-        store: FencedStore::open(&store.expect("--store is required")),
-        limit,
-        hold: Duration::from_millis(hold_ms),
+        store: FencedStore::open(&flags.store()),
+        limit: flags.number("limit", u64::MAX),
+        hold: Duration::from_millis(flags.number("hold-ms", 0)),
     });
     let tally = Arc::new(Tally::default());
     let mut running = tokio::task::JoinSet::new();

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use dlock::distributed_lock;
 use dlock_testkit::store::FencedStore;
+use dlock_testkit::worker_flags::Flags;
 
 struct Bank {
     accounts: Vec<FencedStore>,
@@ -95,45 +96,26 @@ impl Draws {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (mut config, mut store, mut written) = (None, None, false);
-    let (mut accounts, mut transfers, mut seed, mut hold_ms) = (10u64, 1u64, 1u64, 1u64);
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_default();
-        let number = || {
-            value
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{flag} takes a number"))
-        };
-        match flag.as_str() {
-            "--config" => config = Some(PathBuf::from(&value)),
-            "--store" => store = Some(PathBuf::from(&value)),
-            "--accounts" => accounts = number(),
-            "--transfers" => transfers = number(),
-            "--seed" => seed = number(),
-            "--hold-ms" => hold_ms = number(),
-            "--order" => written = value == "written",
-            _ => {
-                eprintln!("transfer_worker: unknown flag {flag}");
-                return ExitCode::from(2);
-            }
-        }
+    let flags = match Flags::parse(
+        "transfer_worker",
+        &["accounts", "transfers", "seed", "hold-ms", "order"],
+    ) {
+        Ok(flags) => flags,
+        Err(code) => return code,
+    };
+    if let Err(code) = flags.connect().await {
+        return code;
     }
-    if let Some(config) = config
-        && let Err(e) = dlock::init_from_file(&config).await
-    {
-        eprintln!("transfer_worker: {e}");
-        return ExitCode::from(2);
-    }
-    println!("ready");
-    let _ = std::io::stdout().flush();
-    let prefix = store.expect("--store is required").display().to_string();
+    let (accounts, transfers) = (flags.number("accounts", 10), flags.number("transfers", 1));
+    let written = flags.text("order", "set") == "written";
+    let prefix = flags.store().display().to_string();
     let bank = Bank {
         accounts: (0..accounts)
             .map(|i| FencedStore::open(&PathBuf::from(format!("{prefix}-{i}"))))
             .collect(),
-        hold: Duration::from_millis(hold_ms),
+        hold: Duration::from_millis(flags.number("hold-ms", 1)),
     };
+    let seed = flags.number("seed", 1);
     let mut draws = Draws(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut net = vec![0i64; accounts as usize];
     let (mut done, mut timed_out, mut refused, mut failed) = (0, 0, 0, 0);
