@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 pub use dlock_core::Mode;
-use dlock_core::{Error, HeldLock, Lock, LockSet, Locks, LostReason, Wait};
+use dlock_core::{Error, Guard, HeldLock, Lock, LockSet, Locks, LostReason, Wait};
 
 tokio::task_local! {
     /// The lock of the innermost annotated function; `None` in one with
@@ -134,8 +134,8 @@ impl<T, E: From<Error>> Outcome for Result<T, E> {
 /// poll, so a task resumed after a pause past its lease stops before it
 /// acts (the first poll follows the grant at once); `lost` itself is only
 /// polled, and wakes this task, while the body waits.
-async fn in_hold<F: Future>(
-    holds: &[HeldLock],
+async fn in_hold<'h, F: Future>(
+    holds: impl Iterator<Item = &'h HeldLock> + Clone,
     judge: impl Fn() -> Option<Error>,
     lost: Option<impl Future<Output = Error>>,
     body: F,
@@ -147,7 +147,7 @@ async fn in_hold<F: Future>(
         if waited && let Some(error) = judge() {
             return Poll::Ready(Err(error));
         }
-        if let Poll::Ready(out) = in_spans(holds, || body.as_mut().poll(cx)) {
+        if let Poll::Ready(out) = in_spans(holds.clone(), || body.as_mut().poll(cx)) {
             return Poll::Ready(Ok(out));
         }
         match lost.as_mut().as_pin_mut() {
@@ -161,9 +161,9 @@ async fn in_hold<F: Future>(
     .await
 }
 
-fn in_spans<R>(holds: &[HeldLock], f: impl FnOnce() -> R) -> R {
-    match holds.split_first() {
-        Some((first, rest)) => first.span().in_scope(|| in_spans(rest, f)),
+fn in_spans<'h, R>(mut holds: impl Iterator<Item = &'h HeldLock>, f: impl FnOnce() -> R) -> R {
+    match holds.next() {
+        Some(first) => first.span().in_scope(|| in_spans(holds, f)),
         None => f(),
     }
 }
@@ -193,7 +193,7 @@ pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Fut
         .cancel_on_lost
         .then_some(async { lost(&held, held.lost().await) });
     let body = CURRENT.scope(Some(held.clone()), body);
-    let out = match in_hold(std::slice::from_ref(&held), judge, watch, body).await {
+    let out = match in_hold(std::iter::once(&held), judge, watch, body).await {
         Ok(out) => out,
         Err(e) => O::lock_error(e),
     };
@@ -209,12 +209,19 @@ pub async fn run_all<O: Outcome, const N: usize>(
     locks: [(&'static Site, Arc<str>); N],
     body: impl Future<Output = O>,
 ) -> O {
+    // Which locks' loss cancels the body: all, none, or those named here.
+    let cancels = locks.iter().filter(|(site, _)| site.cancel_on_lost).count();
+    let named: Vec<(&str, Arc<str>)> = match cancels {
+        0 => Vec::new(),
+        _ if cancels == N => Vec::new(),
+        _ => locks
+            .iter()
+            .filter(|(site, _)| site.cancel_on_lost)
+            .map(|(site, name)| (site.group, name.clone()))
+            .collect(),
+    };
     let mut set = LockSet::new();
-    let mut cancelling = Vec::new();
     for (site, name) in locks {
-        if site.cancel_on_lost {
-            cancelling.push((site.group, name.clone()));
-        }
         match site.lock(name) {
             Ok(lock) => set = set.with(lock, site.mode),
             Err(e) => return O::lock_error(e),
@@ -224,43 +231,37 @@ pub async fn run_all<O: Outcome, const N: usize>(
         Ok(guards) => guards,
         Err(e) => return O::lock_error(e),
     };
-    let holds: Vec<HeldLock> = guards.iter().map(|guard| guard.held().clone()).collect();
-    let some: Vec<HeldLock>;
-    let watched = if cancelling.len() == N {
-        &holds
-    } else {
-        some = holds
-            .iter()
-            .filter(|held| {
-                let key = held.key();
-                cancelling
+    let out = {
+        let holds = guards.iter().map(Guard::held);
+        let cancelling = |held: &&HeldLock| {
+            let key = held.key();
+            cancels == N
+                || named
                     .iter()
                     .any(|(group, name)| key.group() == *group && key.name() == &**name)
-            })
-            .cloned()
-            .collect();
-        &some
-    };
-    let judge = || {
-        watched
-            .iter()
-            .find_map(|held| held.lost_reason().map(|reason| lost(held, reason)))
-    };
-    let watch = (!watched.is_empty()).then(|| first_lost(watched));
-    let body = CURRENT.scope(None, body);
-    let out = match in_hold(&holds, judge, watch, body).await {
-        Ok(out) => out,
-        Err(e) => O::lock_error(e),
+        };
+        let judge = || {
+            holds
+                .clone()
+                .filter(cancelling)
+                .find_map(|held| held.lost_reason().map(|reason| lost(held, reason)))
+        };
+        let watch = (cancels > 0).then(|| first_lost(holds.clone().filter(cancelling)));
+        let body = CURRENT.scope(None, body);
+        match in_hold(holds.clone(), judge, watch, body).await {
+            Ok(out) => out,
+            Err(e) => O::lock_error(e),
+        }
     };
     let _ = guards.release().await;
     out
 }
 
-/// The first of `holds` to be lost.
-async fn first_lost(holds: &[HeldLock]) -> Error {
-    let mut signals: Vec<_> = holds.iter().map(|held| Box::pin(held.lost())).collect();
+/// The first of `holds` to be lost (nothing is set up until the body waits).
+async fn first_lost<'h>(holds: impl Iterator<Item = &'h HeldLock>) -> Error {
+    let mut signals: Vec<_> = holds.map(|held| (held, Box::pin(held.lost()))).collect();
     poll_fn(|cx| {
-        for (held, signal) in holds.iter().zip(&mut signals) {
+        for (held, signal) in &mut signals {
             if let Poll::Ready(reason) = signal.as_mut().poll(cx) {
                 return Poll::Ready(lost(held, reason));
             }

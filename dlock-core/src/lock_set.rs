@@ -36,6 +36,7 @@ use crate::{Error, Guard, Lock, Mode};
 /// ```
 #[derive(Clone, Default)]
 pub struct LockSet {
+    /// In the order taken, each lock once.
     locks: Vec<(Lock, Mode)>,
 }
 
@@ -47,7 +48,14 @@ impl LockSet {
 
     /// Adds `lock`, to be taken in `mode`.
     pub fn with(mut self, lock: Lock, mode: Mode) -> Self {
-        self.locks.push((lock, mode));
+        match self
+            .locks
+            .binary_search_by(|(other, _)| other.order_key().cmp(&lock.order_key()))
+        {
+            Ok(same) if mode == Mode::Write => self.locks[same].1 = Mode::Write,
+            Ok(_) => {}
+            Err(at) => self.locks.insert(at, (lock, mode)),
+        }
         self
     }
 
@@ -95,29 +103,15 @@ impl LockSet {
             Wait::Forever => None,
         };
         let mut guards = Guards(Vec::with_capacity(self.locks.len()));
-        for (lock, mode) in self.in_order() {
+        for (lock, mode) in &self.locks {
             let left = match deadline {
                 Some(at) => Wait::For(at.saturating_duration_since(Instant::now())),
                 None => Wait::Forever,
             };
             // On an error `guards` drops, releasing what was taken.
-            guards.0.push(lock.acquire_within(mode, left).await?);
+            guards.0.push(lock.acquire_within(*mode, left).await?);
         }
         Ok(guards)
-    }
-
-    /// The locks by group, name and engine, each once, write winning.
-    fn in_order(&self) -> Vec<(&Lock, Mode)> {
-        let mut ordered: Vec<(&Lock, Mode)> = self.locks.iter().map(|(lock, mode)| (lock, *mode)).collect();
-        ordered.sort_by(|(a, _), (b, _)| a.order_key().cmp(&b.order_key()));
-        ordered.dedup_by(|later, kept| {
-            let same = later.0.order_key() == kept.0.order_key();
-            if same && later.1 == Mode::Write {
-                kept.1 = Mode::Write;
-            }
-            same
-        });
-        ordered
     }
 }
 
@@ -130,7 +124,7 @@ pub struct Guards(Vec<Guard>);
 
 impl Guards {
     /// Each lock's guard, in the order taken.
-    pub fn iter(&self) -> impl Iterator<Item = &Guard> {
+    pub fn iter(&self) -> impl Iterator<Item = &Guard> + Clone {
         self.0.iter()
     }
 
