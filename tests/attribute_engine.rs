@@ -95,8 +95,9 @@ async fn on_lost_cancel_drops_the_body_and_ignore_lets_it_finish() {
     assert!(finished.expect("ignore lets the body finish"));
 }
 
-#[distributed_lock(group = "lost", key = "set-b", lease = "300ms", mode = "read")]
-#[distributed_lock(group = "lost", key = "set-a", lease = "300ms")]
+// `set-b` is lost first (its lease is shorter), but only `set-a`'s site cancels.
+#[distributed_lock(group = "lost", key = "set-b", lease = "100ms", mode = "read")]
+#[distributed_lock(group = "lost", key = "set-a", lease = "600ms")]
 async fn a_set_cancelled_when_lost(engine: &Faults) -> Result<(), AppError> {
     engine.set_cut(true);
     tokio::time::sleep(Duration::from_secs(30)).await;

@@ -209,3 +209,26 @@ async fn held_locks_lists_every_lock_the_task_holds_however_taken() {
     by_hand.release().await.expect("release");
     assert!(dlock::held_locks().is_empty(), "{:?}", dlock::held_locks());
 }
+
+#[distributed_lock(group = "order", keys = ["<a>", "<b>"])]
+async fn pay_both(engine: &Faults, a: u32, b: u32) -> Result<(), AppError> {
+    let fences = [a, b].map(|id| dlock::held_lock("order", &id.to_string()).expect("held").fence());
+    let calls = engine.calls();
+    // Each part reenters one of the set's locks, with no engine call.
+    let parts = [dlock::spawn(pay_part(a)), dlock::spawn(pay_part(b))];
+    let mut got = Vec::new();
+    for part in parts {
+        got.push(part.await.expect("task")?);
+    }
+    assert_eq!(got, fences, "each part ran under the set's own lock");
+    assert_eq!(engine.calls(), calls, "a spawned part reached the engine");
+    assert_eq!(dlock::fence(), None, "a set has no one fence");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_with_several_locks_shares_each_with_what_it_spawns() {
+    let (engine, _turn) = engine().await;
+    pay_both(engine, 31, 30).await.expect("pay both");
+    assert!(is_free(30).await && is_free(31).await);
+}

@@ -1,7 +1,9 @@
 //! Several locks taken as one, in an order that does not depend on the
 //! caller's, so that two callers naming the same locks never deadlock.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::config::Wait;
 use crate::{Error, Guard, Lock, Mode};
@@ -11,7 +13,8 @@ use crate::{Error, Guard, Lock, Mode};
 /// one order, by group, then name, then engine, whatever the order they
 /// were added in: `transfer(a, b)` and `transfer(b, a)` cannot deadlock
 /// each other. A lock added twice is taken once, for write if either asks
-/// for write. Each lock keeps its own fence.
+/// for write, with the lease and wait it was first added with. Each lock
+/// keeps its own fence.
 ///
 /// The order covers the set's own locks: a lock this task held before
 /// asking for the set is reentered where it falls, so holding one lock

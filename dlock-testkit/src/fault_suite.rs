@@ -292,8 +292,14 @@ fn finish_all(mut workers: Vec<Worker>, within: Duration, progress_resets: bool)
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    for (worker, lines) in workers.iter().zip(&mut printed) {
+    for (worker, lines) in workers.iter_mut().zip(&mut printed) {
         lines.extend(worker.lines.iter());
+        let status = worker.exited().expect("exited");
+        let last = &lines[lines.len().saturating_sub(5)..];
+        assert!(
+            status.success(),
+            "a worker ended with {status}; its last lines: {last:?}"
+        );
     }
     printed
 }

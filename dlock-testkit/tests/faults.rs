@@ -179,8 +179,8 @@ const LONG: Duration = Duration::from_secs(60);
 
 /// The fault suite's transfers with the two locks taken by hand, payer's
 /// first, held 20 ms before asking for the payee's: two transfers in
-/// opposite directions deadlock until a wait runs out. The set's order is
-/// what prevents this, so `transfers_across_four_processes` can fail.
+/// opposite directions deadlock until a wait runs out: what the set's
+/// order prevents in `transfers_across_four_processes`.
 #[test]
 fn transfers_taking_locks_in_the_written_order_deadlock() {
     let setup = Setup::<Redis>::start(&dlock_testkit::paths!(), "written-order");

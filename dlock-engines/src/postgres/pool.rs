@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use dlock_core::Mode;
 use dlock_core::kit::{EngineError, OwnerId, Waiters};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
@@ -161,29 +161,76 @@ impl Pool {
                 changed.await;
                 continue;
             }
-            let opened = self.open_one_more().await;
-            opened.unwrap_or_else(|e| Err(EngineError::failed(format!("opening a connection: {e}"))))?;
+            let opened = self.open_one_more(used).await;
+            let marked = opened.unwrap_or_else(|_| Err(EngineError::failed("opening a connection: its task ended")))?;
+            return Ok(Some(marked.keep()));
         }
     }
 
-    /// Opens a connection into the pool, counted in `opening` until then.
-    /// A task of its own, so that a pick given up midway (a status check
-    /// cut short by the grant it watched for) still adds it: a connect,
-    /// authentication included, costs too much to throw away.
-    fn open_one_more(&self) -> tokio::task::JoinHandle<Result<(), EngineError>> {
+    /// Opens a connection into the pool, marked for `used`, counted in
+    /// `opening` until then. A task of its own, so that a pick given up
+    /// midway (a status check cut short by the grant it watched for) still
+    /// adds it: a connect, authentication included, costs too much to throw
+    /// away. The whole open is bounded by the connect timeout.
+    fn open_one_more(&self, used: Use) -> oneshot::Receiver<Result<Marked, EngineError>> {
         let (config, fence) = (self.config.clone(), self.fence.clone());
         let (conns, changed) = (self.conns.clone(), self.changed.clone());
+        let (answer, opened) = oneshot::channel();
         tokio::spawn(async move {
-            let conn = open(&config, &fence, &changed).await;
-            let mut list = lock(&conns);
-            list.opening -= 1;
-            if let Ok(conn) = &conn {
+            let _counted = Opening(conns.clone(), changed.clone());
+            let limit = config.get_connect_timeout().copied().unwrap_or(OPEN_TAKES);
+            let conn = match tokio::time::timeout(limit, open(&config, &fence, &changed)).await {
+                Ok(conn) => conn,
+                Err(_) => Err(EngineError::failed(format!("opening a connection took over {limit:?}"))),
+            };
+            let marked = conn.map(|conn| {
+                let mut list = lock(&conns);
+                conn.book().mark(used);
                 list.open.push(conn.clone());
-            }
-            drop(list);
-            changed.notify_waiters();
-            conn.map(drop)
-        })
+                Marked { conn, used, kept: false }
+            });
+            // Sent back unless the pick was given up; a `Marked` nobody
+            // keeps gives its mark back when dropped.
+            let _ = answer.send(marked);
+        });
+        opened
+    }
+}
+
+/// The bound on opening a connection with no connect timeout set.
+const OPEN_TAKES: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A connection being opened: counted in `opening` until this drops, when
+/// the open ended, however (a panic or the runtime's end included).
+struct Opening(Arc<Mutex<Conns>>, Arc<Notify>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        lock(&self.0).opening -= 1;
+        self.1.notify_waiters();
+    }
+}
+
+/// A new connection, marked for the pick that opened it. Dropped before
+/// that pick keeps it (the pick was given up), it gives the mark back.
+struct Marked {
+    conn: Arc<Conn>,
+    used: Use,
+    kept: bool,
+}
+
+impl Marked {
+    fn keep(mut self) -> Arc<Conn> {
+        self.kept = true;
+        self.conn.clone()
+    }
+}
+
+impl Drop for Marked {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.conn.rebook(|book| book.unmark(self.used));
+        }
     }
 }
 
@@ -383,6 +430,16 @@ impl Book {
             }
             Use::Wait => self.waiting = true,
             Use::Look => self.looking += 1,
+        }
+    }
+
+    fn unmark(&mut self, used: Use) {
+        match used {
+            Use::Take(key) => {
+                self.trying.remove(&key);
+            }
+            Use::Wait => self.waiting = false,
+            Use::Look => self.looking -= 1,
         }
     }
 
