@@ -173,9 +173,10 @@ impl Lock {
     }
 }
 
-fn none_if_busy(result: Result<Guard, Error>) -> Result<Option<Guard>, Error> {
+/// A timeout as `None`: what the `try_*` calls answer when busy.
+pub(crate) fn none_if_busy<T>(result: Result<T, Error>) -> Result<Option<T>, Error> {
     match result {
-        Ok(guard) => Ok(Some(guard)),
+        Ok(held) => Ok(Some(held)),
         Err(Error::Timeout { .. }) => Ok(None),
         Err(e) => Err(e),
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Wait;
+use crate::lock::none_if_busy;
 use crate::{Error, Guard, Lock, Mode};
 
 /// Several locks taken as a unit: all of them, or, if one cannot be had
@@ -93,11 +94,7 @@ impl LockSet {
 
     /// Takes every lock if each is free now; `None` if one is not.
     pub async fn try_acquire(&self) -> Result<Option<Guards>, Error> {
-        match self.acquire_within(Wait::TRY_ONCE).await {
-            Ok(guards) => Ok(Some(guards)),
-            Err(Error::Timeout { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        none_if_busy(self.acquire_within(Wait::TRY_ONCE).await)
     }
 
     async fn acquire_within(&self, wait: Wait) -> Result<Guards, Error> {
