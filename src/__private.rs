@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 pub use dlock_core::Mode;
-use dlock_core::{Error, Guard, HeldLock, Lock, LockSet, Locks, LostReason, Wait};
+use dlock_core::{Error, Guard, HeldLock, Lock, LockSet, Locks, LostReason, Semaphore, Wait};
 
 tokio::task_local! {
     /// The lock of the innermost annotated function; `None` in one with
@@ -20,6 +20,7 @@ tokio::task_local! {
 pub struct Site {
     group: &'static str,
     engine: Option<&'static str>,
+    permits: Option<u32>,
     mode: Mode,
     wait: Option<Duration>,
     lease: Option<Duration>,
@@ -31,6 +32,7 @@ impl Site {
     pub const fn new(
         group: &'static str,
         engine: Option<&'static str>,
+        permits: Option<u32>,
         mode: Mode,
         wait: Option<Duration>,
         lease: Option<Duration>,
@@ -39,6 +41,7 @@ impl Site {
         Site {
             group,
             engine,
+            permits,
             mode,
             wait,
             lease,
@@ -47,16 +50,32 @@ impl Site {
         }
     }
 
-    /// Lock `name` with this site's lease and wait.
-    fn lock(&self, name: Arc<str>) -> Result<Lock, Error> {
-        let mut lock = self.locks()?.get(name);
-        if let Some(lease) = self.lease {
-            lock = lock.with_lease(lease);
-        }
-        if let Some(wait) = self.wait {
-            lock = lock.with_wait(Wait::For(wait));
-        }
-        Ok(lock)
+    /// Lock (or semaphore) `name` with this site's lease and wait.
+    fn lock(&self, name: Arc<str>) -> Result<Wanted, Error> {
+        let locks = self.locks()?;
+        let (lease, wait) = (self.lease, self.wait.map(Wait::For));
+        Ok(match self.permits {
+            Some(n) => {
+                let mut semaphore = locks.semaphore(name, n);
+                if let Some(lease) = lease {
+                    semaphore = semaphore.with_lease(lease);
+                }
+                if let Some(wait) = wait {
+                    semaphore = semaphore.with_wait(wait);
+                }
+                Wanted::Permit(semaphore)
+            }
+            None => {
+                let mut lock = locks.get(name);
+                if let Some(lease) = lease {
+                    lock = lock.with_lease(lease);
+                }
+                if let Some(wait) = wait {
+                    lock = lock.with_wait(wait);
+                }
+                Wanted::Lock(lock, self.mode)
+            }
+        })
     }
 
     /// The group's locks, looked up once: the global registry never changes.
@@ -71,6 +90,12 @@ impl Site {
         };
         Ok(self.locks.get_or_init(|| locks))
     }
+}
+
+/// What a site takes: a lock in a mode, or a semaphore's permit.
+enum Wanted {
+    Lock(Lock, Mode),
+    Permit(Semaphore),
 }
 
 /// Renders a key template into its one allocation: short keys are formatted
@@ -180,7 +205,8 @@ fn lost(held: &HeldLock, reason: LostReason) -> Error {
 /// future is dropped or the body panics.
 pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Future<Output = O>) -> O {
     let guard = match site.lock(name) {
-        Ok(lock) => lock.acquire(site.mode).await,
+        Ok(Wanted::Lock(lock, mode)) => lock.acquire(mode).await,
+        Ok(Wanted::Permit(semaphore)) => semaphore.acquire().await,
         Err(e) => Err(e),
     };
     let guard = match guard {
@@ -222,10 +248,11 @@ pub async fn run_all<O: Outcome, const N: usize>(
     };
     let mut set = LockSet::new();
     for (site, name) in locks {
-        match site.lock(name) {
-            Ok(lock) => set = set.with(lock, site.mode),
+        set = match site.lock(name) {
+            Ok(Wanted::Lock(lock, mode)) => set.with(lock, mode),
+            Ok(Wanted::Permit(semaphore)) => set.permit(&semaphore),
             Err(e) => return O::lock_error(e),
-        }
+        };
     }
     let guards = match set.acquire().await {
         Ok(guards) => guards,

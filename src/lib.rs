@@ -54,8 +54,10 @@
 //!
 //! The function returns `Result<T, E>` with `E: From<dlock::Error>`: lock
 //! errors (timeout, engine failure, loss) come back through it. Options:
-//! `group` (required), `key` or `keys`, `mode`, `wait`, `lease`, `engine`
-//! and `on_lost`; [`distributed_lock`] lists them with their defaults.
+//! `group` (required), `key` or `keys`, `permits`, `mode`, `wait`, `lease`,
+//! `engine` and `on_lost`; [`distributed_lock`] lists them with their
+//! defaults. With `permits = N` the function takes a permit of a
+//! [`Semaphore`] that admits `N` at once, instead of the lock.
 //! Several locks on one function (`keys = ["<from>", "<to>"]`, or several
 //! attributes) are taken as one [`LockSet`]: by group then name, whatever
 //! order they were written in, so no two calls deadlock each other; each
@@ -274,7 +276,7 @@ pub use dlock_core::kit;
 pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_core::{
     Config, Error, Guard, Guards, HeldLock, Lock, LockKey, LockSet, Locks, LostReason, Mode, Registry,
-    Settings, Share, Wait, config, held_locks, metrics,
+    Semaphore, Settings, Share, Wait, config, held_locks, metrics,
 };
 pub use dlock_engines as engines;
 pub use dlock_macros::distributed_lock;
@@ -402,6 +404,12 @@ pub fn locks(group: &str) -> Locks {
 /// The lock `name` of `group` from the global registry; see [`Lock`].
 pub fn lock(group: &str, name: &str) -> Lock {
     locks(group).get(name)
+}
+
+/// The semaphore `name` of `group` from the global registry, admitting
+/// `permits` holders at once; see [`Semaphore`].
+pub fn semaphore(group: &str, name: &str, permits: u32) -> Semaphore {
+    locks(group).semaphore(name, permits)
 }
 
 /// The innermost lock held by a `#[distributed_lock]` function running in

@@ -558,3 +558,77 @@ async fn the_attribute_and_the_core_agree_on_the_shortest_lease() {
         .await
         .expect("the minimum lease is accepted");
 }
+
+// --- semaphores: `permits = N` ---
+
+static EXPORTS: OnceLock<dlock::engines::conformance::Occupancy> = OnceLock::new();
+
+fn exports() -> &'static dlock::engines::conformance::Occupancy {
+    EXPORTS.get_or_init(|| dlock::engines::conformance::Occupancy::new(2))
+}
+
+#[distributed_lock(group = "attr-export", key = "<tenant>", permits = 2, wait = "10s")]
+async fn export(tenant: &str) -> AppResult<Option<u32>> {
+    exports().visit(Duration::from_millis(20)).await;
+    Ok(dlock::current().expect("inside").permits())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn permits_admit_that_many_calls_at_once_and_no_more() {
+    engine();
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(async {
+                for _ in 0..5 {
+                    assert_eq!(export("acme").await.expect("export"), Some(2));
+                }
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.expect("task");
+    }
+    let inside = exports();
+    assert_eq!(inside.over(), 0, "more than 2 calls inside at once");
+    assert_eq!(inside.most(), 2, "the two permits never ran together");
+    assert_eq!(inside.entries(), 40);
+    assert!(
+        is_free("attr-export", "acme").await,
+        "the lock of the name is another thing"
+    );
+}
+
+#[distributed_lock(group = "attr-partner", key = "calls", permits = 3)]
+#[distributed_lock(group = "attr-invoice", key = "<id>")]
+async fn bill(id: u32) -> AppResult<(Option<u32>, Option<u32>)> {
+    let permit = dlock::held_lock("attr-partner", "calls").expect("the permit");
+    let lock = dlock::held_lock("attr-invoice", &id.to_string()).expect("the lock");
+    Ok((permit.permits(), lock.permits()))
+}
+
+#[tokio::test]
+async fn a_function_holds_a_permit_and_a_lock_together() {
+    engine();
+    assert_eq!(bill(4).await.expect("bill"), (Some(3), None));
+    let wrong = dlock::semaphore("attr-partner", "calls", 2)
+        .acquire()
+        .await
+        .expect("idle: a new count");
+    let refused = bill(5).await;
+    assert!(
+        matches!(
+            refused,
+            Err(AppError::Lock(Error::PermitCount {
+                asked: 3,
+                in_use: 2,
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    wrong.release().await.expect("release");
+    assert!(
+        eventually_free("attr-invoice", "5").await,
+        "the set let go of what it took"
+    );
+}

@@ -91,6 +91,7 @@ impl Engine for TableEngine {
             read: false,
             fairness: Fairness::None,
             lease_unit: self.unit,
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

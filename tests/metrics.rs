@@ -145,6 +145,47 @@ async fn one_cycle_records_events_spans_and_gauges_with_labels() {
     assert_eq!(after.event("reentered"), 0);
 }
 
+/// A semaphore's permits are recorded under the same names, with `mode` =
+/// `permit` and the count as `permits`; a lock of the same group and name
+/// keeps its own series.
+#[tokio::test(flavor = "current_thread")]
+async fn permits_are_recorded_under_the_same_names_with_their_count() {
+    let recorder = DebuggingRecorder::new();
+    let mut recorded = Recorded::new(recorder.snapshotter());
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (registry, _) = registry();
+    let exports = registry.locks("export").semaphore("tenant-7", 5);
+
+    let permit = exports.acquire().await.expect("permit");
+    let lock = registry
+        .locks("export")
+        .get("tenant-7")
+        .lock()
+        .await
+        .expect("lock");
+    assert_eq!(recorded.read().gauge("dlock_held"), 2.0);
+    permit.release().await.expect("release");
+    lock.release().await.expect("release");
+
+    let after = recorded.read();
+    let permits = [
+        ("group", "export"),
+        ("mode", "permit"),
+        ("engine", "mem"),
+        ("permits", "5"),
+    ];
+    let writes = [("group", "export"), ("mode", "write"), ("engine", "mem")];
+    for labels in [&permits[..], &writes[..]] {
+        for event in ["attempt", "acquired", "released"] {
+            let with_event: Vec<_> = labels.iter().copied().chain([("event", event)]).collect();
+            assert_eq!(after.counter(&with_event), 1, "{event} with labels {labels:?}");
+        }
+        assert_eq!(after.spans("dlock_hold_seconds", labels).len(), 1, "{labels:?}");
+    }
+    assert_eq!(after.event("attempt"), 2, "each counted once, in its own series");
+    assert_eq!(after.gauge("dlock_held"), 0.0);
+}
+
 /// The reentrant timer: one hold span from the outermost acquire to the final
 /// release, however deep the nesting and whichever guard goes last.
 #[tokio::test(flavor = "current_thread")]

@@ -232,3 +232,36 @@ async fn a_function_with_several_locks_shares_each_with_what_it_spawns() {
     pay_both(engine, 31, 30).await.expect("pay both");
     assert!(is_free(30).await && is_free(31).await);
 }
+
+#[distributed_lock(group = "export", key = "<tenant>", permits = 1, wait = "5s")]
+async fn export_part(tenant: u32) -> Result<u64, AppError> {
+    Ok(dlock::fence().expect("inside the permit"))
+}
+
+#[distributed_lock(group = "export", key = "<tenant>", permits = 1, wait = "5s")]
+async fn export(engine: &Faults, tenant: u32) -> Result<(), AppError> {
+    let parent = dlock::fence().expect("inside the permit");
+    let calls = engine.calls();
+    // With one permit, a child asking for another would wait for ever.
+    let parts: Vec<_> = (0..3).map(|_| dlock::spawn(export_part(tenant))).collect();
+    for part in parts {
+        assert_eq!(part.await.expect("task")?, parent, "the parent's permit");
+    }
+    assert_eq!(engine.calls(), calls, "a share asked the engine");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_is_shared_with_what_its_holder_spawns() {
+    let (engine, _turn) = engine().await;
+    export(engine, 40).await.expect("export");
+    let again = dlock::semaphore("export", "40", 1)
+        .try_acquire()
+        .await
+        .expect("try");
+    again
+        .expect("the permit is back")
+        .release()
+        .await
+        .expect("release");
+}

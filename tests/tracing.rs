@@ -201,6 +201,29 @@ async fn an_annotated_call_has_an_acquire_span_and_runs_in_its_hold_span() {
     assert_eq!(field(&paying.span_fields, "fence"), fence.to_string());
 }
 
+#[distributed_lock(group = "traced", key = "partner", permits = 3)]
+async fn call_partner() -> Result<u64, dlock::Error> {
+    Ok(dlock::fence().expect("held"))
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_permit_has_its_spans_with_mode_permit_and_the_count() {
+    let (seen, _subscriber) = capture();
+    let fence = call_partner().await.expect("call");
+    let [acquire] = &seen.spans("acquire")[..] else {
+        panic!("not one acquire span: {:?}", seen.spans("acquire"));
+    };
+    let [hold] = &seen.spans("hold")[..] else {
+        panic!("not one hold span: {:?}", seen.spans("hold"));
+    };
+    for span in [acquire, hold] {
+        assert_eq!(field(&span.fields, "mode"), "permit");
+        assert_eq!(field(&span.fields, "permits"), "3");
+        assert_eq!(field(&span.fields, "key"), "partner");
+    }
+    assert_eq!(field(&hold.fields, "fence"), fence.to_string());
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn reentry_makes_no_span_and_a_busy_lock_says_why_in_the_acquire_span() {
     let (seen, _subscriber) = capture();

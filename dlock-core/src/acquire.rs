@@ -13,7 +13,7 @@ use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
 use crate::kit::{Call, Woken, within};
 use crate::kit::{EngineError, Poll, Request};
 use crate::local_queue::Place;
-use crate::metrics::{Event, Gauge, Labels, Span};
+use crate::metrics::{Event, Gauge, Labels, Series, Span};
 use crate::registry::Group;
 use crate::{Error, LockKey, Mode, trace, watchdog};
 
@@ -25,6 +25,7 @@ pub(crate) async fn acquire(
     group: &Arc<Group>,
     name: Arc<str>,
     mode: Mode,
+    permits: Option<u32>,
     wait: Wait,
     lease: Duration,
 ) -> Result<Guard, Error> {
@@ -33,18 +34,23 @@ pub(crate) async fn acquire(
     if mode == Mode::Read && !group.capabilities.read {
         return Err(group.unsupported("read mode".to_owned()));
     }
-    if let Some(hold) = Hold::reenter(group, &key, mode)? {
-        group.labels.event(mode, Event::Reentered);
+    let series = Series::new(mode, permits);
+    if permits.is_some() {
+        check_permits(group, permits)?;
+    }
+    if let Some(hold) = Hold::reenter(group, &key, mode, permits)? {
+        group.labels.event(series, Event::Reentered);
         return Ok(Guard::new(hold, mode));
     }
     group.check_lease(lease)?;
     let mut req = Request::new(key, mode, lease);
+    req.permits = permits;
     req.try_once = wait == Wait::TRY_ONCE;
-    group.labels.event(mode, Event::Attempt);
-    let span = trace::acquisition(&req.key, mode, &group.engine_name);
+    group.labels.event(series, Event::Attempt);
+    let span = trace::acquisition(&req, &group.engine_name);
     let since = Instant::now();
     let granted = {
-        let _waiting = Waiting::start(&group.labels, mode);
+        let _waiting = Waiting::start(&group.labels, series);
         let waited = async {
             let place = local_turn(group, &req, since, wait).await?;
             let grant = wait_for_grant(group, &req, since, wait).await?;
@@ -52,7 +58,7 @@ pub(crate) async fn acquire(
         };
         // The span is entered around each poll; a wrapper (`instrument`)
         // would move the whole waiting future into itself on every call.
-        let mut waited = pin!(warn_if_stuck_behind_this_process(group, &req.key, since, waited));
+        let mut waited = pin!(warn_if_stuck_behind_this_process(group, &req, since, waited));
         poll_fn(|cx| span.in_scope(|| waited.as_mut().poll(cx))).await
     };
     // One clock read serves the wait's span, the hold's start and its first renewal.
@@ -60,8 +66,8 @@ pub(crate) async fn acquire(
     let waited = now - since;
     match granted {
         Ok((place, grant)) => {
-            group.labels.span(Span::Wait, mode, waited);
-            group.labels.event(mode, Event::Acquired);
+            group.labels.span(Span::Wait, series, waited);
+            group.labels.event(series, Event::Acquired);
             trace::waited(&span, waited, Event::Acquired.as_str());
             let fresh = grant.valid_until > now;
             let hold = Hold::start(group.clone(), req, place, grant, now, &span);
@@ -80,12 +86,23 @@ pub(crate) async fn acquire(
                 Error::Timeout { .. } => Event::TimedOut,
                 _ => Event::Failed,
             };
-            group.labels.event(mode, event);
+            group.labels.event(series, event);
             trace::waited(&span, waited, event.as_str());
             trace::not_acquired(&span, &e);
             Err(e)
         }
     }
+}
+
+/// A semaphore needs a permit to hand out, and an engine that keeps them.
+fn check_permits(group: &Group, permits: Option<u32>) -> Result<(), Error> {
+    if permits == Some(0) {
+        return Err(Error::config("permits", "a semaphore needs at least 1 permit"));
+    }
+    if !group.capabilities.semaphore {
+        return Err(group.unsupported("semaphores".to_owned()));
+    }
+    Ok(())
 }
 
 /// With `queue = "local"`, waits for this request's turn in the process's
@@ -96,7 +113,9 @@ async fn local_turn(
     since: Instant,
     wait: Wait,
 ) -> Result<Option<Place>, Error> {
-    if group.settings.queue == Queue::Engine {
+    // A semaphore's waiters go to the engine each: the line lets one
+    // writer through at a time, which would cap a process at one permit.
+    if group.settings.queue == Queue::Engine || req.permits.is_some() {
         return Ok(None);
     }
     let engine = engine_id(group);
@@ -193,6 +212,10 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             Err(_) if deadline.is_some_and(|d| now >= d) => {
                 return Err(give_up(&mut withdraw, group, req, since, failure.map(|(e, _)| e)).await);
             }
+            // An answer, not a failure: asking again cannot change it.
+            Err(e @ EngineError::PermitsDiffer { .. }) => {
+                return Err(give_up(&mut withdraw, group, req, since, Some(e)).await);
+            }
             Err(e) => {
                 let failing_since = failure.map_or(sent, |(_, since)| since);
                 failure = Some((e, failing_since));
@@ -246,7 +269,7 @@ async fn give_up(
 ) -> Error {
     withdraw.now().await;
     match failure {
-        Some(e) => group.engine_error(&req.key, e),
+        Some(e) => group.engine_error(req, e),
         None => Error::Timeout {
             key: req.key.clone(),
             waited: since.elapsed(),
@@ -260,7 +283,7 @@ async fn give_up(
 /// task it spawned that asks for the same lock.
 async fn warn_if_stuck_behind_this_process<T>(
     group: &Group,
-    key: &LockKey,
+    req: &Request,
     since: Instant,
     waited: impl Future<Output = T>,
 ) -> T {
@@ -270,9 +293,9 @@ async fn warn_if_stuck_behind_this_process<T>(
         out = &mut waited => return out,
         _ = sleep_until(since + group.settings.deadlock_warning) => {}
     }
-    if let Some(hold) = held_by_another_task(group, key) {
+    if let Some(hold) = held_by_another_task(group, req) {
         tracing::warn!(
-            lock = %key,
+            lock = %req.key,
             waited = ?since.elapsed(),
             held_for = ?hold.held_since.elapsed(),
             "waiting for a lock another task of this process holds; if that task awaits this one, \
@@ -356,18 +379,18 @@ impl Drop for Withdraw<'_> {
 /// Counts a request in the `dlock_waiting` gauge for as long as it lives.
 struct Waiting<'a> {
     labels: &'a Labels,
-    mode: Mode,
+    series: Series,
 }
 
 impl<'a> Waiting<'a> {
-    fn start(labels: &'a Labels, mode: Mode) -> Self {
-        labels.gauge(Gauge::Waiting, mode, 1.0);
-        Waiting { labels, mode }
+    fn start(labels: &'a Labels, series: Series) -> Self {
+        labels.gauge(Gauge::Waiting, series, 1.0);
+        Waiting { labels, series }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.labels.gauge(Gauge::Waiting, self.mode, -1.0);
+        self.labels.gauge(Gauge::Waiting, self.series, -1.0);
     }
 }

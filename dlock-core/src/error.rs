@@ -68,6 +68,22 @@ pub enum Error {
         key: LockKey,
     },
 
+    /// A semaphore was asked for with another number of permits than its
+    /// current holders and waiters use. Every client of a semaphore must give
+    /// the same count; a new count takes over once the semaphore is idle.
+    #[error(
+        "semaphore {key} is in use with {in_use} permits; this client asked for {asked}: \
+         every client of a semaphore must give the same count"
+    )]
+    PermitCount {
+        /// The semaphore asked for.
+        key: LockKey,
+        /// The count this client gave.
+        asked: u32,
+        /// The count its holders and waiters use.
+        in_use: u32,
+    },
+
     /// The engine cannot offer what was asked (read mode on memcached, a
     /// lease shorter than its unit); see `Engine::capabilities`.
     #[error("engine `{engine}` ({kind}) does not support {feature}")]
@@ -76,7 +92,7 @@ pub enum Error {
         engine: String,
         /// The engine's kind (`"memcached"`, ...).
         kind: &'static str,
-        /// What was asked for: read mode, or a lease shorter than the engine's unit.
+        /// What was asked for: read mode, semaphores, or a lease shorter than the engine's unit.
         feature: String,
     },
 

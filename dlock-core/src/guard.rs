@@ -57,6 +57,11 @@ impl HeldLock {
         &self.0.req.key
     }
 
+    /// `Some(n)`: a permit of a semaphore of `n` permits; `None`: a lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.0.req.permits
+    }
+
     /// A share of this hold for a task this one spawns: see [`Share`].
     /// `Err(Released)` once the hold has ended.
     pub fn share(&self) -> Result<Share, Error> {
@@ -180,9 +185,14 @@ impl Guard {
         }
     }
 
-    /// The mode this guard was taken in.
+    /// The mode this guard was taken in (`Write` for a semaphore's permit).
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// See [`HeldLock::permits`].
+    pub fn permits(&self) -> Option<u32> {
+        self.held.permits()
     }
 
     /// The key, fence and lost signal, as a handle that outlives the guard.

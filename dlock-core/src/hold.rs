@@ -16,7 +16,7 @@ use crate::key::shard_of;
 use crate::kit::{Call, within};
 use crate::kit::{Engine, EngineError, KeyHashing, Request};
 use crate::local_queue::Place;
-use crate::metrics::{Event, Gauge, Span};
+use crate::metrics::{Event, Gauge, Series, Span};
 use crate::registry::Group;
 use crate::{Error, LockKey, LostReason, Mode, trace};
 
@@ -38,21 +38,23 @@ impl TaskKey {
 }
 
 /// Where a hold is filed: the engine instance is part of it, so the same name
-/// on two engines is two locks.
+/// on two engines is two locks; and a semaphore is not the lock of its name.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct HoldKey {
     task: TaskKey,
     engine: usize,
     key: LockKey,
+    semaphore: bool,
 }
 
 impl HoldKey {
-    fn new(task: TaskKey, group: &Group, key: &LockKey) -> Self {
+    fn new(task: TaskKey, group: &Group, key: &LockKey, semaphore: bool) -> Self {
         HoldKey {
             task,
             // The hold keeps the engine alive, so its address is not reused while filed.
             engine: engine_id(group),
             key: key.clone(),
+            semaphore,
         }
     }
 
@@ -97,14 +99,21 @@ pub(crate) fn held_by_this_task() -> Vec<Arc<Hold>> {
         .collect()
 }
 
-/// A hold of `key` on `group`'s engine filed for another task of this
-/// process, if any: what a task waiting for that lock may be waiting on.
-pub(crate) fn held_by_another_task(group: &Group, key: &LockKey) -> Option<Arc<Hold>> {
+/// A hold of `req`'s lock (or semaphore) on `group`'s engine filed for
+/// another task of this process, if any: what a task waiting for it may be
+/// waiting on.
+pub(crate) fn held_by_another_task(group: &Group, req: &Request) -> Option<Arc<Hold>> {
     let (task, engine) = (TaskKey::current(), engine_id(group));
+    let semaphore = req.permits.is_some();
     TABLE.iter().find_map(|shard| {
         lock(shard)
             .iter()
-            .find(|(filed, _)| filed.engine == engine && &filed.key == key && filed.task != task)
+            .find(|(filed, _)| {
+                filed.engine == engine
+                    && filed.key == req.key
+                    && filed.semaphore == semaphore
+                    && filed.task != task
+            })
             .map(|(_, hold)| hold.clone())
     })
 }
@@ -195,13 +204,28 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// Finds this task's hold on `key` and enters it again in `mode`.
-    pub fn reenter(group: &Group, key: &LockKey, mode: Mode) -> Result<Option<Arc<Hold>>, Error> {
-        let filed = HoldKey::new(TaskKey::current(), group, key);
+    /// Finds this task's hold on `key` (the lock, or with `permits` the
+    /// semaphore) and enters it again in `mode`.
+    pub fn reenter(
+        group: &Group,
+        key: &LockKey,
+        mode: Mode,
+        permits: Option<u32>,
+    ) -> Result<Option<Arc<Hold>>, Error> {
+        let filed = HoldKey::new(TaskKey::current(), group, key, permits.is_some());
         let table = filed.shard();
         let Some(hold) = table.get(&filed) else {
             return Ok(None);
         };
+        if let (Some(asked), Some(in_use)) = (permits, hold.req.permits)
+            && asked != in_use
+        {
+            return Err(Error::PermitCount {
+                key: key.clone(),
+                asked,
+                in_use,
+            });
+        }
         if let Some(reason) = hold.lost_reason() {
             return Err(Error::Lost {
                 key: key.clone(),
@@ -228,13 +252,13 @@ impl Hold {
         acquired: &tracing::Span,
     ) -> Arc<Hold> {
         req.fence = grant.fence;
-        let span = trace::hold(&req.key, req.mode, &group.engine_name, grant.fence, acquired);
+        let span = trace::hold(&req, &group.engine_name, acquired);
         let counts = match req.mode {
             Mode::Write => Counts { writes: 1, reads: 0 },
             Mode::Read => Counts { writes: 0, reads: 1 },
         };
         let hold = Arc::new(Hold {
-            filed: HoldKey::new(TaskKey::current(), &group, &req.key),
+            filed: HoldKey::new(TaskKey::current(), &group, &req.key, req.permits.is_some()),
             group,
             req,
             counts: Mutex::new(counts),
@@ -251,7 +275,7 @@ impl Hold {
         if let Entry::Vacant(v) = hold.filed.shard().entry(hold.filed.clone()) {
             v.insert(hold.clone());
         }
-        hold.group.labels.gauge(Gauge::Held, hold.req.mode, 1.0);
+        hold.group.labels.gauge(Gauge::Held, Series::of(&hold.req), 1.0);
         hold
     }
 
@@ -352,19 +376,19 @@ impl Hold {
         .await;
         // The next local request goes to the engine only once this one let go.
         lock(&self.place).take();
-        let (labels, mode) = (&self.group.labels, self.req.mode);
+        let (labels, series) = (&self.group.labels, Series::of(&self.req));
         let ended = Instant::now();
-        labels.span(Span::Release, mode, ended - started);
-        labels.span(Span::Hold, mode, ended - self.held_since);
-        labels.gauge(Gauge::Held, mode, -1.0);
-        labels.event(mode, Event::Released);
+        labels.span(Span::Release, series, ended - started);
+        labels.span(Span::Hold, series, ended - self.held_since);
+        labels.gauge(Gauge::Held, series, -1.0);
+        labels.event(series, Event::Released);
         match result {
             Ok(true) => self.ok_unless_lost(),
             Ok(false) => {
                 self.mark_lost(LostReason::Rejected);
                 self.ok_unless_lost()
             }
-            Err(e) => Err(self.group.engine_error(&self.req.key, e)),
+            Err(e) => Err(self.group.engine_error(&self.req, e)),
         }
     }
 
@@ -409,7 +433,7 @@ impl Hold {
                 self.mark_lost(LostReason::Rejected);
                 self.ok_unless_lost()
             }
-            Err(e) => Err(self.group.engine_error(&self.req.key, e)),
+            Err(e) => Err(self.group.engine_error(&self.req, e)),
         }
     }
 
@@ -437,7 +461,7 @@ impl Hold {
             first
         };
         if first {
-            self.group.labels.event(self.req.mode, Event::Lost);
+            self.group.labels.event(Series::of(&self.req), Event::Lost);
             trace::lost(&self.span, reason);
         }
     }

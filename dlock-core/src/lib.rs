@@ -33,7 +33,7 @@ pub use config::{Config, MIN_LEASE, Settings, Wait};
 pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};
 pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
-pub use lock::{Lock, Locks};
+pub use lock::{Lock, Locks, Semaphore};
 pub use lock_set::{Guards, LockSet};
 pub use mode::Mode;
 pub use registry::Registry;

@@ -65,8 +65,18 @@ impl Locks {
             name: name.into(),
             lease: self.group.settings.lease,
             wait: self.group.settings.wait,
+            permits: None,
             group: self.group.clone(),
         }
+    }
+
+    /// The semaphore named `name` in this group, admitting `permits`
+    /// holders at once. A semaphore is not the lock of the same name. The
+    /// name, and that `permits` is at least 1, are checked when acquiring.
+    pub fn semaphore(&self, name: impl Into<Arc<str>>, permits: u32) -> Semaphore {
+        let mut lock = self.get(name);
+        lock.permits = Some(permits);
+        Semaphore(lock)
     }
 }
 
@@ -102,6 +112,8 @@ pub struct Lock {
     name: Arc<str>,
     lease: Duration,
     pub(crate) wait: Wait,
+    /// `Some(n)`: this is a [`Semaphore`]'s, which takes permits.
+    permits: Option<u32>,
 }
 
 impl Lock {
@@ -164,12 +176,107 @@ impl Lock {
     }
 
     pub(crate) async fn acquire_within(&self, mode: Mode, wait: Wait) -> Result<Guard, Error> {
-        acquire::acquire(&self.group, self.name.clone(), mode, wait, self.lease).await
+        acquire::acquire(
+            &self.group,
+            self.name.clone(),
+            mode,
+            self.permits,
+            wait,
+            self.lease,
+        )
+        .await
     }
 
     /// Where this lock comes in a [`LockSet`](crate::LockSet)'s one order.
-    pub(crate) fn order_key(&self) -> (&str, &str, &str) {
-        (&self.group.name, &self.name, &self.group.engine_name)
+    pub(crate) fn order_key(&self) -> (&str, &str, &str, Option<u32>) {
+        (
+            &self.group.name,
+            &self.name,
+            &self.group.engine_name,
+            self.permits,
+        )
+    }
+}
+
+/// A semaphore: at most `permits` holders at once, across processes, each
+/// with its own lease, renewed by the watchdog like a lock's, so a crashed
+/// holder's permit comes back within its lease. Fair where the engine keeps
+/// a queue: a waiter never passes an earlier one. Holds are reentrant per
+/// task: a task holding a permit takes it again without a second permit.
+///
+/// Every client of a semaphore must give the same count: asking with
+/// another count than its holders and waiters use is
+/// [`Error::PermitCount`]; a new count takes over once nobody holds or
+/// waits.
+///
+/// Each acquisition gets a fencing token, greater than every token given
+/// before on the semaphore. Up to `permits` holders are valid at once, so
+/// storage cannot refuse all but the greatest token as it can for a lock;
+/// the token orders and tells apart what the holders write.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// let exports = dlock::semaphore("export", "tenant-7", 2);
+/// let first = exports.acquire().await?;
+/// let other = exports.clone();
+/// let second = tokio::spawn(async move { other.try_acquire().await });
+/// let second = second.await.expect("task")?.expect("a second permit is free");
+/// let third = exports.clone();
+/// let third = tokio::spawn(async move { third.try_acquire().await });
+/// assert!(third.await.expect("task")?.is_none(), "both permits are taken");
+/// second.release().await?;
+/// first.release().await
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore(Lock);
+
+impl Semaphore {
+    /// The semaphore's group.
+    pub fn group(&self) -> &str {
+        self.0.group()
+    }
+
+    /// The semaphore's name within its group.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.0.permits.unwrap_or(1)
+    }
+
+    /// Uses `lease` instead of the group's configured lease.
+    pub fn with_lease(self, lease: Duration) -> Self {
+        Semaphore(self.0.with_lease(lease))
+    }
+
+    /// Waits as `wait` says instead of the group's configured wait.
+    pub fn with_wait(self, wait: Wait) -> Self {
+        Semaphore(self.0.with_wait(wait))
+    }
+
+    /// Takes a permit, waiting at most the configured wait.
+    pub async fn acquire(&self) -> Result<Guard, Error> {
+        self.0.acquire(Mode::Write).await
+    }
+
+    /// Takes a permit, waiting at most `wait`.
+    pub async fn acquire_for(&self, wait: Duration) -> Result<Guard, Error> {
+        self.0.lock_for(wait).await
+    }
+
+    /// Takes a permit if one is free now and nobody queues for one; `None`
+    /// if not.
+    pub async fn try_acquire(&self) -> Result<Option<Guard>, Error> {
+        self.0.try_lock().await
+    }
+
+    /// The lock-shaped handle a [`LockSet`](crate::LockSet) takes.
+    pub(crate) fn lock(&self) -> &Lock {
+        &self.0
     }
 }
 

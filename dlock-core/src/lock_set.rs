@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::config::Wait;
 use crate::lock::none_if_busy;
-use crate::{Error, Guard, Lock, Mode};
+use crate::{Error, Guard, Lock, Mode, Semaphore};
 
 /// Several locks taken as a unit: all of them, or, if one cannot be had
 /// within the wait, none (what was taken is released). They are taken in
@@ -71,6 +71,12 @@ impl LockSet {
     /// Adds `lock`, to be taken for read.
     pub fn read(self, lock: Lock) -> Self {
         self.with(lock, Mode::Read)
+    }
+
+    /// Adds a permit of `semaphore`, which comes in the order by its group
+    /// and name like a lock.
+    pub fn permit(self, semaphore: &Semaphore) -> Self {
+        self.with(semaphore.lock().clone(), Mode::Write)
     }
 
     /// Takes every lock, waiting at most the shortest wait among them

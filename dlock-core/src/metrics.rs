@@ -10,14 +10,19 @@
 //! | `dlock_held` | gauge | holds open in this process |
 //! | `dlock_waiting` | gauge | requests waiting in this process |
 //!
+//! A semaphore's permits are recorded under the same names with `mode` =
+//! `permit` and one more label, `permits`: the semaphore's count ([`Series`]).
+//!
 //! Recording is fire-and-forget: a recorder can neither block nor fail a lock operation.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics::{Label, SharedString};
 
 use crate::Mode;
+use crate::kit::Request;
 
 /// Counter of lock events, labelled by [`Event`].
 pub const EVENTS: &str = "dlock_events_total";
@@ -130,6 +135,32 @@ impl Gauge {
     }
 }
 
+/// Which of a group's series a recording goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Series {
+    /// A lock, in one mode: `mode="write"` or `mode="read"`.
+    Lock(Mode),
+    /// A permit of a semaphore of this many permits: `mode="permit"`,
+    /// `permits="5"`.
+    Permit(u32),
+}
+
+impl Series {
+    /// The series of a request in `mode`, for a semaphore's permit if
+    /// `permits` says so.
+    pub fn new(mode: Mode, permits: Option<u32>) -> Self {
+        match permits {
+            Some(n) => Series::Permit(n),
+            None => Series::Lock(mode),
+        }
+    }
+
+    /// The series of `req`.
+    pub fn of(req: &Request) -> Self {
+        Series::new(req.mode, req.permits)
+    }
+}
+
 /// The series of one group on one engine. Handles are registered with the
 /// recorder on first use and reused, so recording costs an increment, not a
 /// label lookup: install the recorder before taking the first lock.
@@ -138,6 +169,8 @@ pub struct Labels {
     group: SharedString,
     engine: SharedString,
     by_mode: [OnceLock<Handles>; 2],
+    /// Semaphores' series, by count: few per group, and off the locks' path.
+    by_permits: Mutex<HashMap<u32, Handles>>,
 }
 
 #[derive(Debug)]
@@ -155,42 +188,58 @@ impl Labels {
             group: group.into(),
             engine: engine.into(),
             by_mode: Default::default(),
+            by_permits: Mutex::default(),
         }
     }
 
-    fn handles(&self, mode: Mode) -> &Handles {
-        self.by_mode[mode as usize].get_or_init(|| {
-            let labels = vec![
-                Label::from_static_parts("mode", mode.as_str()),
-                Label::new("group", self.group.clone()),
-                Label::new("engine", self.engine.clone()),
-            ];
-            let with_event = |event: Event| {
-                let mut labels = labels.clone();
-                labels.push(Label::from_static_parts("event", event.as_str()));
-                metrics::counter!(EVENTS, labels)
-            };
-            Handles {
-                events: Event::ALL.map(with_event),
-                spans: Span::ALL.map(|span| metrics::histogram!(span.name(), labels.clone())),
-                gauges: Gauge::ALL.map(|gauge| metrics::gauge!(gauge.name(), labels.clone())),
+    /// Runs `record` on the handles of `series`.
+    fn with(&self, series: Series, record: impl FnOnce(&Handles)) {
+        match series {
+            Series::Lock(mode) => record(self.by_mode[mode as usize].get_or_init(|| self.register(series))),
+            Series::Permit(n) => {
+                let mut by_permits = self.by_permits.lock().unwrap_or_else(|e| e.into_inner());
+                record(by_permits.entry(n).or_insert_with(|| self.register(series)));
             }
-        })
+        }
     }
 
-    /// Counts one `event` of a `mode` request.
-    pub fn event(&self, mode: Mode, event: Event) {
-        self.handles(mode).events[event as usize].increment(1);
+    fn register(&self, series: Series) -> Handles {
+        let mut labels = vec![
+            Label::new("group", self.group.clone()),
+            Label::new("engine", self.engine.clone()),
+        ];
+        match series {
+            Series::Lock(mode) => labels.insert(0, Label::from_static_parts("mode", mode.as_str())),
+            Series::Permit(n) => {
+                labels.insert(0, Label::from_static_parts("mode", "permit"));
+                labels.push(Label::new("permits", n.to_string()));
+            }
+        }
+        let with_event = |event: Event| {
+            let mut labels = labels.clone();
+            labels.push(Label::from_static_parts("event", event.as_str()));
+            metrics::counter!(EVENTS, labels)
+        };
+        Handles {
+            events: Event::ALL.map(with_event),
+            spans: Span::ALL.map(|span| metrics::histogram!(span.name(), labels.clone())),
+            gauges: Gauge::ALL.map(|gauge| metrics::gauge!(gauge.name(), labels.clone())),
+        }
+    }
+
+    /// Counts one `event` of a request of `series`.
+    pub fn event(&self, series: Series, event: Event) {
+        self.with(series, |h| h.events[event as usize].increment(1));
     }
 
     /// Records that `span` took `took`.
-    pub fn span(&self, span: Span, mode: Mode, took: Duration) {
-        self.handles(mode).spans[span as usize].record(took.as_secs_f64());
+    pub fn span(&self, span: Span, series: Series, took: Duration) {
+        self.with(series, |h| h.spans[span as usize].record(took.as_secs_f64()));
     }
 
     /// Moves `gauge` by `delta` (+1 when a hold or wait starts, -1 when it ends).
-    pub fn gauge(&self, gauge: Gauge, mode: Mode, delta: f64) {
-        self.handles(mode).gauges[gauge as usize].increment(delta);
+    pub fn gauge(&self, gauge: Gauge, series: Series, delta: f64) {
+        self.with(series, |h| h.gauges[gauge as usize].increment(delta));
     }
 }
 

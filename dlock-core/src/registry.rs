@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::Error;
 use crate::config::{Config, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Settings, check_lease};
-use crate::kit::{Capabilities, Engine, EngineError, Kinds};
+use crate::kit::{Capabilities, Engine, EngineError, Kinds, Request};
 use crate::metrics::Labels;
-use crate::{Error, LockKey};
 
 /// What every lock of one group on one engine shares.
 pub(crate) struct Group {
@@ -23,14 +23,21 @@ pub(crate) struct Group {
 
 impl Group {
     /// Names this group's engine, its address and the lock in an engine failure.
-    pub fn engine_error(&self, key: &LockKey, error: EngineError) -> Error {
-        let EngineError::Failed(source) = error;
-        Error::Engine {
-            engine: self.engine_name.to_string(),
-            kind: self.engine.kind(),
-            address: self.engine.address(),
-            key: key.clone(),
-            source,
+    pub fn engine_error(&self, req: &Request, error: EngineError) -> Error {
+        let key = req.key.clone();
+        match error {
+            EngineError::Failed(source) => Error::Engine {
+                engine: self.engine_name.to_string(),
+                kind: self.engine.kind(),
+                address: self.engine.address(),
+                key,
+                source,
+            },
+            EngineError::PermitsDiffer { in_use } => Error::PermitCount {
+                key,
+                asked: req.permits.unwrap_or(1),
+                in_use,
+            },
         }
     }
 

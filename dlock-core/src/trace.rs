@@ -2,11 +2,14 @@
 //!
 //! | span or event | level | fields |
 //! |---|---|---|
-//! | span `acquire`: one engine acquisition, to grant or failure | debug | `group`, `key`, `mode`, `engine`, then `wait_ms`, `outcome` |
-//! | span `hold`: grant to the hold's end (a sibling of `acquire`, which it follows from) | debug | `group`, `key`, `mode`, `engine`, `fence` |
+//! | span `acquire`: one engine acquisition, to grant or failure | debug | `group`, `key`, `mode`, `engine`, `permits`, then `wait_ms`, `outcome` |
+//! | span `hold`: grant to the hold's end (a sibling of `acquire`, which it follows from) | debug | `group`, `key`, `mode`, `engine`, `permits`, `fence` |
 //! | event "lock wait ended without the lock" (in `acquire`) | debug | `error` |
 //! | event "lock renewal failed; retrying" (in `hold`) | warn | `error` |
 //! | event "lock lost" (in `hold`) | warn | `reason` |
+//!
+//! A semaphore's permit has `mode` = `permit` and `permits` = its count;
+//! a lock has no `permits`.
 //!
 //! Reentries make no span: they never reach the engine. With no subscriber,
 //! or one that leaves `dlock` at info, each call site costs one check of
@@ -16,17 +19,26 @@ use std::time::Duration;
 
 use tracing::{Span, field};
 
-use crate::{LockKey, Mode};
+use crate::kit::Request;
+
+/// `write`, `read`, or `permit` for a semaphore's.
+fn mode(req: &Request) -> &'static str {
+    match req.permits {
+        Some(_) => "permit",
+        None => req.mode.as_str(),
+    }
+}
 
 /// The span of one engine acquisition.
-pub(crate) fn acquisition(key: &LockKey, mode: Mode, engine: &str) -> Span {
+pub(crate) fn acquisition(req: &Request, engine: &str) -> Span {
     tracing::debug_span!(
         target: "dlock",
         "acquire",
-        group = key.group(),
-        key = key.name(),
-        mode = mode.as_str(),
+        group = req.key.group(),
+        key = req.key.name(),
+        mode = mode(req),
         engine,
+        permits = req.permits,
         wait_ms = field::Empty,
         outcome = field::Empty,
     )
@@ -43,15 +55,16 @@ pub(crate) fn waited(span: &Span, took: Duration, outcome: &str) {
 
 /// The span of a hold: a child of the caller's span, following from the
 /// acquisition that granted it.
-pub(crate) fn hold(key: &LockKey, mode: Mode, engine: &str, fence: u64, acquired: &Span) -> Span {
+pub(crate) fn hold(req: &Request, engine: &str, acquired: &Span) -> Span {
     let span = tracing::debug_span!(
         target: "dlock",
         "hold",
-        group = key.group(),
-        key = key.name(),
-        mode = mode.as_str(),
+        group = req.key.group(),
+        key = req.key.name(),
+        mode = mode(req),
         engine,
-        fence,
+        permits = req.permits,
+        fence = req.fence,
     );
     span.follows_from(acquired);
     span

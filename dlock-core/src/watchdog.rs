@@ -20,7 +20,7 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::hold::{Hold, Stop, Unfile};
 use crate::kit::LostSignal;
-use crate::metrics::Event;
+use crate::metrics::{Event, Series};
 use crate::{LostReason, trace};
 
 /// Starts renewing `hold` a third of the way through its validity, counted
@@ -225,13 +225,15 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
             Ok(Ok(true)) => {
                 hold.renewed(sent);
                 pause = lease / 3;
-                hold.group.labels.event(hold.req.mode, Event::Renewed);
+                hold.group.labels.event(Series::of(&hold.req), Event::Renewed);
             }
             Ok(Ok(false)) => return hold.mark_lost(LostReason::Rejected),
             // Keep trying, more often, until the validity runs out.
             failed => {
                 pause = lease / 9;
-                hold.group.labels.event(hold.req.mode, Event::RenewalFailed);
+                hold.group
+                    .labels
+                    .event(Series::of(&hold.req), Event::RenewalFailed);
                 match failed {
                     Ok(Err(e)) => trace::renewal_failed(&hold.span, &e),
                     _ => trace::renewal_failed(&hold.span, &"no answer while the lease lasted"),

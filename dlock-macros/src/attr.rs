@@ -13,8 +13,8 @@ use crate::suggest::nearest;
 use crate::template::Template;
 
 /// Every option, in the order the docs list them.
-const OPTIONS: [&str; 8] = [
-    "group", "key", "keys", "mode", "wait", "lease", "engine", "on_lost",
+const OPTIONS: [&str; 9] = [
+    "group", "key", "keys", "permits", "mode", "wait", "lease", "engine", "on_lost",
 ];
 
 /// Shortest lease the core accepts (`dlock_core::MIN_LEASE`; a proc-macro
@@ -32,6 +32,8 @@ pub(crate) struct Args {
     pub group: LitStr,
     /// `key`, or each of `keys`; none: the function's name.
     pub keys: Vec<Template>,
+    /// `Some(n)`: a permit of the semaphore of `n` permits, not the lock.
+    pub permits: Option<u32>,
     pub mode: Mode,
     pub wait: Option<Duration>,
     pub lease: Option<Duration>,
@@ -48,18 +50,32 @@ struct Item {
 enum Value {
     One(LitStr),
     List(Vec<LitStr>),
+    Number(syn::LitInt),
 }
 
 impl Parse for Item {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let name: Ident = input.call(syn::ext::IdentExt::parse_any)?;
         if !input.peek(Token![=]) {
-            return Err(syn::Error::new(
-                name.span(),
-                format!("expected `{name} = \"...\"`: every option takes a string value"),
-            ));
+            let message = match name.to_string().as_str() {
+                "permits" => "expected `permits = 5`: the holders a semaphore admits at once".to_owned(),
+                _ => format!("expected `{name} = \"...\"`: every option takes a string value"),
+            };
+            return Err(syn::Error::new(name.span(), message));
         }
         input.parse::<Token![=]>()?;
+        if name == "permits" {
+            if !input.peek(syn::LitInt) {
+                return Err(syn::Error::new(
+                    input.span(),
+                    "`permits` takes a whole number, e.g. permits = 5",
+                ));
+            }
+            return Ok(Item {
+                name,
+                value: Value::Number(input.parse()?),
+            });
+        }
         let list = name == "keys";
         if list && input.peek(syn::token::Bracket) {
             let inside;
@@ -106,20 +122,27 @@ impl Args {
         let items = Punctuated::<Item, Token![,]>::parse_terminated.parse2(tokens)?;
         let mut given: [Option<LitStr>; OPTIONS.len()] = Default::default();
         let mut keys = None;
+        let mut permits = None;
         for Item { name, value } in items {
             let option = name.to_string();
             let Some(slot) = OPTIONS.iter().position(|o| *o == option) else {
                 return Err(syn::Error::new(name.span(), unknown_option(&option)));
             };
-            if given[slot].is_some() || (option == "keys" && keys.is_some()) {
+            let repeated = match option.as_str() {
+                "keys" => keys.is_some(),
+                "permits" => permits.is_some(),
+                _ => given[slot].is_some(),
+            };
+            if repeated {
                 return Err(syn::Error::new(name.span(), format!("`{option}` is given twice")));
             }
             match value {
                 Value::One(value) => given[slot] = Some(value),
                 Value::List(list) => keys = Some((name, list)),
+                Value::Number(number) => permits = Some(number),
             }
         }
-        let [group, key, _, mode, wait, lease, engine, on_lost] = given;
+        let [group, key, _, _, mode, wait, lease, engine, on_lost] = given;
         let keys = match (key, keys) {
             (Some(key), None) => vec![Template::parse(key)?],
             (None, None) => Vec::new(),
@@ -153,6 +176,25 @@ impl Args {
                 "`group` is empty; name what the lock protects, e.g. \"order\"",
             ));
         }
+        let permits = match permits {
+            Some(number) => {
+                let n: u32 = number.base10_parse()?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        number.span(),
+                        "`permits` is 0: a semaphore admits at least 1 holder",
+                    ));
+                }
+                if let Some(mode) = mode.as_ref().filter(|m| m.value() == "read") {
+                    return Err(syn::Error::new(
+                        mode.span(),
+                        "a semaphore's permits have no read mode: drop `mode`, or `permits` for a read lock",
+                    ));
+                }
+                Some(n)
+            }
+            None => None,
+        };
         let mode = match mode.as_ref().map(|m| (m.value(), m.span())) {
             None => Mode::Write,
             Some((m, _)) if m == "write" => Mode::Write,
@@ -199,6 +241,7 @@ impl Args {
         Ok(Args {
             group,
             keys,
+            permits,
             mode,
             wait: wait.map(|w| duration(&w)).transpose()?,
             lease,

@@ -79,6 +79,7 @@ use proc_macro2::Span;
 /// | `group` | the lock's group, a non-empty literal | required |
 /// | `key` | template: text with `<param>` / `<param.field.path>` parts, each `Display`-formatted (`"<tenant>:<order.id>"`, `"<self.id>"`, `"<pair.0>"`) | the function's name |
 /// | `keys` | several keys of the group, each a template: `keys = ["<from>", "<to>"]`; instead of `key` | |
+/// | `permits` | a whole number `N` ≥ 1: take a permit of the semaphore that admits `N` at once, not the lock (`mode` stays write) | |
 /// | `mode` | `"write"` or `"read"` | `"write"` |
 /// | `wait` | how long to wait, e.g. `"5s"`, `"250ms"`; `"0s"` tries once | the group's configured wait |
 /// | `lease` | lease renewed every lease/3 by the watchdog, at least `"30ms"` | the group's configured lease |
@@ -100,6 +101,11 @@ use proc_macro2::Span;
 /// `transfer(a, b)` and `transfer(b, a)` never deadlock each other; all or
 /// nothing within the shortest of their waits. Each keeps its own fence:
 /// `dlock::held_lock(group, name)` gives it, and `dlock::fence()` is `None`.
+///
+/// With `permits = N` the function holds a permit of a semaphore instead:
+/// at most `N` calls hold the key at once, across processes
+/// (`dlock::Semaphore`). A lock and a semaphore can share one function as
+/// two attributes.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let function = match syn::parse::<syn::ItemFn>(item.clone()) {

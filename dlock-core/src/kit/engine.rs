@@ -73,8 +73,12 @@ pub struct Request {
     pub key: LockKey,
     /// This acquisition's id: the engine checks it on renew and release.
     pub owner: OwnerId,
-    /// Read or write.
+    /// Read or write; a permit is always `Write`.
     pub mode: Mode,
+    /// `Some(n)`: one permit of the semaphore `key`, which admits `n` holders
+    /// at once; `None`: the lock `key`. A semaphore and a lock with the same
+    /// key are two things: an engine keeps them apart on its server.
+    pub permits: Option<u32>,
     /// How long the engine keeps the hold without a renewal.
     pub lease: Duration,
     /// Never join the queue: answer held or busy at once.
@@ -92,6 +96,7 @@ impl Request {
             key,
             owner: OwnerId::random(),
             mode,
+            permits: None,
             lease,
             try_once: false,
             fence: 0,
@@ -124,6 +129,7 @@ impl std::fmt::Debug for Request {
             .field("key", &self.key)
             .field("owner", &self.owner)
             .field("mode", &self.mode)
+            .field("permits", &self.permits)
             .field("lease", &self.lease)
             .field("try_once", &self.try_once)
             .field("fence", &self.fence)
@@ -191,10 +197,14 @@ pub struct Capabilities {
     /// the core then checks at startup that waiters poll often enough. It is
     /// the engine's `waiter_ttl` setting.
     pub waiter_ttl: Option<Duration>,
+    /// Semaphores ([`Request::permits`]), with the same fairness, fencing and
+    /// expiry as its locks; without them a semaphore gets `Error::Unsupported`.
+    pub semaphore: bool,
 }
 
 impl Capabilities {
-    /// Everything: read mode, FIFO, strict fencing, millisecond leases.
+    /// Everything: read mode, FIFO, strict fencing, millisecond leases,
+    /// semaphores.
     pub const FULL: Capabilities = Capabilities {
         read: true,
         fairness: Fairness::Fifo,
@@ -202,6 +212,7 @@ impl Capabilities {
         expiry: Expiry::Lease,
         lease_unit: Duration::from_millis(1),
         waiter_ttl: None,
+        semaphore: true,
     };
 
     /// The shortest lease this engine accepts.
@@ -209,16 +220,21 @@ impl Capabilities {
         self.lease_unit.max(crate::config::MIN_LEASE)
     }
 
-    /// `read write, fifo, fence strict, ends with lease, lease unit 1ms`:
-    /// the words the guarantee table uses.
+    /// `read write, fifo, fence strict, ends with lease, lease unit 1ms,
+    /// semaphores`: the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
             self.expiry.as_str(),
-            self.lease_unit
+            self.lease_unit,
+            if self.semaphore {
+                "semaphores"
+            } else {
+                "no semaphores"
+            }
         )
     }
 }
@@ -299,6 +315,13 @@ pub enum EngineError {
     /// Connection refused, server error, protocol surprise, no answer in time.
     #[error(transparent)]
     Failed(BoxError),
+    /// The semaphore is in use with another number of permits: its live
+    /// holders and waiters agreed on `in_use`.
+    #[error("the semaphore is in use with {in_use} permits")]
+    PermitsDiffer {
+        /// The count the semaphore's current holders and waiters use.
+        in_use: u32,
+    },
 }
 
 impl EngineError {

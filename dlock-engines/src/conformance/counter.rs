@@ -1,7 +1,8 @@
-//! The exclusion check the suites share: a counter incremented by a read, a
-//! pause and a write inside the lock, and a count of holders that found
-//! another inside. It comes out exact, with no overlap, only if no two
-//! holders overlapped.
+//! The exclusion checks the suites share. For a lock: a counter incremented
+//! by a read, a pause and a write inside the lock, and a count of holders
+//! that found another inside; it comes out exact, with no overlap, only if
+//! no two holders overlapped. For a semaphore: how many were inside at
+//! most, and how many entries found the limit already reached.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -33,5 +34,54 @@ impl GuardedCounter {
     /// Increments that found another holder inside.
     pub fn overlaps(&self) -> u64 {
         self.overlaps.load(Ordering::SeqCst)
+    }
+}
+
+/// Holders inside a semaphore of `limit` permits; see the module docs.
+pub struct Occupancy {
+    limit: u64,
+    inside: AtomicU64,
+    most: AtomicU64,
+    over: AtomicU64,
+    entries: AtomicU64,
+}
+
+impl Occupancy {
+    /// For a semaphore admitting `limit` at once.
+    pub fn new(limit: u32) -> Self {
+        Occupancy {
+            limit: u64::from(limit),
+            inside: AtomicU64::new(0),
+            most: AtomicU64::new(0),
+            over: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+        }
+    }
+
+    /// One holder inside for `stay`; call it while holding a permit.
+    pub async fn visit(&self, stay: std::time::Duration) {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.entries.fetch_add(1, Ordering::SeqCst);
+        self.most.fetch_max(now, Ordering::SeqCst);
+        if now > self.limit {
+            self.over.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(stay).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The most holders inside at once.
+    pub fn most(&self) -> u64 {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    /// Entries that made more than the limit inside.
+    pub fn over(&self) -> u64 {
+        self.over.load(Ordering::SeqCst)
+    }
+
+    /// Entries in all.
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::SeqCst)
     }
 }

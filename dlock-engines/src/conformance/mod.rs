@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use dlock_core::config::{Polling, Queue};
 use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing};
-use dlock_core::{Error, Lock, Registry, Settings, Wait};
+use dlock_core::{Error, Lock, Registry, Semaphore, Settings, Wait};
 
-pub use counter::GuardedCounter;
+pub use counter::{GuardedCounter, Occupancy};
 pub use faults::Faults;
 
 /// Timing used by every case: short enough to keep the suite quick, long
@@ -89,6 +89,17 @@ impl Harness {
         self.peer.locks(&self.group).get(name)
     }
 
+    /// Semaphore `name` of this case's group, admitting `permits`, through
+    /// the client under test.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        self.registry.locks(&self.group).semaphore(name, permits)
+    }
+
+    /// The same semaphore seen by the peer client.
+    pub fn peer_semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        self.peer.locks(&self.group).semaphore(name, permits)
+    }
+
     /// Requests both clients have in the engine's queue, counted so far.
     pub fn queued(&self) -> u64 {
         self.faults.queued() + self.peer_faults.queued()
@@ -117,14 +128,39 @@ impl Harness {
         );
     }
 
+    /// Checks that a semaphore `name` is refused as `Unsupported`, before
+    /// any engine call.
+    pub async fn assert_semaphore_refused(&self, name: &str) {
+        let calls = self.faults.calls();
+        let err = self
+            .semaphore(name, 2)
+            .acquire()
+            .await
+            .expect_err("a semaphore must be refused");
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "expected Unsupported, got {err}"
+        );
+        assert_eq!(
+            self.faults.calls(),
+            calls,
+            "a refused semaphore reached the engine"
+        );
+    }
+
     /// Whether the engine has what `case` needs; if not, says so. A case
-    /// needing read mode first checks that asking for it is `Unsupported`.
+    /// needing read mode or semaphores first checks that asking for them is
+    /// `Unsupported`.
     pub async fn has(&self, case: &str, need: Need) -> bool {
         let capabilities = self.capabilities();
         let missing = match need {
             Need::Read if !capabilities.read => {
                 self.assert_read_refused(case).await;
                 Some("no read mode (Unsupported checked)")
+            }
+            Need::Semaphore if !capabilities.semaphore => {
+                self.assert_semaphore_refused(case).await;
+                Some("no semaphores (Unsupported checked)")
             }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
             Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
@@ -151,6 +187,8 @@ pub enum Need {
     Fencing,
     /// Holds that end when their lease runs out (`Expiry::Lease`).
     Lease,
+    /// Semaphores.
+    Semaphore,
 }
 
 fn rand_suffix() -> u32 {
@@ -197,6 +235,15 @@ macro_rules! conformance_suite {
             key_edge_cases [],
             invalid_keys_are_rejected [],
             what_the_engine_lacks_is_a_typed_error [],
+            semaphore_admits_at_most_its_permits [Semaphore],
+            semaphore_admits_its_permits_together [Semaphore],
+            semaphore_serves_waiters_in_order [Semaphore, Fifo],
+            semaphore_count_must_agree [Semaphore],
+            semaphore_reentry_takes_no_second_permit [Semaphore],
+            semaphore_is_not_the_lock_of_its_name [Semaphore],
+            semaphore_fences_rise [Semaphore, Fencing],
+            semaphore_permit_of_an_abandoned_holder_returns [Semaphore, Lease],
+            semaphore_holder_cut_off_learns_it_lost [Semaphore],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

@@ -527,6 +527,7 @@ impl Engine for EtcdEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

@@ -258,6 +258,7 @@ impl Engine for MemcachedEngine {
             fairness: Fairness::None,
             fencing: Fencing::BestEffort,
             lease_unit: Duration::from_secs(1),
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

@@ -1,6 +1,6 @@
 //! The embedded engine: every lock lives in this process. Full semantics —
-//! fair FIFO read/write, leases, fencing — for single-process services,
-//! examples and tests. No config needed: it serves when nothing else is set.
+//! fair FIFO read/write, semaphores, leases, fencing — for single-process
+//! services, examples and tests. No config needed: it serves when nothing else is set.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,7 +34,8 @@ pub struct MemoryEngine {
 
 #[derive(Default)]
 struct Locks {
-    by_key: HashMap<LockKey, LockState, KeyHashing>,
+    /// By key, and whether it is the key's semaphore rather than its lock.
+    by_key: HashMap<(LockKey, bool), LockState, KeyHashing>,
     /// One counter for all keys: strictly increasing per lock, and no state
     /// is kept for a lock nobody holds or waits for.
     last_fence: u64,
@@ -43,8 +44,12 @@ struct Locks {
 #[derive(Default)]
 struct LockState {
     writer: Option<Holder>,
-    readers: Vec<Holder>,
+    /// Readers, or a semaphore's permit holders: the holders that share.
+    shared: Vec<Holder>,
     queue: Queue,
+    /// A semaphore's count, as its first holder or waiter gave it; the
+    /// state, and so the count, goes when the last one does.
+    permits: Option<u32>,
 }
 
 /// Waiters in arrival order, with the lookups a grant decision needs in
@@ -102,9 +107,15 @@ impl Queue {
 
     /// Whether `owner` (or a newcomer, if not queued) would be first in line.
     fn is_first(&self, owner: OwnerId) -> bool {
+        self.is_among_first(owner, 1)
+    }
+
+    /// Whether `owner` (or a newcomer, who comes last) is among the first
+    /// `n` in line.
+    fn is_among_first(&self, owner: OwnerId, n: usize) -> bool {
         match self.tickets.get(&owner) {
-            Some(ticket) => self.by_ticket.keys().next() == Some(ticket),
-            None => self.is_empty(),
+            Some(ticket) => self.by_ticket.keys().take(n).any(|t| t == ticket),
+            None => self.by_ticket.len() < n,
         }
     }
 
@@ -124,7 +135,8 @@ impl MemoryEngine {
         Self::default()
     }
 
-    /// Number of locks with any holder or waiter; zero when all are free.
+    /// Number of locks and semaphores with any holder or waiter; zero when
+    /// all are free.
     pub fn active_locks(&self) -> usize {
         self.locks().by_key.len()
     }
@@ -134,43 +146,53 @@ impl MemoryEngine {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` on the state of `key` with expired holders gone, then wakes
-    /// whoever can now proceed and forgets the key if it became idle.
-    fn with_lock<T>(&self, key: &LockKey, f: impl FnOnce(&mut LockState, &mut u64, Instant) -> T) -> T {
+    /// Runs `f` on the state of `req`'s lock or semaphore with expired
+    /// holders gone, then wakes whoever can now proceed and forgets the
+    /// state if it became idle.
+    fn with_lock<T>(&self, req: &Request, f: impl FnOnce(&mut LockState, &mut u64, Instant) -> T) -> T {
         let mut locks = self.locks();
         let Locks { by_key, last_fence } = &mut *locks;
-        let state = by_key.entry(key.clone()).or_default();
+        let key = (req.key.clone(), req.permits.is_some());
+        let state = by_key.entry(key.clone()).or_insert_with(|| LockState {
+            permits: req.permits,
+            ..LockState::default()
+        });
         let now = Instant::now();
         state.expire(now);
         let out = f(state, last_fence, now);
         state.wake_ready();
         if state.is_idle() {
-            by_key.remove(key);
+            by_key.remove(&key);
         }
         out
     }
 
-    fn attempt(&self, req: &Request) -> Poll {
-        self.with_lock(&req.key, |state, last_fence, now| {
+    fn attempt(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.with_lock(req, |state, last_fence, now| {
+            if let Some(in_use) = state.permits
+                && req.permits != Some(in_use)
+            {
+                return Err(EngineError::PermitsDiffer { in_use });
+            }
             if state.grantable(req.owner, req.mode) {
                 state.queue.remove(req.owner);
                 let holder = Holder {
                     owner: req.owner,
                     expires: now + req.lease,
                 };
-                match req.mode {
-                    Mode::Write => state.writer = Some(holder),
-                    Mode::Read => state.readers.push(holder),
+                match (req.mode, state.permits) {
+                    (Mode::Write, None) => state.writer = Some(holder),
+                    _ => state.shared.push(holder),
                 }
                 *last_fence += 1;
-                return Poll::Held(*last_fence);
+                return Ok(Poll::Held(*last_fence));
             }
             let wake = match state.queue.get(req.owner) {
                 Some(waiter) => waiter.wake.clone(),
                 None if !req.try_once => state.queue.push(req.owner, req.mode),
                 None => Arc::new(Notify::new()),
             };
-            Poll::Waiting(wake_on(wake, state.next_expiry()))
+            Ok(Poll::Waiting(wake_on(wake, state.next_expiry())))
         })
     }
 }
@@ -195,24 +217,40 @@ impl LockState {
         if self.writer.as_ref().is_some_and(|w| w.expires <= now) {
             self.writer = None;
         }
-        self.readers.retain(|r| r.expires > now);
+        self.shared.retain(|r| r.expires > now);
+    }
+
+    /// Permits not held, on a semaphore.
+    fn free_permits(&self, permits: u32) -> usize {
+        (permits as usize).saturating_sub(self.shared.len())
     }
 
     /// FIFO: a writer needs the lock free and to be first in line; a reader
     /// needs no writer holding and no writer queued ahead of it, so a run of
-    /// queued readers is admitted together.
+    /// queued readers is admitted together. On a semaphore with k permits
+    /// free, the first k in line may each take one, a newcomer only if fewer
+    /// than k queue.
     fn grantable(&self, owner: OwnerId, mode: Mode) -> bool {
+        if let Some(permits) = self.permits {
+            return self.queue.is_among_first(owner, self.free_permits(permits));
+        }
         if self.writer.is_some() {
             return false;
         }
         match mode {
-            Mode::Write => self.readers.is_empty() && self.queue.is_first(owner),
+            Mode::Write => self.shared.is_empty() && self.queue.is_first(owner),
             Mode::Read => !self.queue.writer_ahead(owner),
         }
     }
 
     /// Notifies exactly the waiters that can now proceed.
     fn wake_ready(&self) {
+        if let Some(permits) = self.permits {
+            for waiter in self.queue.by_ticket.values().take(self.free_permits(permits)) {
+                waiter.wake.notify_one();
+            }
+            return;
+        }
         if self.writer.is_some() {
             return;
         }
@@ -220,7 +258,7 @@ impl LockState {
             match waiter.mode {
                 // The head writer, and no one behind it: a reader woken now
                 // could not proceed, and each of its polls would wake it again.
-                Mode::Write if i == 0 && self.readers.is_empty() => {
+                Mode::Write if i == 0 && self.shared.is_empty() => {
                     waiter.wake.notify_one();
                     break;
                 }
@@ -231,13 +269,13 @@ impl LockState {
     }
 
     fn next_expiry(&self) -> Option<Instant> {
-        self.writer.iter().chain(&self.readers).map(|h| h.expires).min()
+        self.writer.iter().chain(&self.shared).map(|h| h.expires).min()
     }
 
     fn holder(&mut self, owner: OwnerId) -> Option<&mut Holder> {
         self.writer
             .iter_mut()
-            .chain(self.readers.iter_mut())
+            .chain(self.shared.iter_mut())
             .find(|h| h.owner == owner)
     }
 
@@ -246,13 +284,13 @@ impl LockState {
             self.writer = None;
             return true;
         }
-        let before = self.readers.len();
-        self.readers.retain(|r| r.owner != owner);
-        self.readers.len() != before
+        let before = self.shared.len();
+        self.shared.retain(|r| r.owner != owner);
+        self.shared.len() != before
     }
 
     fn is_idle(&self) -> bool {
-        self.writer.is_none() && self.readers.is_empty() && self.queue.is_empty()
+        self.writer.is_none() && self.shared.is_empty() && self.queue.is_empty()
     }
 }
 
@@ -271,15 +309,15 @@ impl Engine for MemoryEngine {
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        Ok(self.attempt(req))
+        self.attempt(req)
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        Ok(self.attempt(req))
+        self.attempt(req)
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.with_lock(&req.key, |state, _, _| {
+        self.with_lock(req, |state, _, _| {
             state.queue.remove(req.owner);
             state.remove_holder(req.owner);
         });
@@ -288,7 +326,7 @@ impl Engine for MemoryEngine {
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(
-            self.with_lock(&req.key, |state, _, now| match state.holder(req.owner) {
+            self.with_lock(req, |state, _, now| match state.holder(req.owner) {
                 Some(holder) => {
                     holder.expires = now + req.lease;
                     true
@@ -299,10 +337,10 @@ impl Engine for MemoryEngine {
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        Ok(self.with_lock(&req.key, |state, _, _| {
+        Ok(self.with_lock(req, |state, _, _| {
             match state.writer.take_if(|w| w.owner == req.owner) {
                 Some(holder) => {
-                    state.readers.push(holder);
+                    state.shared.push(holder);
                     true
                 }
                 None => false,
@@ -311,7 +349,7 @@ impl Engine for MemoryEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        Ok(self.with_lock(&req.key, |state, _, _| state.remove_holder(req.owner)))
+        Ok(self.with_lock(req, |state, _, _| state.remove_holder(req.owner)))
     }
 
     /// No signal of its own: a failed renewal tells the core.

@@ -343,6 +343,7 @@ impl Engine for MysqlEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

@@ -220,7 +220,10 @@ impl Engine for PostgresEngine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::FULL
+        Capabilities {
+            semaphore: false,
+            ..Capabilities::FULL
+        }
     }
 
     /// On the caller's task, unlike the rarer calls: the pool puts the

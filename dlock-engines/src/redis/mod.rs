@@ -358,6 +358,7 @@ impl Engine for RedisEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

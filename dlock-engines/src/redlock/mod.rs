@@ -376,6 +376,7 @@ impl Engine for RedLockEngine {
             } else {
                 Fencing::None
             },
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

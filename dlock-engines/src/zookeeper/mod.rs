@@ -422,6 +422,7 @@ impl Engine for ZooKeeperEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
+            semaphore: false,
             ..Capabilities::FULL
         }
     }

@@ -6,11 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock_core::kit::{Expiry, Poll, Request, Woken};
-use dlock_core::{Error, Lock, LockKey, LostReason, MIN_LEASE, Mode};
+use dlock_core::{Error, Guard, Lock, LockKey, LostReason, MIN_LEASE, Mode};
 use tokio::sync::{Barrier, oneshot};
 use tokio::time::{Instant, sleep, timeout};
 
 use super::{GuardedCounter, Harness};
+
+mod semaphore;
+pub use semaphore::*;
 
 /// Long enough that no renewal happens during a short case.
 const LONG_LEASE: Duration = Duration::from_secs(30);
@@ -20,12 +23,20 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Whether another task could take `lock` in `mode` right now (and let it go).
 async fn available(lock: &Lock, mode: Mode) -> bool {
     let lock = lock.clone();
-    tokio::spawn(async move {
-        let guard = match mode {
+    free_now(async move {
+        match mode {
             Mode::Write => lock.try_lock().await,
             Mode::Read => lock.try_read().await,
-        };
-        match guard.expect("try-acquire failed") {
+        }
+    })
+    .await
+}
+
+/// Whether `trying`, in a task of its own, gets what it tries for (and lets
+/// it go).
+async fn free_now(trying: impl Future<Output = Result<Option<Guard>, Error>> + Send + 'static) -> bool {
+    tokio::spawn(async move {
+        match trying.await.expect("try-acquire failed") {
             Some(guard) => {
                 guard.release().await.expect("release failed");
                 true
@@ -148,29 +159,20 @@ pub async fn writer_excludes_readers_and_writers(h: &Harness) {
 /// Waiters that queued one after another are served in that order.
 pub async fn fifo_order(h: &Harness) {
     let holder = h.lock("fifo").lock().await.expect("lock");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    let queued = h.queued();
-    for i in 0..5 {
-        let lock = if i % 2 == 0 {
-            h.lock("fifo")
-        } else {
-            h.peer_lock("fifo")
-        };
-        let order = order.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = lock.lock().await.expect("lock");
-            order.lock().unwrap().push(i);
-            guard.release().await.expect("release");
-        }));
-        until_queued(h, queued + 1 + i as u64).await;
-    }
+    let waiters = (0..5)
+        .map(|i| {
+            let lock = if i % 2 == 0 {
+                h.lock("fifo")
+            } else {
+                h.peer_lock("fifo")
+            };
+            Box::pin(async move { lock.lock().await }) as Asking
+        })
+        .collect();
+    let queue = Queue::join(h, waiters).await;
     holder.release().await.expect("release");
-    for task in tasks {
-        task.await.expect("task panicked");
-    }
     assert_eq!(
-        *order.lock().unwrap(),
+        queue.served().await,
         [0, 1, 2, 3, 4],
         "not first come, first served"
     );
@@ -180,22 +182,66 @@ pub async fn fifo_order(h: &Harness) {
     let holder = raw_request(h, "fifo-raw", Mode::Write, false);
     let queued = raw_request(h, "fifo-raw", Mode::Write, true);
     let newcomer = raw_request(h, "fifo-raw", Mode::Write, false);
+    a_waiter_keeps_its_turn(h, &[holder], queued, newcomer).await;
+}
+
+/// `holders` are granted and `queued` queues behind them; the first holder
+/// lets go, and a `newcomer` asking at that instant must wait: `queued` is
+/// granted. Everything is let go at the end.
+async fn a_waiter_keeps_its_turn(h: &Harness, holders: &[Request], queued: Request, newcomer: Request) {
+    for holder in holders {
+        let answer = h.engine.acquire(holder).await.expect("acquire");
+        assert!(matches!(answer, Poll::Held(_)), "free {} refused", holder.key);
+    }
+    let answer = h.engine.acquire(&queued).await.expect("acquire");
+    assert!(matches!(answer, Poll::Waiting(_)), "busy {} granted", queued.key);
     assert!(
-        matches!(h.engine.acquire(&holder).await, Ok(Poll::Held(_))),
-        "free lock refused"
-    );
-    assert!(
-        matches!(h.engine.acquire(&queued).await, Ok(Poll::Waiting(_))),
-        "busy lock granted"
-    );
-    assert!(
-        h.engine.release(&holder).await.expect("release"),
+        h.engine.release(&holders[0]).await.expect("release"),
         "holder not recorded"
     );
     let barged = h.engine.acquire(&newcomer).await.expect("newcomer");
     assert!(matches!(barged, Poll::Waiting(_)), "a newcomer jumped the queue");
     assert!(granted(h, &queued).await, "queued waiter not granted");
-    assert!(h.engine.release(&queued).await.expect("release"));
+    for holder in holders[1..].iter().chain([&queued]) {
+        assert!(h.engine.release(holder).await.expect("release"));
+    }
+}
+
+/// One acquisition, asked for in a task of its own.
+type Asking = std::pin::Pin<Box<dyn Future<Output = Result<Guard, Error>> + Send>>;
+
+/// Waiters that each joined the queue once the one before had its place.
+struct Queue {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    order: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Queue {
+    /// Starts each of `waiters` in turn, each letting go as soon as it is
+    /// served.
+    async fn join(h: &Harness, waiters: Vec<Asking>) -> Queue {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        let queued = h.queued();
+        for (i, asking) in waiters.into_iter().enumerate() {
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                let guard = asking.await.expect("acquire");
+                order.lock().unwrap().push(i);
+                guard.release().await.expect("release");
+            }));
+            until_queued(h, queued + 1 + i as u64).await;
+        }
+        Queue { tasks, order }
+    }
+
+    /// The order the waiters were served in, once all were.
+    async fn served(self) -> Vec<usize> {
+        for task in self.tasks {
+            task.await.expect("task panicked");
+        }
+        self.order.lock().unwrap().clone()
+    }
 }
 
 /// Waits until the clients have had `count` requests queued in all: the
@@ -524,19 +570,26 @@ pub async fn guard_dropped_in_cancelled_task_frees_lock(h: &Harness) {
 /// A peer that took the lock and vanished (no renewal, no release) holds it
 /// only until its lease runs out.
 pub async fn lease_expiry_frees_abandoned_holder(h: &Harness) {
-    let mut abandoned = raw_request(h, "abandoned", Mode::Write, false);
+    let abandoned = raw_request(h, "abandoned", Mode::Write, false);
+    served_after_abandoned(h, abandoned, h.lock("abandoned").lock()).await;
+}
+
+/// `abandoned`, taken straight from the engine and then neither renewed
+/// nor released, is given a 1 s lease; `next` is served only after it ran
+/// out, with a greater fence.
+async fn served_after_abandoned(
+    h: &Harness,
+    mut abandoned: Request,
+    next: impl Future<Output = Result<Guard, Error>>,
+) {
     abandoned.lease = Duration::from_secs(1);
     let Poll::Held(abandoned_fence) = h.engine.acquire(&abandoned).await.expect("raw acquire") else {
-        panic!("a free lock was not granted");
+        panic!("a free {} was not granted", abandoned.key);
     };
     let started = Instant::now();
-    let guard = within(
-        Duration::from_secs(10),
-        "acquire after the lease ran out",
-        h.lock("abandoned").lock(),
-    )
-    .await
-    .expect("lock");
+    let guard = within(Duration::from_secs(10), "served after the lease ran out", next)
+        .await
+        .expect("acquire");
     assert!(
         started.elapsed() >= Duration::from_millis(500),
         "granted while the abandoned lease was live"
@@ -600,50 +653,52 @@ pub async fn fencing_is_monotonic(h: &Harness) {
 pub async fn lost_when_renewals_fail(h: &Harness) {
     let lock = h.lock("lost-cut").with_lease(Duration::from_secs(1));
     let guard = lock.lock().await.expect("lock");
-    let lost = guard.lost();
+    cut_off_holder_learns_it_lost(h, guard, lock.lock(), h.peer_lock("lost-cut").lock()).await;
+}
+
+/// Cut off from the engine, the holder of `held` learns it lost within one
+/// lease, and taking it `again` is `Lost`. `next` is served then: once the
+/// lease ran out, or, where a session rather than the cut path keeps the
+/// hold, once the lost holder let go; its fence is greater. Releasing the
+/// lost hold reports the loss.
+async fn cut_off_holder_learns_it_lost(
+    h: &Harness,
+    held: Guard,
+    again: impl Future<Output = Result<Guard, Error>>,
+    next: impl Future<Output = Result<Guard, Error>>,
+) {
+    let (lost, lost_fence) = (held.lost(), held.fence());
     h.faults.set_cut(true);
     let reason = within(Duration::from_secs(3), "lost signal", lost).await;
     assert_eq!(reason, LostReason::LeaseElapsed);
-    assert!(guard.is_lost());
-    let nested = lock.lock().await.expect_err("reentering a lost lock");
+    assert!(held.is_lost());
+    let nested = again.await.expect_err("reentering a lost hold");
     assert!(matches!(nested, Error::Lost { .. }), "{nested}");
+    let mut held = Some(held);
     if h.capabilities().expiry != Expiry::Lease {
-        // The session, not the cut path, keeps the hold: letting go frees it.
         h.faults.set_cut(false);
-        let lost_fence = guard.fence();
+        released_lost(held.take()).await;
+    }
+    let next = within(Duration::from_secs(5), "the next client served", next)
+        .await
+        .expect("acquire");
+    if h.fenced() {
+        assert!(next.fence() > lost_fence, "new holder's fence must be greater");
+    }
+    h.faults.set_cut(false);
+    released_lost(held).await;
+    next.release().await.expect("release");
+}
+
+/// Releases a lost hold's guard, if not released yet: that reports the loss.
+async fn released_lost(guard: Option<Guard>) {
+    if let Some(guard) = guard {
         let err = guard
             .release()
             .await
-            .expect_err("release of a lost lock must report it");
+            .expect_err("release of a lost hold must report it");
         assert!(matches!(err, Error::Lost { .. }), "{err}");
-        let next = h
-            .peer_lock("lost-cut")
-            .try_lock()
-            .await
-            .expect("try")
-            .expect("free after release");
-        if h.fenced() {
-            assert!(next.fence() > lost_fence, "new holder's fence must be greater");
-        }
-        return next.release().await.expect("release");
     }
-    let next = within(
-        Duration::from_secs(5),
-        "peer acquire after the loss",
-        h.peer_lock("lost-cut").lock(),
-    )
-    .await
-    .expect("lock");
-    if h.fenced() {
-        assert!(next.fence() > guard.fence(), "new holder's fence must be greater");
-    }
-    h.faults.set_cut(false);
-    let err = guard
-        .release()
-        .await
-        .expect_err("release of a lost lock must report it");
-    assert!(matches!(err, Error::Lost { .. }), "{err}");
-    next.release().await.expect("release");
 }
 
 /// A grant whose answer comes back after the lease it was asked with (a

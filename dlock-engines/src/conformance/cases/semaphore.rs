@@ -1,0 +1,289 @@
+//! The semaphore cases: at most its permits inside, all of them together,
+//! in order, one count among its clients, and each permit with its own
+//! lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock_core::kit::Request;
+use dlock_core::{Error, Guard, Mode, Semaphore};
+use tokio::sync::Barrier;
+
+use super::{
+    Asking, LONG_LEASE, Queue, a_waiter_keeps_its_turn, cut_off_holder_learns_it_lost, free_now, raw_request,
+    served_after_abandoned, within,
+};
+use crate::conformance::{Harness, Occupancy};
+
+/// Whether another task could take a permit of `semaphore` right now (and
+/// let it go).
+async fn permit_available(semaphore: &Semaphore) -> bool {
+    let semaphore = semaphore.clone();
+    free_now(async move { semaphore.try_acquire().await }).await
+}
+
+/// A permit taken in a task of its own, so that it is not this task's
+/// reentry: what another holder in this process looks like.
+async fn held_elsewhere(semaphore: &Semaphore) -> Guard {
+    let semaphore = semaphore.clone();
+    tokio::spawn(async move { semaphore.acquire().await.expect("acquire") })
+        .await
+        .expect("task panicked")
+}
+
+/// A raw request for a permit of `name`, as a peer process would make it.
+fn raw_permit(h: &Harness, name: &str, permits: u32, queue: bool) -> Request {
+    let mut req = raw_request(h, name, Mode::Write, queue);
+    req.permits = Some(permits);
+    req
+}
+
+/// Twelve tasks on both clients, each taking a permit of three ten times
+/// and staying inside a moment: never more than three inside, and every
+/// visit made.
+pub async fn semaphore_admits_at_most_its_permits(h: &Harness) {
+    const PERMITS: u32 = 3;
+    const TASKS: u64 = 12;
+    const ROUNDS: u64 = 10;
+    let inside = Arc::new(Occupancy::new(PERMITS));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let semaphore = if i % 2 == 0 {
+                h.semaphore("at-most", PERMITS)
+            } else {
+                h.peer_semaphore("at-most", PERMITS)
+            };
+            let inside = inside.clone();
+            tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = semaphore.acquire().await.expect("acquire");
+                    inside.visit(Duration::from_millis(5)).await;
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task panicked");
+    }
+    assert_eq!(inside.over(), 0, "more than {PERMITS} inside at once");
+    assert!(
+        inside.most() <= u64::from(PERMITS),
+        "{} inside at once",
+        inside.most()
+    );
+    assert_eq!(inside.entries(), TASKS * ROUNDS, "visits lost");
+}
+
+/// Four tasks on both clients each take one of four permits and meet: all
+/// inside at once. A fifth finds none free.
+pub async fn semaphore_admits_its_permits_together(h: &Harness) {
+    const PERMITS: u32 = 4;
+    let (all_in, done) = (Arc::new(Barrier::new(5)), Arc::new(Barrier::new(5)));
+    let tasks: Vec<_> = (0..PERMITS)
+        .map(|i| {
+            let semaphore = if i % 2 == 0 {
+                h.semaphore("together", PERMITS)
+            } else {
+                h.peer_semaphore("together", PERMITS)
+            };
+            let (all_in, done) = (all_in.clone(), done.clone());
+            tokio::spawn(async move {
+                let guard = semaphore.acquire().await.expect("acquire");
+                all_in.wait().await;
+                done.wait().await;
+                guard.release().await.expect("release");
+            })
+        })
+        .collect();
+    within(
+        Duration::from_secs(10),
+        "every permit held at once",
+        all_in.wait(),
+    )
+    .await;
+    assert!(
+        !permit_available(&h.peer_semaphore("together", PERMITS)).await,
+        "a fifth holder admitted"
+    );
+    done.wait().await;
+    for task in tasks {
+        task.await.expect("task panicked");
+    }
+    assert!(
+        permit_available(&h.semaphore("together", PERMITS)).await,
+        "permits not back after release"
+    );
+}
+
+/// With both permits of two taken, waiters that queued one after another
+/// are served in that order as one permit comes and goes; and a queued
+/// waiter keeps its turn against a newcomer even at the instant a permit
+/// is free.
+pub async fn semaphore_serves_waiters_in_order(h: &Harness) {
+    let semaphore = h.semaphore("fifo", 2);
+    let first = semaphore.acquire().await.expect("acquire");
+    let second = held_elsewhere(&semaphore).await;
+    let waiters = (0..4)
+        .map(|i| {
+            let semaphore = if i % 2 == 0 {
+                h.semaphore("fifo", 2)
+            } else {
+                h.peer_semaphore("fifo", 2)
+            };
+            Box::pin(async move { semaphore.acquire().await }) as Asking
+        })
+        .collect();
+    let queue = Queue::join(h, waiters).await;
+    // One permit comes free; the other stays held, so they go one by one.
+    first.release().await.expect("release");
+    assert_eq!(queue.served().await, [0, 1, 2, 3], "not first come, first served");
+    second.release().await.expect("release");
+
+    // Without timing: a queued waiter keeps its turn against a newcomer even
+    // at the instant a permit is free.
+    let holders = [
+        raw_permit(h, "fifo-raw", 2, false),
+        raw_permit(h, "fifo-raw", 2, false),
+    ];
+    let queued = raw_permit(h, "fifo-raw", 2, true);
+    let newcomer = raw_permit(h, "fifo-raw", 2, false);
+    a_waiter_keeps_its_turn(h, &holders, queued, newcomer).await;
+}
+
+/// Asking with another count than the semaphore's holders use is a typed
+/// error naming both, from another client, another task or the holding
+/// task itself, waiting or not; once nobody holds it, a new count takes over.
+pub async fn semaphore_count_must_agree(h: &Harness) {
+    let held = h.semaphore("count", 3).acquire().await.expect("acquire");
+    let differs = |result: Result<Option<Guard>, Error>, asked: u32| match result {
+        Err(Error::PermitCount {
+            asked: a, in_use: 3, ..
+        }) if a == asked => {}
+        Err(e) => panic!("expected PermitCount asked {asked}, in use 3; got {e}"),
+        Ok(_) => panic!("a semaphore of 3 permits admitted a client asking for {asked}"),
+    };
+    let peer = h.peer_semaphore("count", 2);
+    // An answer, not a failure to retry until the wait (20 s) runs out.
+    let waiting = within(
+        Duration::from_secs(5),
+        "a count mismatch answered at once",
+        peer.acquire(),
+    );
+    differs(waiting.await.map(Some), 2);
+    differs(peer.try_acquire().await, 2);
+    let other = h.semaphore("count", 5);
+    let from_another_task = tokio::spawn(async move { other.try_acquire().await })
+        .await
+        .expect("task panicked");
+    differs(from_another_task, 5);
+    differs(h.semaphore("count", 4).acquire().await.map(Some), 4);
+    let message = h
+        .semaphore("count", 2)
+        .try_acquire()
+        .await
+        .err()
+        .map(|e| e.to_string());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains('3') && m.contains('2')),
+        "the message names both counts: {message:?}"
+    );
+    held.release().await.expect("release");
+    let recounted = h.peer_semaphore("count", 2);
+    let (a, b) = (
+        recounted.acquire().await.expect("a new count once idle"),
+        held_elsewhere(&recounted).await,
+    );
+    assert!(!permit_available(&recounted).await, "2 permits admitted a third");
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+}
+
+/// A task holding a permit takes it again with no engine call and the
+/// same fence, without a second permit: of two, one is still free for
+/// another task, and only one.
+pub async fn semaphore_reentry_takes_no_second_permit(h: &Harness) {
+    let semaphore = h.semaphore("re", 2).with_lease(LONG_LEASE);
+    let outer = semaphore.acquire().await.expect("acquire");
+    let calls = h.faults.calls();
+    let inner = semaphore.acquire().await.expect("nested acquire");
+    assert_eq!(h.faults.calls(), calls, "a nested acquisition called the engine");
+    assert_eq!(inner.fence(), outer.fence(), "a nested guard is the same hold");
+    assert_eq!(inner.permits(), Some(2));
+    let peer = h.peer_semaphore("re", 2);
+    let other = held_elsewhere(&peer).await;
+    assert!(
+        !permit_available(&peer).await,
+        "reentry took no permit, or a third was given"
+    );
+    inner.release().await.expect("nested release");
+    assert!(!permit_available(&peer).await, "a nested release let go");
+    outer.release().await.expect("release");
+    assert!(permit_available(&peer).await, "not let go by the outer release");
+    other.release().await.expect("release");
+}
+
+/// A semaphore and the lock of the same name are two things: holding one
+/// leaves the other free, even to the same task.
+pub async fn semaphore_is_not_the_lock_of_its_name(h: &Harness) {
+    let lock = h.lock("same").lock().await.expect("lock");
+    let permit = h.semaphore("same", 1).try_acquire().await.expect("try");
+    let permit = permit.expect("the semaphore is free while its name's lock is held");
+    assert_eq!((lock.permits(), permit.permits()), (None, Some(1)));
+    assert!(
+        !permit_available(&h.peer_semaphore("same", 1)).await,
+        "the permit does not exclude"
+    );
+    lock.release().await.expect("release");
+    let peer_lock = h.peer_lock("same").try_lock().await.expect("try");
+    let peer_lock = peer_lock.expect("the lock is free while its name's semaphore is held");
+    peer_lock.release().await.expect("release");
+    permit.release().await.expect("release");
+}
+
+/// Permits taken one after another, from both clients, two held at any
+/// time, each let go after the next is granted: every fence is greater
+/// than all granted before it, so two holders at once never share one.
+pub async fn semaphore_fences_rise(h: &Harness) {
+    let (ours, peers) = (h.semaphore("fence", 2), h.peer_semaphore("fence", 2));
+    let mut fences = Vec::new();
+    let mut held = std::collections::VecDeque::new();
+    for i in 0..40 {
+        let guard = held_elsewhere(if i % 2 == 0 { &ours } else { &peers }).await;
+        fences.push(guard.fence());
+        held.push_back(guard);
+        if held.len() == 2 {
+            held.pop_front()
+                .expect("two held")
+                .release()
+                .await
+                .expect("release");
+        }
+    }
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences not rising in the order granted: {fences:?}"
+    );
+}
+
+/// A peer that took a permit and vanished (no renewal, no release) holds it
+/// only until its lease runs out; the next holder's fence is greater.
+pub async fn semaphore_permit_of_an_abandoned_holder_returns(h: &Harness) {
+    let abandoned = raw_permit(h, "abandoned", 1, false);
+    served_after_abandoned(h, abandoned, h.semaphore("abandoned", 1).acquire()).await;
+}
+
+/// Cut off from the engine, a permit's holder learns it lost within one
+/// lease, and its permit goes to the next client (at the lease's end, or
+/// where a session keeps it, when it lets go).
+pub async fn semaphore_holder_cut_off_learns_it_lost(h: &Harness) {
+    let semaphore = h.semaphore("lost-cut", 1).with_lease(Duration::from_secs(1));
+    let held = semaphore.acquire().await.expect("acquire");
+    let next = h.peer_semaphore("lost-cut", 1);
+    cut_off_holder_learns_it_lost(h, held, semaphore.acquire(), next.acquire()).await;
+}
