@@ -463,7 +463,10 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(paths: &Paths) {
     }
     let mut setup = Setup::<F>::start(paths, "restart");
     let (path, store) = setup.store("restart");
-    let holder = setup.worker(&path, &["--hold-ms", "3000"]);
+    // Held far longer than the outage takes to begin, however slowly the
+    // waiters start on a busy machine (with 3 s, a holder done before the
+    // crash wrote and kept nothing to lose); the hold ends at the loss.
+    let holder = setup.worker(&path, &["--hold-ms", "30000"]);
     holder.entered(LONG);
     let waiters: Vec<Worker> = (0..3)
         .map(|_| setup.worker(&path, &["--hold-ms", "100"]))
