@@ -17,18 +17,19 @@ pub(crate) fn prefix(key: &LockKey) -> String {
     out
 }
 
-/// The lock's gate, `<prefix>:w`: its record, the key every script is given.
-pub(crate) fn gate(key: &LockKey) -> String {
+/// The key every script is given: a lock's gate, `<prefix>:w`, its record;
+/// or, for a semaphore (`semaphore`), the semaphore's record, `<prefix>:s`.
+pub(crate) fn record(key: &LockKey, semaphore: bool) -> String {
     let mut out = prefix(key);
-    out.push_str(":w");
+    out.push_str(if semaphore { ":s" } else { ":w" });
     out
 }
 
-/// The channel on which engine `engine` hears from the lock of `gate`:
-/// `<prefix>:n:<engine>`.
-pub(crate) fn channel(gate: &str, engine: &str) -> String {
-    let prefix = gate.strip_suffix(":w").expect("a gate ends in :w");
-    format!("{prefix}:n:{engine}")
+/// The channel on which engine `engine` hears from the lock or semaphore
+/// of `record`: `<prefix>:n:<engine>`, or `<prefix>:s:n:<engine>`.
+pub(crate) fn channel(record: &str, engine: &str) -> String {
+    let base = record.strip_suffix(":w").unwrap_or(record);
+    format!("{base}:n:{engine}")
 }
 
 fn escape_into(text: &str, out: &mut String) {

@@ -41,6 +41,16 @@
 //! command, the retention, `waiter_ttl`) are constants in the scripts'
 //! text, not arguments.
 //!
+//! **Semaphores** keep apart from the lock of their name, under the same
+//! hash tag (`scripts/semaphore.lua`, one script for every call): a record
+//! with the count its holders and waiters agreed on and the last token, the
+//! holders in a sorted set scored by each permit's own deadline on the
+//! server's clock (a crashed holder's permit returns within its lease,
+//! whatever the others do), and a queue with a liveness key per waiter as
+//! for locks. The first k live waiters may take the k free permits; a
+//! newcomer only what they leave. A release wakes, on their own engines'
+//! channels, the waiters a free permit now awaits.
+//!
 //! Needs Redis 6.2 or later (`SET ... GET`); a cluster needs 7.0
 //! (`SPUBLISH`).
 //!
@@ -140,6 +150,8 @@ struct Scripts {
     renew: Script,
     release: Script,
     downgrade: Script,
+    /// Every call on a semaphore; it shares nothing with the lock's.
+    semaphore: Script,
 }
 
 /// The Redis engine, on one server, a cluster or behind Sentinel. See the
@@ -215,6 +227,7 @@ impl RedisEngine {
                 renew: script(include_str!("scripts/renew.lua"), &settings),
                 release: script(include_str!("scripts/release.lua"), &settings),
                 downgrade: script(include_str!("scripts/downgrade.lua"), &settings),
+                semaphore: Script::new(&[&settings, include_str!("scripts/semaphore.lua")].concat()),
             },
             address: target.address,
             waiter_ttl,
@@ -227,27 +240,38 @@ impl RedisEngine {
     /// during the round trip; without one (lock not yet subscribed here), the
     /// wait subscribes and then tries again at once.
     async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
-        let gate = keys::gate(&req.key);
+        let record = keys::record(&req.key, req.permits.is_some());
         // Only a request that may wait hears from the lock.
-        let channel = queue.then(|| keys::channel(&gate, &self.id));
+        let channel = queue.then(|| keys::channel(&record, &self.id));
         let watching = channel.as_deref().and_then(|c| self.notifier.existing(c));
-        let mode = match req.mode {
-            dlock_core::Mode::Write => "w",
-            dlock_core::Mode::Read => "r",
-        };
         let join = if queue { "1" } else { "0" };
-        let args = (req.owner.to_string(), mode, millis(req.lease), join, &self.id);
-        let fence: u64 = self
-            .eval(&self.scripts.acquire, &gate, args)
-            .await
-            .map_err(EngineError::failed)?;
-        if fence > 0 {
+        let (owner, lease) = (req.owner.to_string(), millis(req.lease));
+        let answer: i64 = match req.permits {
+            Some(n) => {
+                let args = (owner, "acquire", n, lease, join, &self.id);
+                self.eval(&self.scripts.semaphore, &record, args).await
+            }
+            None => {
+                let mode = match req.mode {
+                    dlock_core::Mode::Write => "w",
+                    dlock_core::Mode::Read => "r",
+                };
+                let args = (owner, mode, lease, join, &self.id);
+                self.eval(&self.scripts.acquire, &record, args).await
+            }
+        }
+        .map_err(EngineError::failed)?;
+        if answer < 0 {
+            let in_use = u32::try_from(-answer).map_err(EngineError::failed)?;
+            return Err(EngineError::PermitsDiffer { in_use });
+        }
+        if answer > 0 {
             if self.replicated().await? {
-                return Ok(Poll::Held(fence));
+                return Ok(Poll::Held(answer as u64));
             }
             // Too few replicas have it: a failover now could forget it.
             // Undo, and try again within the wait.
-            self.run(&self.scripts.release, req, ("cancel", "")).await?;
+            self.let_go(req, "cancel").await?;
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         let wake: Wake = match (watching, channel) {
@@ -289,7 +313,10 @@ impl RedisEngine {
     /// run after all, the second finds nothing of this owner's: a release
     /// then reports the hold lost, never a hold that is still there.
     async fn let_go(&self, req: &Request, how: &str) -> Result<bool, EngineError> {
-        let release = &self.scripts.release;
+        let release = match req.permits {
+            Some(_) => &self.scripts.semaphore,
+            None => &self.scripts.release,
+        };
         // The token lets a lone writer's release go without reading the gate first.
         let fence = match req.fence {
             0 => String::new(),
@@ -308,8 +335,8 @@ impl RedisEngine {
         req: &Request,
         arg: impl redis::ToRedisArgs,
     ) -> redis::RedisResult<bool> {
-        let gate = keys::gate(&req.key);
-        let done: u8 = self.eval(script, &gate, (req.owner.to_string(), arg)).await?;
+        let record = keys::record(&req.key, req.permits.is_some());
+        let done: u8 = self.eval(script, &record, (req.owner.to_string(), arg)).await?;
         Ok(done == 1)
     }
 
@@ -358,7 +385,6 @@ impl Engine for RedisEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
-            semaphore: false,
             ..Capabilities::FULL
         }
     }
@@ -376,7 +402,10 @@ impl Engine for RedisEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        self.run(&self.scripts.renew, req, millis(req.lease)).await
+        match req.permits {
+            Some(_) => self.run(&self.scripts.semaphore, req, ("renew", millis(req.lease))).await,
+            None => self.run(&self.scripts.renew, req, millis(req.lease)).await,
+        }
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {

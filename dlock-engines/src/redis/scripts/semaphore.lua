@@ -1,0 +1,139 @@
+-- A semaphore: every call, one script. After the engine's settings line
+-- (`publish`, `retain`, `waiter_ttl`; see head.lua).
+-- KEYS[1]  the record `<prefix>:s`, a hash: `n`, the count its holders and
+--          waiters use; `f`, the last fencing token. Beside it, under the
+--          same hash tag: `:s:h`, the holders (a sorted set scored by each
+--          one's deadline, server ms), `:s:q`, the queue (a list of owner
+--          ids), `:s:a:<owner>`, each queued waiter's liveness key (`<lease
+--          ms> <engine id>`), and the channels `:s:n:<engine>`.
+-- ARGV[1]  the caller's owner id
+-- ARGV[2]  "acquire", "renew", "release" or "cancel"
+-- ARGV[3]  acquire: the count asked for; renew: the lease, ms
+-- ARGV[4]  acquire: the lease, ms
+-- ARGV[5]  acquire: "1" to join the queue if not granted, "0" to try once
+-- ARGV[6]  acquire: the caller's engine id
+-- returns  acquire: the fence when granted (> 0), 0 when not, minus the
+--          count in use when the caller's differs; renew, release and
+--          cancel: 1 if the caller held a permit, 0 if not
+--
+-- The record carries the count only while a holder or waiter lives: an
+-- idle semaphore takes whatever count comes next. The record outlives the
+-- last holder by the retention, for the token.
+local record, me, op = KEYS[1], ARGV[1], ARGV[2]
+local holders, queue = record .. ':h', record .. ':q'
+local function alive(owner)
+  return record .. ':a:' .. owner
+end
+local time = redis.call('TIME')
+local now = time[1] * 1000 + math.floor(time[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+
+-- The first `free` live waiters, dead ones dropped on the way.
+local function first_live(free)
+  while free > 0 do
+    local first, dead = redis.call('LRANGE', queue, 0, free - 1), false
+    for _, owner in ipairs(first) do
+      if owner ~= me and redis.call('EXISTS', alive(owner)) == 0 then
+        redis.call('LREM', queue, 1, owner)
+        dead = true
+      end
+    end
+    if not dead then
+      return first
+    end
+  end
+  return {}
+end
+
+local function free_permits()
+  return (tonumber(redis.call('HGET', record, 'n')) or 0) - redis.call('ZCARD', holders)
+end
+
+-- Wakes, on its own engine's channel, each waiter a free permit awaits.
+local function wake_next()
+  for _, owner in ipairs(first_live(free_permits())) do
+    local value = redis.call('GET', alive(owner))
+    if value then
+      redis.call(publish, record .. ':n:' .. string.match(value, ' (.+)$'), owner)
+    end
+  end
+end
+
+-- Keeps the record the retention past whatever else lives.
+local function settle()
+  local last = math.max(redis.call('PTTL', holders), redis.call('PTTL', queue), 0)
+  redis.call('PEXPIRE', record, last + retain)
+end
+
+if op == 'acquire' then
+  local n, lease, join = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
+  local queued = redis.call('EXISTS', alive(me)) == 1
+  local in_use = tonumber(redis.call('HGET', record, 'n'))
+  if in_use ~= n then
+    -- Held or awaited with another count: refused, unless everyone who
+    -- gave it is gone (the dead waiters are dropped to see).
+    first_live(redis.call('LLEN', queue))
+    if in_use and (redis.call('ZCARD', holders) > 0 or redis.call('LLEN', queue) > 0) then
+      return -in_use
+    end
+    redis.call('HSET', record, 'n', n)
+  end
+  local free = n - redis.call('ZCARD', holders)
+  local first = first_live(free)
+  local granted = false
+  if queued then
+    for _, owner in ipairs(first) do
+      granted = granted or owner == me
+    end
+  else
+    granted = #first < free
+  end
+  if not granted then
+    if join then
+      if not queued then
+        redis.call('RPUSH', queue, me)
+      end
+      redis.call('SET', alive(me), ARGV[4] .. ' ' .. ARGV[6], 'PX', waiter_ttl)
+      if redis.call('PTTL', queue) < waiter_ttl * 2 then
+        redis.call('PEXPIRE', queue, waiter_ttl * 2)
+      end
+      settle()
+    end
+    return 0
+  end
+  if queued then
+    redis.call('LREM', queue, 1, me)
+    redis.call('DEL', alive(me))
+  end
+  local fence = math.max(time[1] * 1000000 + time[2], (tonumber(redis.call('HGET', record, 'f')) or 0) + 1)
+  redis.call('HSET', record, 'f', string.format('%d', fence))
+  redis.call('ZADD', holders, now + lease, me)
+  if redis.call('PTTL', holders) < lease then
+    redis.call('PEXPIRE', holders, lease)
+  end
+  settle()
+  return fence
+end
+
+if op == 'renew' then
+  local lease = tonumber(ARGV[3])
+  if not redis.call('ZSCORE', holders, me) then
+    return 0
+  end
+  redis.call('ZADD', holders, 'XX', now + lease, me)
+  if redis.call('PTTL', holders) < lease then
+    redis.call('PEXPIRE', holders, lease)
+  end
+  settle()
+  return 1
+end
+
+-- release or cancel
+if op == 'cancel' then
+  redis.call('LREM', queue, 1, me)
+  redis.call('DEL', alive(me))
+end
+local held = redis.call('ZREM', holders, me)
+wake_next()
+settle()
+return held
