@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod random_faults;
 pub mod server;
 pub mod store;
+pub mod visits;
 pub mod worker_flags;
 
 use std::time::Duration;
