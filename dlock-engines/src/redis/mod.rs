@@ -246,7 +246,8 @@ impl RedisEngine {
         let watching = channel.as_deref().and_then(|c| self.notifier.existing(c));
         let join = if queue { "1" } else { "0" };
         let (owner, lease) = (req.owner.to_string(), millis(req.lease));
-        let answer: i64 = match req.permits {
+        // The answer, and for a semaphore when its first holder's lease ends.
+        let (answer, expires): (i64, i64) = match req.permits {
             Some(n) => {
                 let args = (owner, "acquire", n, lease, join, &self.id);
                 self.eval(&self.scripts.semaphore, &record, args).await
@@ -257,7 +258,9 @@ impl RedisEngine {
                     dlock_core::Mode::Read => "r",
                 };
                 let args = (owner, mode, lease, join, &self.id);
-                self.eval(&self.scripts.acquire, &record, args).await
+                self.eval(&self.scripts.acquire, &record, args)
+                    .await
+                    .map(|fence| (fence, -1))
             }
         }
         .map_err(EngineError::failed)?;
@@ -293,6 +296,12 @@ impl RedisEngine {
                 Some(_) => Box::pin(std::future::ready(dlock_core::kit::Woken::Retry)),
                 None => Box::pin(std::future::pending()),
             },
+        };
+        // A permit whose holder died comes free with no one to publish it:
+        // look again when the first holder's lease ends.
+        let wake = match u64::try_from(expires) {
+            Ok(ms) => notify::or_at(wake, Duration::from_millis(ms)),
+            Err(_) => wake,
         };
         Ok(Poll::Waiting(wake))
     }

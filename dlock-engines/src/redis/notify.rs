@@ -286,3 +286,13 @@ pub(crate) fn wake_for(mut receiver: Receiver, owner: OwnerId, valid_for: Option
         Woken::Retry
     })
 }
+
+/// `wake`, or a retry once `after` has passed, whichever comes first.
+pub(crate) fn or_at(wake: Wake, after: Duration) -> Wake {
+    Box::pin(async move {
+        tokio::select! {
+            woken = wake => woken,
+            _ = tokio::time::sleep(after) => Woken::Retry,
+        }
+    })
+}

@@ -12,9 +12,11 @@
 -- ARGV[4]  acquire: the lease, ms
 -- ARGV[5]  acquire: "1" to join the queue if not granted, "0" to try once
 -- ARGV[6]  acquire: the caller's engine id
--- returns  acquire: the fence when granted (> 0), 0 when not, minus the
---          count in use when the caller's differs; renew, release and
---          cancel: 1 if the caller held a permit, 0 if not
+-- returns  acquire: {fence, 0} when granted (fence > 0); {0, ms} when not,
+--          ms until the first holder's lease ends (-1: no holder), when a
+--          waiter should look again unless woken first; {-count in use, 0}
+--          when the caller's count differs. Renew, release and cancel: 1 if
+--          the caller held a permit, 0 if not
 --
 -- The record carries the count only while a holder or waiter lives: an
 -- idle semaphore takes whatever count comes next. The record outlives the
@@ -74,7 +76,7 @@ if op == 'acquire' then
     -- gave it is gone (the dead waiters are dropped to see).
     first_live(redis.call('LLEN', queue))
     if in_use and (redis.call('ZCARD', holders) > 0 or redis.call('LLEN', queue) > 0) then
-      return -in_use
+      return {-in_use, 0}
     end
     redis.call('HSET', record, 'n', n)
   end
@@ -99,7 +101,8 @@ if op == 'acquire' then
       end
       settle()
     end
-    return 0
+    local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+    return {0, first[2] and (tonumber(first[2]) - now + 1) or -1}
   end
   if queued then
     redis.call('LREM', queue, 1, me)
@@ -112,7 +115,7 @@ if op == 'acquire' then
     redis.call('PEXPIRE', holders, lease)
   end
   settle()
-  return fence
+  return {fence, 0}
 end
 
 if op == 'renew' then
