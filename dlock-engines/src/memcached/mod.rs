@@ -27,6 +27,14 @@
 //! check ownership. Run memcached with `-M` (return errors instead of
 //! evicting) in production, as the tests do.
 //!
+//! **Semaphores.** A permit is one of `n` slot items, `dlock-sem:<group>:<name>#<i>`,
+//! taken with `add` like a lock's item and renewed and let go the same
+//! CAS-checked way; the count is an item beside them (`#n`), kept alive by
+//! every attempt and renewal and written into each slot's value, so a
+//! client giving another count is refused while anyone holds or asks. The
+//! last holder to let go deletes it. No queue, as for locks; and, as for
+//! the fences, a restart or eviction forgets slots and count.
+//!
 //! **Keys.** `dlock:<group>:<name>` (`%` and `:` percent-escaped) when that
 //! is at most 250 printable ASCII bytes; otherwise `dlock:#<hash>`, the
 //! key's 128-bit [`LockKey::stable_hash`]. Two names that hash alike share
@@ -42,6 +50,7 @@
 //! ```
 
 mod config;
+mod permits;
 mod wire;
 
 use std::sync::Mutex;
@@ -118,10 +127,21 @@ impl MemcachedEngine {
             .map_err(EngineError::failed)
     }
 
+    /// The item `req` holds, or holds if granted: a lock's own, or the
+    /// slot a permit took (none before the grant).
+    fn held(req: &Request) -> Option<&Item> {
+        match req.permits {
+            Some(_) => permits::Permit::of(req).taken.get(),
+            None => Some(Item::of(req)),
+        }
+    }
+
     /// A CAS-checked set of the item to `req`'s value with a fresh TTL;
     /// true if `req` still held it.
     async fn extend(&self, req: &Request) -> Result<bool, EngineError> {
-        let item = Item::of(req);
+        let Some(item) = Self::held(req) else {
+            return Ok(false);
+        };
         let (key, value) = (&item.key, &item.value);
         let reply = self
             .checked(item, |cas| {
@@ -166,7 +186,9 @@ impl MemcachedEngine {
 
     /// Deletes the item if it is still `req`'s; true if it was.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let item = Item::of(req);
+        let Some(item) = Self::held(req) else {
+            return Ok(false);
+        };
         let reply = self
             .checked(item, |cas| format!("md {} C{cas}\r\n", item.key).into_bytes())
             .await?;
@@ -258,13 +280,15 @@ impl Engine for MemcachedEngine {
             fairness: Fairness::None,
             fencing: Fencing::BestEffort,
             lease_unit: Duration::from_secs(1),
-            semaphore: false,
             ..Capabilities::FULL
         }
     }
 
     /// `add` and the fence counter's increment in one round trip.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        if let Some(n) = req.permits {
+            return self.take_permit(req, n).await;
+        }
         let item = Item::of(req);
         let mut command = format!(
             "ms {} {} T{} ME c\r\n",
@@ -293,11 +317,15 @@ impl Engine for MemcachedEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.remove(req).await.map(drop)
+        self.release(req).await.map(drop)
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        self.extend(req).await
+        let extended = self.extend(req).await?;
+        if extended && req.permits.is_some() {
+            self.touch_count(req).await?;
+        }
+        Ok(extended)
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
@@ -305,7 +333,13 @@ impl Engine for MemcachedEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.remove(req).await
+        let held = self.remove(req).await?;
+        // Only a holder knows the count in use: a refused request's own
+        // count could miss the slots of a larger one.
+        if let Some(n) = req.permits.filter(|_| held) {
+            self.forget_count_if_idle(req, n).await?;
+        }
+        Ok(held)
     }
 
     /// No signal of its own: a failed renewal tells the core.

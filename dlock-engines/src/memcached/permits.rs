@@ -1,0 +1,131 @@
+//! Semaphores on memcached, which keeps no queue: a permit is one of the
+//! `n` slot items `<base>#<i>`, taken with `add` as a lock's item is and
+//! then renewed and let go the same CAS-checked way. The count is an item
+//! of its own, `<base>#n`, which every attempt and renewal keeps alive for
+//! a lease, and each slot's value ends with it too: while anyone holds or
+//! asks, a client giving another count is refused. The last holder to let
+//! go deletes the count, so the next count takes over. Best effort, as
+//! everything here: a restart or an eviction forgets slots and count, and a
+//! release racing a newcomer may delete the count under it.
+
+use std::sync::{Mutex, OnceLock};
+
+use dlock_core::LockKey;
+use dlock_core::kit::{EngineError, Poll, Request};
+
+use super::{FENCE_KEY, Item, MAX_KEY, MemcachedEngine, counter, item_value, ttl};
+
+/// What a permit's request keeps: its semaphore's keys, and once granted,
+/// the slot's item.
+pub(super) struct Permit {
+    base: String,
+    value: Vec<u8>,
+    pub taken: OnceLock<Item>,
+}
+
+impl Permit {
+    pub fn of(req: &Request) -> &Permit {
+        req.state_or_init(|| {
+            let mut value = item_value(req);
+            value.extend_from_slice(format!("\0{}", req.permits.unwrap_or(1)).as_bytes());
+            Permit {
+                base: base_key(&req.key),
+                value,
+                taken: OnceLock::new(),
+            }
+        })
+    }
+
+    /// The count's item.
+    pub fn count_key(&self) -> String {
+        format!("{}#n", self.base)
+    }
+}
+
+impl MemcachedEngine {
+    /// One round trip keeps the count alive (adding it if missing) and
+    /// reads it and every slot; a second adds a free slot, picked by the
+    /// request's random owner id so that clients spread out, and takes a
+    /// token.
+    pub(super) async fn take_permit(&self, req: &Request, n: u32) -> Result<Poll, EngineError> {
+        let permit = Permit::of(req);
+        let (count, ttl) = (permit.count_key(), ttl(req.lease));
+        let mut command = format!("ms {count} {} T{ttl} ME\r\n{n}\r\nmg {count} v T{ttl}\r\n", n.to_string().len());
+        for slot in 0..n {
+            command.push_str(&format!("mg {}#{slot} v\r\n", permit.base));
+        }
+        let replies = self.call(command.as_bytes(), 2 + n as usize).await?;
+        let count = |value: &[u8]| std::str::from_utf8(value).ok()?.parse().ok();
+        let counts = std::iter::once(replies[1].value.as_deref().and_then(count)).chain(
+            replies[2..]
+                .iter()
+                .map(|slot| slot.value.as_deref().and_then(|v| count(v.rsplit(|b| *b == 0).next()?))),
+        );
+        if let Some(in_use) = counts.flatten().find(|in_use| *in_use != n) {
+            return Err(EngineError::PermitsDiffer { in_use });
+        }
+        let free: Vec<usize> = (0..n as usize).filter(|slot| replies[2 + slot].code() == "EN").collect();
+        let waiting = || Ok(Poll::Waiting(Box::pin(std::future::pending())));
+        if free.is_empty() {
+            return waiting();
+        }
+        let key = format!("{}#{}", permit.base, free[(req.owner.as_u128() % free.len() as u128) as usize]);
+        let mut command = format!("ms {key} {} T{ttl} ME c\r\n", permit.value.len()).into_bytes();
+        command.extend_from_slice(&permit.value);
+        command.extend_from_slice(format!("\r\nma {FENCE_KEY} v\r\n").as_bytes());
+        let [added, fence] = <[_; 2]>::try_from(self.call(&command, 2).await?).expect("two replies");
+        if added.code() != "HD" {
+            return waiting(); // another client took it first
+        }
+        let item = Item {
+            key,
+            value: permit.value.clone(),
+            cas: Mutex::new(added.flag('c').and_then(|c| c.parse().ok())),
+        };
+        let _ = permit.taken.set(item);
+        let fence = match fence.code() {
+            "NF" => self.restart_fences().await?,
+            _ => counter(fence)?,
+        };
+        Ok(Poll::Held(fence))
+    }
+
+    /// Deletes the count if no slot is held, unless it changed meanwhile,
+    /// so that the next count takes over.
+    pub(super) async fn forget_count_if_idle(&self, req: &Request, n: u32) -> Result<(), EngineError> {
+        let permit = Permit::of(req);
+        let count = permit.count_key();
+        let mut command = format!("mg {count} c\r\n");
+        for slot in 0..n {
+            command.push_str(&format!("mg {}#{slot}\r\n", permit.base));
+        }
+        let replies = self.call(command.as_bytes(), 1 + n as usize).await?;
+        let idle = replies[1..].iter().all(|slot| slot.code() == "EN");
+        if let Some(cas) = replies[0].flag('c').filter(|_| idle) {
+            self.call(format!("md {count} C{cas}\r\n").as_bytes(), 1).await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the count alive beside a renewed permit.
+    pub(super) async fn touch_count(&self, req: &Request) -> Result<(), EngineError> {
+        let command = format!("mg {} T{}\r\n", Permit::of(req).count_key(), ttl(req.lease));
+        self.call(command.as_bytes(), 1).await.map(drop)
+    }
+}
+
+/// `dlock-sem:<group>:<name>` (`%`, `:` and `#` percent-escaped) when its
+/// slot keys fit memcached's; otherwise `dlock-sem:#<hash>`. Never a lock's
+/// key, which starts `dlock:`.
+fn base_key(key: &LockKey) -> String {
+    let mut readable = String::from("dlock-sem:");
+    let escape = |text: &str, out: &mut String| dlock_core::kit::percent_escape(text, |c| matches!(c, ':' | '#'), out);
+    escape(key.group(), &mut readable);
+    readable.push(':');
+    escape(key.name(), &mut readable);
+    // Room for `#` and a slot number of up to ten digits.
+    if readable.len() + 11 <= MAX_KEY && readable.bytes().all(|b| b.is_ascii_graphic()) {
+        return readable;
+    }
+    format!("dlock-sem:#{:032x}", key.stable_hash())
+}
