@@ -35,8 +35,8 @@ pub(crate) async fn acquire(
         return Err(group.unsupported("read mode".to_owned()));
     }
     let series = Series::new(mode, permits);
-    if permits.is_some() {
-        check_permits(group, permits)?;
+    if let Some(n) = permits {
+        check_permits(group, n)?;
     }
     if let Some(hold) = Hold::reenter(group, &key, mode, permits)? {
         group.labels.event(series, Event::Reentered);
@@ -95,8 +95,8 @@ pub(crate) async fn acquire(
 }
 
 /// A semaphore needs a permit to hand out, and an engine that keeps them.
-fn check_permits(group: &Group, permits: Option<u32>) -> Result<(), Error> {
-    if permits == Some(0) {
+fn check_permits(group: &Group, permits: u32) -> Result<(), Error> {
+    if permits == 0 {
         return Err(Error::config("permits", "a semaphore needs at least 1 permit"));
     }
     if !group.capabilities.semaphore {
