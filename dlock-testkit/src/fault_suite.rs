@@ -34,6 +34,7 @@ macro_rules! fault_suite {
             permits_in_a_flash_sale_across_four_processes,
             permit_holder_killed_returns_its_permit_in_time,
             permit_holder_paused_past_its_lease_learns_it_lost,
+            permit_holders_and_waiters_across_a_server_restart,
         }
     };
     (@tests $fixture:ty; $($scenario:ident,)*) => {
@@ -492,12 +493,7 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(paths: &Paths) {
     let waiters: Vec<Worker> = (0..3)
         .map(|_| setup.worker(&path, &["--hold-ms", "100"]))
         .collect();
-    waiters.iter().for_each(|waiter| waiter.ready(LONG));
-    std::thread::sleep(Duration::from_millis(500));
-    let restarted_at = Instant::now();
-    setup.fixture.kill();
-    std::thread::sleep(Duration::from_millis(1500));
-    setup.fixture.restart();
+    let restarted_at = outage(&mut setup, &waiters);
     let holder = holder.finish(LONG);
     assert_eq!(
         holder.lost, 1,
@@ -845,5 +841,67 @@ pub fn permit_holder_paused_past_its_lease_learns_it_lost<F: Breakable>(paths: &
     assert_eq!(most, 1, "a paused holder stamped past its lease, beside the next");
     setup.figure(format!(
         "permit holder SIGSTOPped past its lease: next holder in after {recovered:.2?} ({what}), the paused one lost"
+    ));
+}
+
+/// Once `waiters` are connected and queued, crashes the server and starts
+/// it again 1.5 s later; when it crashed.
+fn outage<F: Breakable>(setup: &mut Setup<F>, waiters: &[Worker]) -> Instant {
+    waiters.iter().for_each(|waiter| waiter.ready(LONG));
+    std::thread::sleep(Duration::from_millis(500));
+    let crashed_at = Instant::now();
+    setup.fixture.kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    setup.fixture.restart();
+    crashed_at
+}
+
+/// The server crashes with both permits of two held and two waiters, and
+/// is back 1.5 s later: each holder hears it lost its permit, and both
+/// waiters are served.
+pub fn permit_holders_and_waiters_across_a_server_restart<F: Breakable>(paths: &Paths) {
+    let scenario = "permit_holders_and_waiters_across_a_server_restart";
+    if !crashes::<F>(scenario) {
+        return;
+    }
+    let mut setup = Setup::<F>::start(paths, "permit-restart");
+    if !semaphores(&setup.fixture, scenario) {
+        return;
+    }
+    let config = setup.config("30s");
+    let visits = setup.visits("permit-restart");
+    // Held far past the outage; each stay ends at its loss (see
+    // `server_restarted_with_a_holder_and_waiters`).
+    let holders: Vec<Worker> = (0..2)
+        .map(|_| setup.permit_worker(&config, &visits, &["--permits", "2", "--stay-ms", "30000"]))
+        .collect();
+    holders.iter().for_each(|holder| {
+        holder.entered(LONG);
+    });
+    let waiters: Vec<Worker> = (0..2)
+        .map(|_| setup.permit_worker(&config, &visits, &["--permits", "2", "--stay-ms", "100"]))
+        .collect();
+    let restarted_at = outage(&mut setup, &waiters);
+    for holder in holders {
+        let summary = holder.finish(LONG);
+        assert_eq!(
+            (summary.lost, summary.bought),
+            (1, 0),
+            "a holder kept its permit across the outage: {summary:?}"
+        );
+    }
+    for waiter in waiters {
+        let summary = waiter.finish(LONG);
+        assert_eq!(
+            (summary.bought, summary.failed),
+            (1, 0),
+            "a waiter was not served: {summary:?}"
+        );
+    }
+    let most = Visits::most_at_once(&Visits::stays(&visits));
+    assert!(most <= 2, "{most} valid holders at once on 2 permits");
+    setup.figure(format!(
+        "server down 1.5 s with 2 permit holders and 2 waiters: both holders lost, both waiters done {:.2?} after the crash",
+        restarted_at.elapsed()
     ));
 }
