@@ -122,6 +122,34 @@
 //!   lease/3. If no renewal succeeds for a whole lease, the engine refuses
 //!   one, or the engine reports its session gone, [`Guard::lost`] fires.
 //!
+//! # Semaphores
+//!
+//! At most `n` holders at once, across processes: `permits = n` in the
+//! attribute, or [`semaphore`] in the Lock API. Each permit has its own
+//! lease, renewed like a lock's, so a crashed holder's permit comes back
+//! within its lease; permits are reentrant per task, fenced, report loss,
+//! and come first come, first served where the engine keeps a queue.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock::Error> {
+//! let partner = dlock::semaphore("partner-api", "acme", 3); // 3 calls at once
+//! let permit = partner.acquire().await?;
+//! assert_eq!(permit.permits(), Some(3));
+//! // ... call the partner; permit.lost() fires if the permit is lost ...
+//! permit.release().await?;
+//! // Every client gives the same count while the semaphore is in use:
+//! let _held = partner.acquire().await?;
+//! let other = dlock::semaphore("partner-api", "acme", 5);
+//! let refused = tokio::spawn(async move { other.try_acquire().await.map(|p| p.is_some()) });
+//! assert!(matches!(
+//!     refused.await.expect("task"),
+//!     Err(dlock::Error::PermitCount { asked: 5, in_use: 3, .. })
+//! ));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Configuration
 //!
 //! ```toml
@@ -173,16 +201,16 @@
 //! Each engine is behind a cargo feature of this crate (`memory` is on by
 //! default; `all-engines` turns on every one) and named by `kind` in config:
 //!
-//! | kind | cargo feature | server |
-//! |---|---|---|
-//! | `memory` | `memory` (default) | none: locks live in this process |
-//! | `redis`, `redis-cluster`, `redis-sentinel` | `redis` (`redis-tls` for `rediss://`) | Redis, a Redis Cluster, Redis behind Sentinel |
-//! | `redlock` | `redlock` | independent Redis masters, RedLock |
-//! | `zookeeper` | `zookeeper` | ZooKeeper, compatible with Apache Curator's lock |
-//! | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc` to build) | etcd, compatible with `etcdctl lock` |
-//! | `postgres` | `postgres` | PostgreSQL advisory locks |
-//! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ |
-//! | `memcached` | `memcached` | memcached |
+//! | kind | cargo feature | server | semaphores |
+//! |---|---|---|---|
+//! | `memory` | `memory` (default) | none: locks live in this process | yes |
+//! | `redis`, `redis-cluster`, `redis-sentinel` | `redis` (`redis-tls` for `rediss://`) | Redis, a Redis Cluster, Redis behind Sentinel | yes |
+//! | `redlock` | `redlock` | independent Redis masters, RedLock | no |
+//! | `zookeeper` | `zookeeper` | ZooKeeper, compatible with Apache Curator's lock | no |
+//! | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc` to build) | etcd, compatible with `etcdctl lock` | no |
+//! | `postgres` | `postgres` | PostgreSQL advisory locks | no |
+//! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ | no |
+//! | `memcached` | `memcached` | memcached | yes, no queue |
 //!
 //! Each module of [`engines`] documents its engine's settings and how it
 //! keeps its promises. A config naming a kind this build leaves out fails
