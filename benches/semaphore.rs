@@ -1,0 +1,142 @@
+//! Semaphores against the same engine's lock, in one run, on every engine
+//! with semaphores this build has (the memory engine, and Redis on a
+//! redis-server this bench starts on a loopback port):
+//!
+//! - uncontended: a permit's acquire + release ÷ the lock's write cycle,
+//!   taken in turns in blocks (target ≤ 1.10);
+//! - contended: 16 tasks, each holding 1 ms, acquisitions per second with 4
+//!   permits ÷ with 1 (target ≥ 3: the permits really run in parallel),
+//!   rounds alternating.
+//!
+//! ```text
+//! cargo bench --bench semaphore --all-features
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use dlock::{Locks, Registry, Settings};
+
+use common::{Target, block_ratios, median, micros, row, take_turns};
+
+const CYCLES: usize = 4000;
+/// Cycles of one side before the other takes a turn.
+const BLOCK: usize = 100;
+const CLIENTS: usize = 16;
+const HOLD: Duration = Duration::from_millis(1);
+const ROUNDS: usize = 3;
+const ROUND_FOR: Duration = Duration::from_secs(1);
+
+/// Uncontended: a permit of 4 against the lock of the same group.
+async fn uncontended(engine: &str, locks: &Locks) {
+    let (lock, semaphore) = (locks.get("lock"), locks.semaphore("permits", 4));
+    let [lock_times, permit_times] = take_turns(
+        (CYCLES, BLOCK),
+        async || lock.lock().await.expect("lock").release().await.expect("release"),
+        async || {
+            semaphore
+                .acquire()
+                .await
+                .expect("permit")
+                .release()
+                .await
+                .expect("release")
+        },
+    )
+    .await;
+    let ratio = median(block_ratios(&permit_times, &lock_times, BLOCK));
+    let p50 = |times: &[Duration]| micros(common::p50(times).as_nanos() as f64);
+    println!(
+        "{engine}: uncontended permit {} vs lock {}: {ratio:.3}",
+        p50(&permit_times),
+        p50(&lock_times)
+    );
+    row(
+        engine,
+        "semaphore: uncontended acquire + release ÷ the lock's cycle (median block ratio)",
+        &p50(&permit_times),
+        "lock",
+        &p50(&lock_times),
+        ratio,
+        Target::AtMost(1.10),
+    );
+}
+
+/// Acquisitions per second of `CLIENTS` tasks, each holding `HOLD`, on a
+/// semaphore of `permits`, for `ROUND_FOR`.
+async fn per_second(locks: &Locks, permits: u32, round: usize) -> f64 {
+    let semaphore = locks.semaphore(format!("contended-{permits}-{round}"), permits);
+    let done = Arc::new(AtomicU64::new(0));
+    let until = Instant::now() + ROUND_FOR;
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (semaphore, done) = (semaphore.clone(), done.clone());
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let permit = semaphore.acquire().await.expect("permit");
+                    tokio::time::sleep(HOLD).await;
+                    permit.release().await.expect("release");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn contended(engine: &str, locks: &Locks) {
+    let (mut one, mut four) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        one.push(per_second(locks, 1, round).await);
+        four.push(per_second(locks, 4, round).await);
+    }
+    let (one, four) = (median(one), median(four));
+    println!("{engine}: {CLIENTS} tasks holding {HOLD:?}: {four:.0}/s on 4 permits, {one:.0}/s on 1");
+    row(
+        engine,
+        "semaphore: 16 tasks holding 1 ms, acquisitions/s on 4 permits ÷ on 1",
+        &format!("{four:.0}/s"),
+        "1 permit",
+        &format!("{one:.0}/s"),
+        four / one,
+        Target::AtLeast(3.0),
+    );
+}
+
+async fn bench(engine: &str, registry: Registry) {
+    let locks = registry.locks("bench");
+    uncontended(engine, &locks).await;
+    contended(engine, &locks).await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let memory = Arc::new(dlock::engines::memory::MemoryEngine::new());
+    bench(
+        "memory",
+        Registry::with_engine("memory", memory, Settings::default()).expect("registry"),
+    )
+    .await;
+    #[cfg(feature = "redis")]
+    {
+        use dlock::engines::redis::{RedisConfig, RedisEngine};
+        use dlock_testkit::fixtures::redis::redis_args;
+        use dlock_testkit::server::TestServer;
+
+        let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+        let config = RedisConfig::new(format!("redis://{}", server.address()));
+        let engine = RedisEngine::connect("redis", &config).await.expect("connect");
+        bench(
+            "redis",
+            Registry::with_engine("redis", Arc::new(engine), Settings::default()).expect("registry"),
+        )
+        .await;
+    }
+}
