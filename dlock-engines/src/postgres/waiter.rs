@@ -199,7 +199,7 @@ async fn queue_on(
             Err(e) => Stage::Failed(e.to_string().into()),
         },
         Ok(None) => Stage::Withdrawn,
-        Err(e) => Stage::Failed(e.to_string().into()),
+        Err(e) => Stage::Failed(super::pool::failed(e).to_string().into()),
     }
 }
 
