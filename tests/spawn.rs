@@ -193,6 +193,60 @@ async fn a_task_waiting_behind_its_own_process_is_warned_about() {
     );
 }
 
+/// A semaphore's waiter is warned about only when other tasks of its own
+/// process hold every permit; with one held elsewhere it is merely busy.
+/// (One thread: the subscriber is this thread's.)
+#[tokio::test]
+async fn a_semaphore_waiter_is_warned_about_only_when_its_process_holds_every_permit() {
+    let (engine, _turn) = engine().await;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let exports = || dlock::semaphore("export", "warned", 2);
+    let waits_in_vain = || {
+        tokio::spawn(async move {
+            let err = exports()
+                .acquire_for(Duration::from_millis(400))
+                .await
+                .expect_err("a third permit");
+            assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        })
+    };
+    let warnings = || {
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).expect("utf-8");
+        log.matches("WARN").count()
+    };
+    let mine = exports().acquire().await.expect("permit");
+
+    // The other permit held by another process (straight at the engine).
+    let key = dlock::LockKey::new("export", "warned").expect("key");
+    use dlock::kit::Engine as _;
+    let mut elsewhere = dlock::kit::Request::new(key, dlock::Mode::Write, Duration::from_secs(30));
+    elsewhere.permits = Some(2);
+    let granted = engine.acquire(&elsewhere).await.expect("engine");
+    assert!(matches!(granted, dlock::kit::Poll::Held(_)), "the second permit");
+    waits_in_vain().await.expect("task");
+    assert_eq!(
+        warnings(),
+        0,
+        "warned though a permit was held by another process"
+    );
+    assert!(engine.release(&elsewhere).await.expect("release"));
+
+    // Both permits held by other tasks of this process.
+    let other = tokio::spawn(async move { exports().acquire().await.expect("permit") })
+        .await
+        .expect("task");
+    waits_in_vain().await.expect("task");
+    assert_eq!(warnings(), 1, "not warned though this process held every permit");
+    other.release().await.expect("release");
+    mine.release().await.expect("release");
+}
+
 #[distributed_lock(group = "order", key = "<id>")]
 async fn inside_two_locks(id: u32) -> Result<Vec<String>, AppError> {
     let mut held: Vec<String> = dlock::held_locks().iter().map(|h| h.key().to_string()).collect();

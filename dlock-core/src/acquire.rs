@@ -9,7 +9,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::config::{Queue, Wait};
 use crate::guard::Guard;
-use crate::hold::{Grant, Hold, engine_id, held_by_another_task};
+use crate::hold::{Grant, Hold, engine_id, held_by_other_tasks};
 use crate::kit::{Call, Woken, within};
 use crate::kit::{EngineError, Poll, Request};
 use crate::local_queue::Place;
@@ -293,7 +293,12 @@ async fn warn_if_stuck_behind_this_process<T>(
         out = &mut waited => return out,
         _ = sleep_until(since + group.settings.deadlock_warning) => {}
     }
-    if let Some(hold) = held_by_another_task(group, req) {
+    // The lock's holder, or every permit of the semaphore, held by other
+    // tasks of this process: a semaphore with a permit left elsewhere is
+    // only busy.
+    let holds = held_by_other_tasks(group, req);
+    let all_here = holds.len() >= req.permits.unwrap_or(1) as usize;
+    if let Some(hold) = holds.first().filter(|_| all_here) {
         tracing::warn!(
             lock = %req.key,
             waited = ?since.elapsed(),

@@ -99,23 +99,25 @@ pub(crate) fn held_by_this_task() -> Vec<Arc<Hold>> {
         .collect()
 }
 
-/// A hold of `req`'s lock (or semaphore) on `group`'s engine filed for
-/// another task of this process, if any: what a task waiting for it may be
-/// waiting on.
-pub(crate) fn held_by_another_task(group: &Group, req: &Request) -> Option<Arc<Hold>> {
+/// The holds of `req`'s lock (or semaphore) on `group`'s engine filed for
+/// other tasks of this process, each once (a share is filed for every task
+/// it was handed to): what a task waiting for it may be waiting on.
+pub(crate) fn held_by_other_tasks(group: &Group, req: &Request) -> Vec<Arc<Hold>> {
     let (task, engine) = (TaskKey::current(), engine_id(group));
     let semaphore = req.permits.is_some();
-    TABLE.iter().find_map(|shard| {
-        lock(shard)
-            .iter()
-            .find(|(filed, _)| {
-                filed.engine == engine
-                    && filed.key == req.key
-                    && filed.semaphore == semaphore
-                    && filed.task != task
-            })
-            .map(|(_, hold)| hold.clone())
-    })
+    let mut holds: Vec<Arc<Hold>> = Vec::new();
+    for shard in TABLE.iter() {
+        for (filed, hold) in lock(shard).iter() {
+            let theirs = filed.engine == engine
+                && filed.key == req.key
+                && filed.semaphore == semaphore
+                && filed.task != task;
+            if theirs && !holds.iter().any(|h| Arc::ptr_eq(h, hold)) {
+                holds.push(hold.clone());
+            }
+        }
+    }
+    holds
 }
 
 /// A hold filed for a task other than the one that took it, for as long as
