@@ -9,6 +9,7 @@ use std::time::Duration;
 use dlock_core::Mode;
 use dlock_core::kit::{Wake, Woken};
 use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
 
 use super::pool::{Conn, Pool};
 use super::{Hold, Place};
@@ -134,7 +135,13 @@ async fn run(
             Err(e) => return Stage::Failed(e.to_string().into()),
         };
         if let Some(conn) = conn {
-            return queue_on(pool, hold, want, &conn, stage, stopped).await;
+            match queue_on(pool, hold, want, &conn, stage, stopped.as_mut()).await {
+                // A cancel this request never sent struck its wait; the
+                // session ends (letting go of a grant it may have had), and
+                // the request waits again on another.
+                None => continue,
+                Some(end) => return end,
+            }
         }
         // Every connection holds something and no more may open: try now
         // and then instead, until a connection frees up.
@@ -155,7 +162,7 @@ async fn run(
 
 /// Waits on `conn` in the server's queue. The request counts as queued
 /// only once the server shows the session asleep there: from then on no
-/// newcomer can pass it.
+/// newcomer can pass it. `None`: a cancel it did not send ended the wait.
 async fn queue_on(
     pool: &Pool,
     hold: &Hold,
@@ -163,7 +170,7 @@ async fn queue_on(
     conn: &Arc<Conn>,
     stage: &watch::Sender<Stage>,
     stopped: impl Future<Output = ()>,
-) -> Stage {
+) -> Option<Stage> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut stop_tx = Some(stop_tx);
     let taking = conn.wait_take(want.key, want.mode, want.lease_ms, async move {
@@ -192,15 +199,16 @@ async fn queue_on(
             }
         }
     };
-    match answer {
+    Some(match answer {
         Ok(Some(fence)) if !withdrawn => granted(hold, want, conn.clone(), fence),
         Ok(Some(_)) => match conn.give_back(want.key, want.mode).await {
             Ok(_) => Stage::Withdrawn,
             Err(e) => Stage::Failed(e.to_string().into()),
         },
         Ok(None) => Stage::Withdrawn,
+        Err(e) if !withdrawn && e.code() == Some(&SqlState::QUERY_CANCELED) => return None,
         Err(e) => Stage::Failed(super::pool::failed(e).to_string().into()),
-    }
+    })
 }
 
 fn granted(hold: &Hold, want: &Want, conn: Arc<Conn>, fence: u64) -> Stage {
