@@ -56,24 +56,14 @@ impl Site {
         let (lease, wait) = (self.lease, self.wait.map(Wait::For));
         Ok(match self.permits {
             Some(n) => {
-                let mut semaphore = locks.semaphore(name, n);
-                if let Some(lease) = lease {
-                    semaphore = semaphore.with_lease(lease);
-                }
-                if let Some(wait) = wait {
-                    semaphore = semaphore.with_wait(wait);
-                }
-                Wanted::Permit(semaphore)
+                let semaphore = lease
+                    .into_iter()
+                    .fold(locks.semaphore(name, n), Semaphore::with_lease);
+                Wanted::Permit(wait.into_iter().fold(semaphore, Semaphore::with_wait))
             }
             None => {
-                let mut lock = locks.get(name);
-                if let Some(lease) = lease {
-                    lock = lock.with_lease(lease);
-                }
-                if let Some(wait) = wait {
-                    lock = lock.with_wait(wait);
-                }
-                Wanted::Lock(lock, self.mode)
+                let lock = lease.into_iter().fold(locks.get(name), Lock::with_lease);
+                Wanted::Lock(wait.into_iter().fold(lock, Lock::with_wait), self.mode)
             }
         })
     }

@@ -149,6 +149,19 @@ async fn a_cancelled_parent_releases_once_when_the_last_child_ends() {
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
+impl Captured {
+    /// Collects what `tracing` prints on this thread until the guard drops.
+    fn install() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+}
+
 impl std::io::Write for Captured {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(bytes);
@@ -163,13 +176,7 @@ impl std::io::Write for Captured {
 #[tokio::test]
 async fn a_task_waiting_behind_its_own_process_is_warned_about() {
     let (_engine, _turn) = engine().await;
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = Captured::install();
     let guard = dlock::lock("order", "5").lock().await.expect("lock");
     // The trap: a plain spawn is another task, queued behind its parent.
     let child = tokio::spawn(async {
@@ -199,13 +206,7 @@ async fn a_task_waiting_behind_its_own_process_is_warned_about() {
 #[tokio::test]
 async fn a_semaphore_waiter_is_warned_about_only_when_its_process_holds_every_permit() {
     let (engine, _turn) = engine().await;
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = Captured::install();
     let exports = || dlock::semaphore("export", "warned", 2);
     let waits_in_vain = || {
         tokio::spawn(async move {

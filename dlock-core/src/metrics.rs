@@ -159,6 +159,15 @@ impl Series {
     pub fn of(req: &Request) -> Self {
         Series::new(req.mode, req.permits)
     }
+
+    /// The `mode` label, and the spans' `mode` field: `write`, `read` or
+    /// `permit`.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Series::Lock(mode) => mode.as_str(),
+            Series::Permit(_) => "permit",
+        }
+    }
 }
 
 /// The series of one group on one engine. Handles are registered with the
@@ -205,15 +214,12 @@ impl Labels {
 
     fn register(&self, series: Series) -> Handles {
         let mut labels = vec![
+            Label::from_static_parts("mode", series.mode()),
             Label::new("group", self.group.clone()),
             Label::new("engine", self.engine.clone()),
         ];
-        match series {
-            Series::Lock(mode) => labels.insert(0, Label::from_static_parts("mode", mode.as_str())),
-            Series::Permit(n) => {
-                labels.insert(0, Label::from_static_parts("mode", "permit"));
-                labels.push(Label::new("permits", n.to_string()));
-            }
+        if let Series::Permit(n) = series {
+            labels.push(Label::new("permits", n.to_string()));
         }
         let with_event = |event: Event| {
             let mut labels = labels.clone();

@@ -20,14 +20,7 @@ use std::time::Duration;
 use tracing::{Span, field};
 
 use crate::kit::Request;
-
-/// `write`, `read`, or `permit` for a semaphore's.
-fn mode(req: &Request) -> &'static str {
-    match req.permits {
-        Some(_) => "permit",
-        None => req.mode.as_str(),
-    }
-}
+use crate::metrics::Series;
 
 /// The span of one engine acquisition.
 pub(crate) fn acquisition(req: &Request, engine: &str) -> Span {
@@ -36,7 +29,7 @@ pub(crate) fn acquisition(req: &Request, engine: &str) -> Span {
         "acquire",
         group = req.key.group(),
         key = req.key.name(),
-        mode = mode(req),
+        mode = Series::of(req).mode(),
         engine,
         permits = req.permits,
         wait_ms = field::Empty,
@@ -61,7 +54,7 @@ pub(crate) fn hold(req: &Request, engine: &str, acquired: &Span) -> Span {
         "hold",
         group = req.key.group(),
         key = req.key.name(),
-        mode = mode(req),
+        mode = Series::of(req).mode(),
         engine,
         permits = req.permits,
         fence = req.fence,
