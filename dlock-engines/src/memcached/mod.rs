@@ -31,8 +31,8 @@
 //! taken with `add` like a lock's item and renewed and let go the same
 //! CAS-checked way; the count is an item beside them (`#n`), kept alive by
 //! every attempt and renewal and written into each slot's value, so a
-//! client giving another count is refused while anyone holds or asks. The
-//! last holder to let go deletes it. No queue, as for locks; and, as for
+//! client giving another count is refused while anyone holds or asks; a
+//! count no held slot bears out gives way to the next. No queue, as for locks; and, as for
 //! the fences, a restart or eviction forgets slots and count.
 //!
 //! **Keys.** `dlock:<group>:<name>` (`%` and `:` percent-escaped) when that
@@ -317,7 +317,7 @@ impl Engine for MemcachedEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.release(req).await.map(drop)
+        self.remove(req).await.map(drop)
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
@@ -333,13 +333,7 @@ impl Engine for MemcachedEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        let held = self.remove(req).await?;
-        // Only a holder knows the count in use: a refused request's own
-        // count could miss the slots of a larger one.
-        if let Some(n) = req.permits.filter(|_| held) {
-            self.forget_count_if_idle(req, n).await?;
-        }
-        Ok(held)
+        self.remove(req).await
     }
 
     /// No signal of its own: a failed renewal tells the core.

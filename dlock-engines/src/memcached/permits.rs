@@ -3,16 +3,18 @@
 //! then renewed and let go the same CAS-checked way. The count is an item
 //! of its own, `<base>#n`, which every attempt and renewal keeps alive for
 //! a lease, and each slot's value ends with it too: while anyone holds or
-//! asks, a client giving another count is refused. The last holder to let
-//! go deletes the count, so the next count takes over. Best effort, as
-//! everything here: a restart or an eviction forgets slots and count, and a
-//! release racing a newcomer may delete the count under it.
+//! asks, a client giving another count is refused. A count item that no
+//! held slot bears out is left from holders gone: the next count takes
+//! over. Best effort, as everything here: a restart or an eviction forgets
+//! slots and count.
 
+use std::fmt::Write as _;
 use std::sync::{Mutex, OnceLock};
 
 use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, Poll, Request};
 
+use super::wire::Reply;
 use super::{FENCE_KEY, Item, MAX_KEY, MemcachedEngine, counter, item_value, ttl};
 
 /// What a permit's request keeps: its semaphore's keys, and once granted,
@@ -52,17 +54,16 @@ impl MemcachedEngine {
         let (count, ttl) = (permit.count_key(), ttl(req.lease));
         let mut command = format!("ms {count} {} T{ttl} ME\r\n{n}\r\nmg {count} v T{ttl}\r\n", n.to_string().len());
         for slot in 0..n {
-            command.push_str(&format!("mg {}#{slot} v\r\n", permit.base));
+            let _ = write!(command, "mg {}#{slot} v\r\n", permit.base);
         }
         let replies = self.call(command.as_bytes(), 2 + n as usize).await?;
-        let count = |value: &[u8]| std::str::from_utf8(value).ok()?.parse().ok();
-        let counts = std::iter::once(replies[1].value.as_deref().and_then(count)).chain(
-            replies[2..]
-                .iter()
-                .map(|slot| slot.value.as_deref().and_then(|v| count(v.rsplit(|b| *b == 0).next()?))),
-        );
-        if let Some(in_use) = counts.flatten().find(|in_use| *in_use != n) {
+        let count = |value: &[u8]| std::str::from_utf8(value).ok()?.parse::<u32>().ok();
+        let slot_count = |slot: &Reply| slot.value.as_deref().and_then(|v| count(v.rsplit(|b| *b == 0).next()?));
+        if let Some(in_use) = replies[2..].iter().filter_map(slot_count).find(|in_use| *in_use != n) {
             return Err(EngineError::PermitsDiffer { in_use });
+        }
+        if let Some(in_use) = replies[1].value.as_deref().and_then(count).filter(|in_use| *in_use != n) {
+            self.recount(permit, n, in_use, ttl).await?;
         }
         let free: Vec<usize> = (0..n as usize).filter(|slot| replies[2 + slot].code() == "EN").collect();
         let waiting = || Ok(Poll::Waiting(Box::pin(std::future::pending())));
@@ -90,21 +91,20 @@ impl MemcachedEngine {
         Ok(Poll::Held(fence))
     }
 
-    /// Deletes the count if no slot is held, unless it changed meanwhile,
-    /// so that the next count takes over.
-    pub(super) async fn forget_count_if_idle(&self, req: &Request, n: u32) -> Result<(), EngineError> {
-        let permit = Permit::of(req);
-        let count = permit.count_key();
-        let mut command = format!("mg {count} c\r\n");
-        for slot in 0..n {
-            command.push_str(&format!("mg {}#{slot}\r\n", permit.base));
+    /// The count item says `in_use`, but this client's slots, all free,
+    /// disagree with none: unless a slot past them is held, the count is
+    /// left from holders gone, and `n` takes over.
+    async fn recount(&self, permit: &Permit, n: u32, in_use: u32, ttl: u64) -> Result<(), EngineError> {
+        let mut command = String::new();
+        for slot in n..in_use {
+            let _ = write!(command, "mg {}#{slot}\r\n", permit.base);
         }
-        let replies = self.call(command.as_bytes(), 1 + n as usize).await?;
-        let idle = replies[1..].iter().all(|slot| slot.code() == "EN");
-        if let Some(cas) = replies[0].flag('c').filter(|_| idle) {
-            self.call(format!("md {count} C{cas}\r\n").as_bytes(), 1).await?;
+        let replies = self.call(command.as_bytes(), in_use.saturating_sub(n) as usize).await?;
+        if replies.iter().any(|slot| slot.code() != "EN") {
+            return Err(EngineError::PermitsDiffer { in_use });
         }
-        Ok(())
+        let command = format!("ms {} {} T{ttl}\r\n{n}\r\n", permit.count_key(), n.to_string().len());
+        self.call(command.as_bytes(), 1).await.map(drop)
     }
 
     /// Keeps the count alive beside a renewed permit.
