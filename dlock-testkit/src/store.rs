@@ -8,6 +8,9 @@
 //! Every operation, and every critical section's entry and exit, is
 //! appended to a journal under the same file lock, from which [`Report`]
 //! counts overlapping critical sections and stale operations refused.
+//! Accepted writes are counted in the state itself, in the same write as
+//! the value: a writer killed between the state and the journal must not
+//! look like a lost update.
 //!
 //! Each process opens the two files once and keeps them; the state is
 //! rewritten in place at a fixed width, never truncated (on ext4 a file
@@ -64,7 +67,7 @@ impl FencedStore {
     /// A store at `path` holding 0 (and `path.journal` beside it).
     pub fn create(path: &Path) -> Self {
         let store = Self::open(path);
-        std::fs::write(&store.state, record(0, 0)).expect("create store");
+        std::fs::write(&store.state, record(0, 0, 0)).expect("create store");
         std::fs::write(&store.journal, "").expect("create journal");
         store
     }
@@ -103,16 +106,17 @@ impl FencedStore {
     fn apply(&self, fence: u64, op: &str, f: impl FnOnce(u64) -> u64) -> Result<u64, Stale> {
         let mut locked = self.lock();
         let files = locked.files();
-        let (newest, value) = Self::load(files);
+        let (newest, value, writes) = Self::load(files);
         if fence < newest {
             Self::journal(files, fence, &format!("{op}-refused"));
             return Err(Stale { fence, newest });
         }
         let next = f(value);
+        let writes = writes + u64::from(op == "write");
         files
             .state
             .rewind()
-            .and_then(|()| files.state.write_all(record(fence, next).as_bytes()))
+            .and_then(|()| files.state.write_all(record(fence, next, writes).as_bytes()))
             .expect("write store");
         Self::journal(files, fence, op);
         Ok(value)
@@ -139,7 +143,7 @@ impl FencedStore {
     }
 
     /// Reads the store through the handle that holds its lock.
-    fn load(files: &mut Files) -> (u64, u64) {
+    fn load(files: &mut Files) -> (u64, u64, u64) {
         let mut text = String::new();
         files
             .state
@@ -149,7 +153,8 @@ impl FencedStore {
         let mut parts = text
             .split_whitespace()
             .map(|n| n.parse::<u64>().expect("store number"));
-        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+        let mut next = || parts.next().unwrap_or(0);
+        (next(), next(), next())
     }
 
     fn journal(files: &mut Files, fence: u64, what: &str) {
@@ -164,9 +169,12 @@ impl FencedStore {
 
     /// What the journal shows.
     pub fn report(&self) -> Report {
-        let _lock = self.lock();
+        let mut locked = self.lock();
         let text = std::fs::read_to_string(&self.journal).expect("read journal");
-        let mut report = Report::default();
+        let mut report = Report {
+            writes: Self::load(locked.files()).2,
+            ..Report::default()
+        };
         // (fence, entered, last seen, left) per critical section; a holder
         // killed inside never left, and counts as inside until its last line.
         let mut sections: Vec<(u64, u128, u128, bool)> = Vec::new();
@@ -179,7 +187,6 @@ impl FencedStore {
             );
             match what {
                 "enter" => sections.push((fence, at, at, false)),
-                "write" => report.writes += 1,
                 "read-refused" | "write-refused" => report.stale_refused += 1,
                 _ => {}
             }
@@ -221,8 +228,8 @@ impl FencedStore {
 
 /// The state file's content: always the same length, so that a rewrite in
 /// place leaves nothing of the last one behind.
-fn record(fence: u64, value: u64) -> String {
-    format!("{fence:020} {value:020}\n")
+fn record(fence: u64, value: u64, writes: u64) -> String {
+    format!("{fence:020} {value:020} {writes:020}\n")
 }
 
 /// What the fault suite measures at the store.
