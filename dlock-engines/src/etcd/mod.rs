@@ -19,6 +19,9 @@
 //! rewrites the key's value to the reader mark; the key keeps its place,
 //! and the readers watching it wake.
 //!
+//! A semaphore is a prefix beside the lock's, in the same shape, the first
+//! N keys holding (`queue.rs`).
+//!
 //! **Fencing token**: the key's create revision. Conflicting holders hold in
 //! create-revision order, and etcd's revision only grows, across members,
 //! leader changes and restarts, so the token strictly increases per lock.
@@ -82,7 +85,7 @@ const WATCH_TRUSTED: Duration = Duration::from_secs(2);
 const BEHIND: i64 = 16;
 use session::Session;
 use key_numbers::{KeyNumber, KeyNumbers};
-use waiting::{Signal, Watched, Watching};
+use waiting::{Ahead, Signal, Watched, Watching};
 use watches::Watches;
 
 pub use config::{EtcdConfig, register};
@@ -154,8 +157,16 @@ impl EtcdEngine {
         self.sessions.live(|| Session::open(&self.client, self.ttl)).await
     }
 
+    /// A lock's prefix, or a semaphore's beside it (`queue.rs`).
     fn prefix(&self, req: &Request) -> String {
-        req.key.path(&self.root) + "/"
+        let tail = if req.permits.is_some() { "%permits/" } else { "/" };
+        req.key.path(&self.root) + tail
+    }
+
+    /// Contenders ahead read per look: a page, or one more than a
+    /// semaphore's count (to tell next in line from further back).
+    fn ahead_read(req: &Request) -> i64 {
+        req.permits.map_or(PAGE, |count| i64::from(count) + 1)
     }
 
     /// Puts this request's key and reads those ahead in one transaction,
@@ -212,11 +223,13 @@ impl EtcdEngine {
         key: &str,
         req: &Request,
     ) -> Result<(i64, Option<Page>), EngineError> {
-        let limit = match req.mode {
-            Mode::Write => 2,
-            Mode::Read => PAGE + 1,
+        // With its own key, which comes first.
+        let limit = match (req.permits, req.mode) {
+            (Some(_), _) => Self::ahead_read(req) + 1,
+            (None, Mode::Write) => 2,
+            (None, Mode::Read) => PAGE + 1,
         };
-        let value = queue::value(req.mode, req.owner);
+        let value = queue::value(req.mode, req.permits, req.owner);
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([
@@ -281,7 +294,11 @@ impl EtcdEngine {
             .and_then([
                 TxnOp::get(
                     prefix.as_str(),
-                    Some(latest_first().with_max_create_revision(below).with_limit(PAGE)),
+                    Some(
+                        latest_first()
+                            .with_max_create_revision(below)
+                            .with_limit(Self::ahead_read(req)),
+                    ),
                 ),
                 TxnOp::get(prefix.as_str(), Some(behind)),
             ]);
@@ -325,7 +342,27 @@ impl EtcdEngine {
         loop {
             let ahead: Vec<Contender> = page.ahead.iter().map(Contender::from).collect();
             first &= ahead.is_empty();
-            match queue::turn(req.mode, &ahead, page.more) {
+            let turn = match req.permits {
+                Some(count) => {
+                    // Checked against the key just ahead, which was
+                    // checked against its own when put: all agree.
+                    if let Some(in_use) = ahead.first().and_then(|c| c.permits).filter(|&n| n != count) {
+                        self.remove(req).await?;
+                        return Err(EngineError::PermitsDiffer { in_use });
+                    }
+                    queue::permit_turn(count, &ahead)
+                }
+                None => queue::turn(req.mode, &ahead, page.more),
+            };
+            match turn {
+                Turn::Held if req.permits.is_some() => {
+                    self.contending(req, |c| c.watch = None)?;
+                    if !page.behind.is_empty() {
+                        self.admitted(req).await?;
+                    }
+                    let (ended, created) = self.contending(req, |c| (c.session.is_ended(), c.created))?;
+                    return Ok((!ended).then_some(Poll::Held(created as u64)));
+                }
                 Turn::Held => {
                     let (ended, created) = self.contending(req, |c| {
                         c.watch = None;
@@ -336,17 +373,24 @@ impl EtcdEngine {
                     // Never grant on a lease that may have run out.
                     return Ok((!ended).then_some(Poll::Held(created as u64)));
                 }
-                Turn::Watch { key, created } => {
-                    let ahead = Watched { key, created };
+                Turn::Watch { .. } | Turn::WatchDeletes => {
+                    let ahead = match (turn, req.permits) {
+                        (Turn::Watch { key, created }, permits) => Ahead::Key {
+                            watched: Watched { key, created },
+                            put: req.mode == Mode::Read || permits.is_some(),
+                        },
+                        (_, count) => Ahead::Deletes {
+                            prefix: self.prefix(req).into_bytes(),
+                            count: count.unwrap_or(1),
+                        },
+                    };
                     let wake = self.contending(req, |c| {
                         let own = Watched {
                             key: c.key.clone().into_bytes(),
                             created: c.created,
                         };
                         let session = c.session.clone();
-                        let reader = req.mode == Mode::Read;
-                        let watching =
-                            Watching::start(self.watches.clone(), session, own, ahead, reader, page.revision);
+                        let watching = Watching::start(self.watches.clone(), session, own, ahead, page.revision);
                         let wake = watching.wake(c.created as u64, req.lease);
                         c.watch = Some(watching);
                         wake
@@ -359,6 +403,19 @@ impl EtcdEngine {
                 },
             }
         }
+    }
+
+    /// Tells the permit waiters behind that this one is admitted: the one
+    /// right behind watches this key for it (`queue.rs`).
+    async fn admitted(&self, req: &Request) -> Result<(), EngineError> {
+        let (session, key, created) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
+        let mut value = queue::value(req.mode, req.permits, req.owner);
+        value.extend_from_slice(queue::ADMITTED);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
+            .and_then([TxnOp::put(key.as_str(), value, Some(PutOptions::new().with_ignore_lease()))]);
+        session.txn(txn).await.map(drop)
     }
 
     /// Runs `f` on this request's key.
@@ -527,7 +584,6 @@ impl Engine for EtcdEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            semaphore: false,
             ..Capabilities::FULL
         }
     }

@@ -11,6 +11,15 @@
 //! `dlock write <owner id>`; a key whose value does not start with
 //! [`READER`], a Mutex's empty one included, is a writer. Both kinds sit under the same prefix, so a Mutex waits for
 //! dlock's readers too.
+//!
+//! A semaphore is the prefix `<root>/<group>/<name>%permits/` (no escaped
+//! name ends so, and a Mutex never looks there), its keys named as a lock's,
+//! valued `dlock permit <count> <owner id>`. The first `count` keys by
+//! create revision hold; a waiter whose key is right behind them waits for
+//! any key ahead to go, and one further back for the key just ahead to go
+//! or be admitted (an admitted waiter with others behind rewrites its key,
+//! adding a line, to tell them). Each key's count was checked against the
+//! key just ahead when it was put, so every live key has the same one.
 
 use dlock_core::Mode;
 use dlock_core::kit::OwnerId;
@@ -27,11 +36,19 @@ pub(crate) fn contender_key(prefix: &str, lease: i64, number: u32) -> String {
     format!("{prefix}{lease:x}-{number}")
 }
 
-/// The value of a request's key: its mode and owner id.
-pub(crate) fn value(mode: Mode, owner: OwnerId) -> Vec<u8> {
-    match mode {
-        Mode::Read => format!("dlock read {owner}").into_bytes(),
-        Mode::Write => format!("dlock write {owner}").into_bytes(),
+/// How the value of a dlock permit's key starts.
+const PERMIT: &[u8] = b"dlock permit ";
+
+/// The line a waiter admitted with others behind adds to its key's value.
+pub(crate) const ADMITTED: &[u8] = b"\nadmitted";
+
+/// The value of a request's key: its mode (or a semaphore's count) and
+/// owner id.
+pub(crate) fn value(mode: Mode, permits: Option<u32>, owner: OwnerId) -> Vec<u8> {
+    match (permits, mode) {
+        (Some(count), _) => format!("dlock permit {count} {owner}").into_bytes(),
+        (None, Mode::Read) => format!("dlock read {owner}").into_bytes(),
+        (None, Mode::Write) => format!("dlock write {owner}").into_bytes(),
     }
 }
 
@@ -41,6 +58,8 @@ pub(crate) struct Contender<'a> {
     pub key: &'a [u8],
     pub reader: bool,
     pub created: i64,
+    /// A permit's count, from its value.
+    pub permits: Option<u32>,
 }
 
 impl<'a> From<&'a KeyValue> for Contender<'a> {
@@ -49,6 +68,7 @@ impl<'a> From<&'a KeyValue> for Contender<'a> {
             key: kv.key(),
             reader: kv.value().starts_with(READER),
             created: kv.create_revision(),
+            permits: permits_of(kv.value()),
         }
     }
 }
@@ -65,6 +85,8 @@ pub(crate) enum Turn {
     /// No writer in this page, but more contenders ahead: read on from
     /// those created at or before this revision.
     ReadOn(i64),
+    /// Next in line for a permit: wait until any contender ahead goes.
+    WatchDeletes,
 }
 
 /// A writer waits for the contender just ahead; a reader for the last
@@ -86,6 +108,25 @@ pub(crate) fn turn(mode: Mode, ahead: &[Contender], more: bool) -> Turn {
     }
 }
 
+/// The count in a permit key's value.
+fn permits_of(value: &[u8]) -> Option<u32> {
+    let count = value.strip_prefix(PERMIT)?.split(|&b| b == b' ').next()?;
+    std::str::from_utf8(count).ok()?.parse().ok()
+}
+
+/// A permit's turn among `count`: held while fewer than `count` are
+/// ahead. `ahead` lists up to `count + 1` of them, latest first.
+pub(crate) fn permit_turn(count: u32, ahead: &[Contender]) -> Turn {
+    match (ahead.len().cmp(&(count as usize)), ahead.first()) {
+        (std::cmp::Ordering::Less, _) => Turn::Held,
+        (std::cmp::Ordering::Greater, Some(just_ahead)) => Turn::Watch {
+            key: just_ahead.key.to_vec(),
+            created: just_ahead.created,
+        },
+        _ => Turn::WatchDeletes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,14 +136,15 @@ mod tests {
             key: key.as_bytes(),
             reader: value.starts_with(READER),
             created,
+            permits: None,
         }
     }
 
     #[test]
     fn writers_wait_for_the_one_ahead_readers_for_the_last_writer() {
         let (read, write) = (
-            value(Mode::Read, OwnerId::random()),
-            value(Mode::Write, OwnerId::random()),
+            value(Mode::Read, None, OwnerId::random()),
+            value(Mode::Write, None, OwnerId::random()),
         );
         let ahead = [kv("r2", &read, 9), kv("w", &write, 8), kv("r1", &read, 7)];
         let watch = |key: &str, created| Turn::Watch {
@@ -122,5 +164,29 @@ mod tests {
     fn keys_name_the_lease_and_the_number() {
         assert_eq!(contender_key("/locks/g/n/", 0x694d, 0), "/locks/g/n/694d-0");
         assert_ne!(contender_key("/l/", 1, 0), contender_key("/l/", 1, 1));
+    }
+
+    #[test]
+    fn permits_go_to_the_first_count_then_the_next_in_line_waits_for_any() {
+        let ahead = [kv("c", b"", 9), kv("b", b"", 8), kv("a", b"", 7)];
+        assert_eq!(permit_turn(3, &ahead[..2]), Turn::Held);
+        assert_eq!(permit_turn(3, &ahead), Turn::WatchDeletes);
+        assert_eq!(
+            permit_turn(2, &ahead),
+            Turn::Watch {
+                key: "c".into(),
+                created: 9
+            }
+        );
+        assert_eq!(permit_turn(1, &[]), Turn::Held);
+    }
+
+    #[test]
+    fn a_permit_key_tells_its_count() {
+        let mut admitted = value(Mode::Write, Some(5), OwnerId::random());
+        assert_eq!(permits_of(&admitted), Some(5));
+        admitted.extend_from_slice(ADMITTED);
+        assert_eq!(permits_of(&admitted), Some(5));
+        assert_eq!(permits_of(&value(Mode::Write, None, OwnerId::random())), None);
     }
 }

@@ -1,5 +1,6 @@
 //! A waiter's two watches, on the engine's one stream: the key ahead that
-//! matters (when it changes or goes, the waiter looks again) and its own key
+//! matters, or the semaphore's prefix for a permit's next in line (when it
+//! changes or goes, the waiter looks again) and its own key
 //! (a releasing holder rewrote it: the lock is handed over, see
 //! `handoff.rs`; or it went with its lease: the waiter looks, finds it gone
 //! and queues again).
@@ -31,6 +32,53 @@ pub(crate) struct Watched {
     pub created: i64,
 }
 
+/// What a waiter waits for ahead of it.
+pub(crate) enum Ahead {
+    /// This key to go or, if `put`, to change (a writer ahead may
+    /// downgrade; a permit's waiter ahead be admitted).
+    Key { watched: Watched, put: bool },
+    /// Any key under `prefix` to go: a permit's next in line, with `count`
+    /// permits.
+    Deletes { prefix: Vec<u8>, count: u32 },
+}
+
+impl Ahead {
+    /// The watch: key, whether a prefix, whether deletions only.
+    fn watch(&self) -> (Vec<u8>, bool, bool) {
+        match self {
+            Ahead::Key { watched, put } => (watched.key.clone(), false, !put),
+            Ahead::Deletes { prefix, .. } => (prefix.clone(), true, true),
+        }
+    }
+
+    /// A read of what is ahead of `own`, for the gap before the watch.
+    fn read(&self, own: &Watched) -> TxnOp {
+        match self {
+            Ahead::Key { watched, .. } => TxnOp::get(watched.key.clone(), Some(GetOptions::new().with_keys_only())),
+            Ahead::Deletes { prefix, count } => TxnOp::get(
+                prefix.clone(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_max_create_revision(own.created - 1)
+                        .with_limit(i64::from(*count)),
+                ),
+            ),
+        }
+    }
+
+    /// Whether that read shows nothing changed since `seen`.
+    fn unchanged(&self, read: &[KeyValue], seen: i64) -> bool {
+        match self {
+            Ahead::Key { watched, .. } => read
+                .first()
+                .is_some_and(|kv| kv.create_revision() == watched.created && kv.mod_revision() <= seen),
+            Ahead::Deletes { count, .. } => read.len() == *count as usize,
+        }
+    }
+}
+
 /// The watches of one waiter, stopped when dropped.
 pub(crate) struct Watching {
     pub signal: watch::Receiver<Signal>,
@@ -45,20 +93,11 @@ impl Drop for Watching {
 }
 
 impl Watching {
-    /// Watches `own` and `ahead`, both read at revision `seen`. A writer
-    /// waits only for the key ahead to go (`ahead_put` false); a reader also
-    /// for it to change, since a writer ahead may downgrade.
-    pub fn start(
-        watches: Arc<Watches>,
-        session: Arc<Session>,
-        own: Watched,
-        ahead: Watched,
-        ahead_put: bool,
-        seen: i64,
-    ) -> Watching {
+    /// Watches `own` and `ahead`, both read at revision `seen`.
+    pub fn start(watches: Arc<Watches>, session: Arc<Session>, own: Watched, ahead: Ahead, seen: i64) -> Watching {
         let (tell, signal) = watch::channel(Signal::Waiting);
         let task = tokio::spawn(async move {
-            let said = wait(&watches, &session, &own, &ahead, ahead_put, seen).await;
+            let said = wait(&watches, &session, &own, &ahead, seen).await;
             tell.send_replace(said);
         })
         .abort_handle();
@@ -85,13 +124,13 @@ async fn wait(
     watches: &Watches,
     session: &Session,
     own: &Watched,
-    ahead: &Watched,
-    ahead_put: bool,
+    ahead: &Ahead,
     seen: i64,
 ) -> Signal {
+    let (key, prefix, no_put) = ahead.watch();
     let (mine, before) = tokio::join!(
-        watches.watch(own.key.clone(), false),
-        watches.watch(ahead.key.clone(), !ahead_put)
+        watches.watch(own.key.clone(), false, false),
+        watches.watch(key, prefix, no_put)
     );
     let (Some(mut mine), Some(mut before)) = (mine, before) else {
         // The stream broke: look again, after a pause.
@@ -138,32 +177,23 @@ fn handed(event: Option<Event>, own: &Watched) -> Signal {
     }
 }
 
-/// Reads both keys; says what changed since `seen`, if anything did.
-async fn read_gap(session: &Session, own: &Watched, ahead: &Watched, seen: i64) -> Option<Signal> {
-    let read = Txn::new().and_then([
-        TxnOp::get(own.key.clone(), Some(GetOptions::new())),
-        TxnOp::get(ahead.key.clone(), Some(GetOptions::new().with_keys_only())),
-    ]);
+/// Reads the own key and what is ahead; says what changed since `seen`,
+/// if anything did.
+async fn read_gap(session: &Session, own: &Watched, ahead: &Ahead, seen: i64) -> Option<Signal> {
+    let read = Txn::new().and_then([TxnOp::get(own.key.clone(), Some(GetOptions::new())), ahead.read(own)]);
     let Ok(answer) = session.txn(read).await else {
         return Some(Signal::Retry);
     };
     let mut found = answer.op_responses().into_iter().map(|op| match op {
-        TxnOpResponse::Get(mut got) => got.take_kvs().into_iter().next(),
-        _ => None,
+        TxnOpResponse::Get(mut got) => got.take_kvs(),
+        _ => Vec::new(),
     });
-    let (mine, before): (Option<KeyValue>, Option<KeyValue>) =
-        (found.next().flatten(), found.next().flatten());
-    match (mine, before) {
-        (Some(mine), _) if mine.create_revision() == own.created && mine.mod_revision() > own.created => {
+    let (mine, before) = (found.next().unwrap_or_default(), found.next().unwrap_or_default());
+    match mine.first() {
+        Some(mine) if mine.create_revision() == own.created && mine.mod_revision() > own.created => {
             Some(Signal::Granted(mine.value().to_vec()))
         }
-        (Some(mine), Some(before))
-            if mine.create_revision() == own.created
-                && before.create_revision() == ahead.created
-                && before.mod_revision() <= seen =>
-        {
-            None
-        }
+        Some(mine) if mine.create_revision() == own.created && ahead.unchanged(&before, seen) => None,
         _ => Some(Signal::Retry),
     }
 }

@@ -1,6 +1,7 @@
 //! One watch stream per engine, shared by every waiting request. Each waiter
-//! watches one key, the contender ahead that matters, under a watch id the
-//! engine picks (etcd 3.4+), and hears when that key changes or goes. A
+//! watches one key, the contender ahead that matters (or, next in line for
+//! a permit, the semaphore's prefix), under a watch id the engine picks
+//! (etcd 3.4+), and hears when that key changes or goes. A
 //! broken stream tells every waiter to look again; the next watch opens a
 //! new stream.
 
@@ -21,6 +22,7 @@ enum Command {
     Watch {
         id: i64,
         key: Vec<u8>,
+        prefix: bool,
         no_put: bool,
         created: oneshot::Sender<i64>,
         changed: oneshot::Sender<Event>,
@@ -67,15 +69,16 @@ impl Watches {
         }
     }
 
-    /// Watches `key` from now on (only its deletion if `no_put`); `None` if
-    /// the stream broke first.
-    pub async fn watch(&self, key: Vec<u8>, no_put: bool) -> Option<Watch> {
+    /// Watches `key` (every key it begins if `prefix`) from now on (only
+    /// deletions if `no_put`); `None` if the stream broke first.
+    pub async fn watch(&self, key: Vec<u8>, prefix: bool, no_put: bool) -> Option<Watch> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (created, from) = oneshot::channel();
         let (changed_tx, changed) = oneshot::channel();
         let command = Command::Watch {
             id,
             key,
+            prefix,
             no_put,
             created,
             changed: changed_tx,
@@ -112,8 +115,11 @@ async fn serve(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
         tokio::select! {
             command = commands.recv() => match command {
                 None => return,
-                Some(Command::Watch { id, key, no_put, created, changed }) => {
+                Some(Command::Watch { id, key, prefix, no_put, created, changed }) => {
                     let mut options = WatchOptions::new().with_watch_id(id);
+                    if prefix {
+                        options = options.with_prefix();
+                    }
                     if no_put {
                         options = options.with_filters([WatchFilterType::NoPut]);
                     }
