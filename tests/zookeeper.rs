@@ -17,6 +17,7 @@ use dlock::{Error, Registry, Settings};
 use dlock_testkit::fixtures::zookeeper::{curator_classpath, four_letter, zookeeper};
 use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
 use dlock_testkit::server::TestServer;
+use dlock_testkit::visits::Visits;
 
 const CURATOR_PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/curator/CuratorPeer.java");
 
@@ -183,6 +184,117 @@ async fn curator_and_dlock_readers_share_and_a_dlock_writer_waits_its_turn() {
         released.elapsed()
     );
     guard.release().await.expect("release");
+}
+
+/// Curator's `InterProcessSemaphoreV2` and dlock's semaphore on one path
+/// count each other's permits, both ways, and a waiter on either side gets
+/// in when the other lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curator_and_dlock_permits_exclude_each_other_both_ways() {
+    let (dlock, _engine) = client().await;
+    let semaphore = dlock.locks("interop").semaphore("permits", 2);
+    let mut curator = Curator::start("/locks/interop/permits%permits");
+
+    // Curator holds both permits: dlock gets none, and its waiter waits.
+    assert_eq!(curator.say("permit 2 5000"), "held");
+    assert_eq!(curator.say("permit 2 5000"), "held");
+    assert!(
+        semaphore.try_acquire().await.expect("try").is_none(),
+        "dlock took a third permit of two"
+    );
+    let waiting = tokio::spawn({
+        let semaphore = semaphore.clone();
+        async move { semaphore.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "dlock's waiter got in beside two Curator leases"
+    );
+    assert_eq!(curator.say("release"), "released");
+    let first = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("dlock's waiter was not admitted after Curator released")
+        .expect("task")
+        .expect("acquire");
+
+    // dlock holds both: Curator gets none until dlock lets one go.
+    let second = semaphore
+        .try_acquire()
+        .await
+        .expect("try")
+        .expect("the second permit");
+    assert_eq!(curator.say("permit 2 500"), "timeout");
+    first.release().await.expect("release");
+    assert_eq!(curator.say("permit 2 5000"), "held");
+    // From another task: this one holds a permit, and would take it again.
+    let another = tokio::spawn({
+        let semaphore = semaphore.clone();
+        async move { semaphore.try_acquire().await.expect("try").is_none() }
+    });
+    assert!(
+        another.await.expect("task"),
+        "dlock took a permit that Curator holds"
+    );
+    second.release().await.expect("release");
+    assert_eq!(curator.say("release"), "released");
+}
+
+/// Two Curator processes and two dlock clients, three holders each, take
+/// permits of one semaphore of 3 over and over, each stamping while inside:
+/// every visit happens, and never more than 3 at once (3 are reached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curator_and_dlock_share_a_semaphore_and_never_exceed_its_permits() {
+    const PERMITS: usize = 3;
+    const HOLDERS: usize = 3;
+    const EACH: usize = 5;
+    const STAY: Duration = Duration::from_millis(20);
+    let log = std::env::temp_dir().join(format!("dlock-zk-visits-{}", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let path = "/locks/interop/shared%permits";
+    let curators: Vec<_> = (0..2)
+        .map(|_| {
+            let mut curator = Curator::start(path);
+            let command = format!(
+                "visits {PERMITS} {HOLDERS} {EACH} {} {}",
+                STAY.as_millis(),
+                log.display()
+            );
+            tokio::task::spawn_blocking(move || curator.say(&command))
+        })
+        .collect();
+    let visits = Arc::new(Visits::open(&log));
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let (dlock, _engine) = client().await;
+        for _ in 0..HOLDERS {
+            let semaphore = dlock.locks("interop").semaphore("shared", PERMITS as u32);
+            let visits = visits.clone();
+            holders.push(tokio::spawn(async move {
+                for _ in 0..EACH {
+                    let guard = semaphore.acquire().await.expect("acquire");
+                    assert!(visits.stay(guard, STAY).await.expect("stay"), "a permit was lost");
+                }
+            }));
+        }
+    }
+    for holder in holders {
+        holder.await.expect("dlock holder");
+    }
+    for curator in curators {
+        let said = curator.await.expect("Curator");
+        assert_eq!(said, format!("visits {}", HOLDERS * EACH));
+    }
+    let stays = Visits::stays(&log);
+    assert_eq!(stays.len(), 4 * HOLDERS * EACH, "every visit, each its own stay");
+    let most = Visits::most_at_once(&stays);
+    println!(
+        "Curator and dlock on a semaphore of {PERMITS}: {} visits, at most {most} inside at once",
+        stays.len()
+    );
+    assert!(most <= PERMITS, "{most} inside a semaphore of {PERMITS}");
+    assert_eq!(most, PERMITS, "the permits were never all in use at once");
+    let _ = std::fs::remove_file(&log);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

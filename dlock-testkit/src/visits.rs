@@ -9,7 +9,12 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dlock::Guard;
+
+/// How often a holder stamps that it is inside.
+const STAMP_EVERY: Duration = Duration::from_millis(5);
 
 /// The log of visits, shared by the workers of a scenario.
 pub struct Visits(File);
@@ -49,6 +54,31 @@ impl Visits {
         (&self.0)
             .write_all(format!("{fence} {at}\n").as_bytes())
             .expect("stamp a visit");
+    }
+
+    /// Stays `stay` inside with the permit `guard` holds, stamping while it
+    /// is valid, then lets go: `Ok(true)` made whole, `Ok(false)` cut short
+    /// by a loss.
+    pub async fn stay(&self, guard: Guard, stay: Duration) -> Result<bool, dlock::Error> {
+        let fence = guard.fence();
+        let until = tokio::time::Instant::now() + stay;
+        loop {
+            let at = Visits::now();
+            if guard.is_lost() {
+                let _ = guard.release().await;
+                return Ok(false);
+            }
+            self.stamp(fence, at);
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(STAMP_EVERY).await;
+        }
+        match guard.release().await {
+            Ok(()) => Ok(true),
+            Err(dlock::Error::Lost { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Every holder's stay, from the log at `path`.

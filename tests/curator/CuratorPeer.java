@@ -3,14 +3,23 @@
 //
 //   java CuratorPeer <connect> <path>          commands on stdin, one per line:
 //       write <ms> | read <ms>   acquire within ms: prints "held" or "timeout"
+//       permit <n> <ms>          one lease of an InterProcessSemaphoreV2 of n
+//                                at the path, within ms: "held" or "timeout"
 //       release                  releases everything held: prints "released"
+//       visits <n> <threads> <each> <stay ms> <log>
+//                                threads each take a lease of n `each` times,
+//                                stay inside stamping "<id> <unix ns>" lines
+//                                to log every few ms: prints "visits <count>"
 //       cycles <n>               n uncontended write acquire + release cycles:
 //                                prints "cycles <total ns>"
 //   java CuratorPeer <connect> <path> bench <cycles> <clients>
 //       prints "uncontended_ns <mean>" and "handoff_ns <p50>"
 
 import java.io.BufferedReader;
+import java.io.FileOutputStream;
 import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Instant;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -18,12 +27,15 @@ import java.util.Deque;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorPeer {
@@ -35,6 +47,7 @@ public class CuratorPeer {
         CuratorFramework client = connect(args[0]);
         InterProcessReadWriteLock lock = new InterProcessReadWriteLock(client, args[1]);
         Deque<InterProcessMutex> held = new ArrayDeque<>();
+        Deque<Lease> leases = new ArrayDeque<>();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         System.out.println("ready");
         for (String line; (line = in.readLine()) != null; ) {
@@ -50,8 +63,24 @@ public class CuratorPeer {
                         System.out.println("timeout");
                     }
                     break;
+                case "permit": {
+                    InterProcessSemaphoreV2 semaphore =
+                        new InterProcessSemaphoreV2(client, args[1], Integer.parseInt(cmd[1]));
+                    Lease lease = semaphore.acquire(Long.parseLong(cmd[2]), TimeUnit.MILLISECONDS);
+                    if (lease != null) {
+                        leases.push(lease);
+                        System.out.println("held");
+                    } else {
+                        System.out.println("timeout");
+                    }
+                    break;
+                }
+                case "visits":
+                    System.out.println("visits " + visits(client, args[1], cmd));
+                    break;
                 case "release":
                     while (!held.isEmpty()) held.pop().release();
+                    while (!leases.isEmpty()) leases.pop().close();
                     System.out.println("released");
                     break;
                 case "cycles": {
@@ -67,6 +96,55 @@ public class CuratorPeer {
             }
         }
         client.close();
+    }
+
+    // Ids above any fence dlock hands out, distinct per process.
+    static final AtomicLong NEXT_ID = new AtomicLong(1_000_000_000_000_000L + ProcessHandle.current().pid() * 1_000_000L);
+
+    static int visits(CuratorFramework client, String path, String[] cmd) throws Exception {
+        int permits = Integer.parseInt(cmd[1]);
+        int threads = Integer.parseInt(cmd[2]);
+        int each = Integer.parseInt(cmd[3]);
+        long stayMs = Long.parseLong(cmd[4]);
+        AtomicInteger count = new AtomicInteger();
+        try (FileOutputStream log = new FileOutputStream(cmd[5], true)) {
+            List<Thread> started = new ArrayList<>();
+            for (int t = 0; t < threads; t++) {
+                Thread thread = new Thread(() -> {
+                    InterProcessSemaphoreV2 semaphore = new InterProcessSemaphoreV2(client, path, permits);
+                    try {
+                        for (int i = 0; i < each; i++) {
+                            Lease lease = semaphore.acquire();
+                            long id = NEXT_ID.getAndIncrement();
+                            long until = System.nanoTime() + stayMs * 1_000_000L;
+                            do {
+                                stamp(log, id);
+                                Thread.sleep(5);
+                            } while (System.nanoTime() < until);
+                            stamp(log, id);
+                            lease.close();
+                            count.incrementAndGet();
+                        }
+                    } catch (Exception e) {
+                        throw new RuntimeException(e);
+                    }
+                });
+                thread.start();
+                started.add(thread);
+            }
+            for (Thread thread : started) thread.join();
+        }
+        return count.get();
+    }
+
+    // One write per line: appends from several processes stay whole.
+    static void stamp(FileOutputStream log, long id) throws Exception {
+        Instant now = Instant.now();
+        long ns = now.getEpochSecond() * 1_000_000_000L + now.getNano();
+        byte[] line = (id + " " + ns + "\n").getBytes(StandardCharsets.US_ASCII);
+        synchronized (log) {
+            log.write(line);
+        }
     }
 
     static CuratorFramework connect(String connect) throws Exception {

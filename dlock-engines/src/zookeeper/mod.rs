@@ -1,6 +1,7 @@
 //! The ZooKeeper engine, wire-compatible with Apache Curator's
 //! `InterProcessReadWriteLock`: a Java service using Curator and a Rust
-//! service using dlock on the same path exclude each other.
+//! service using dlock on the same path exclude each other. Semaphores
+//! follow Curator's `InterProcessSemaphoreV2` (`permits.rs`).
 //!
 //! A lock `group`/`name` is the path `<root>/<group>/<name>` (each part
 //! escaped, see `nodes.rs`), created as container nodes that the server
@@ -54,6 +55,7 @@
 mod keeper;
 mod config;
 mod nodes;
+mod permits;
 mod session;
 
 use std::sync::Arc;
@@ -62,7 +64,7 @@ use std::time::Duration;
 use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult};
+use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher};
 
 use keeper::Keeper;
 use nodes::Turn;
@@ -78,15 +80,44 @@ struct Node {
     name: String,
     fence: u64,
     session: Arc<Session>,
-    /// While waiting: the watch on the node ahead, and whether it fired.
-    watch: Option<(watch::Receiver<bool>, AbortHandle)>,
+    /// While waiting: the watch on the node ahead.
+    watch: Option<Watching>,
 }
 
-impl Drop for Node {
+/// A waiter's watch, and whether it fired; stopped when dropped.
+struct Watching {
+    fired: watch::Receiver<bool>,
+    task: AbortHandle,
+}
+
+impl Watching {
+    fn start(watcher: OneshotWatcher) -> Self {
+        let (fire, fired) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            watcher.changed().await;
+            let _ = fire.send(true);
+        })
+        .abort_handle();
+        Watching { fired, task }
+    }
+
+    fn fired(&self) -> bool {
+        *self.fired.borrow()
+    }
+
+    /// The future the core awaits: resolves once the watch fired.
+    fn wake(&self) -> Wake {
+        let mut fired = self.fired.clone();
+        Box::pin(async move {
+            let _ = fired.wait_for(|fired| *fired).await;
+            Woken::Retry
+        })
+    }
+}
+
+impl Drop for Watching {
     fn drop(&mut self) {
-        if let Some((_, task)) = &self.watch {
-            task.abort();
-        }
+        self.task.abort();
     }
 }
 
@@ -186,7 +217,7 @@ impl ZooKeeperEngine {
                     }
                     // A parent that lets us create but not write: list instead.
                     if index == 1 && source == ZkError::NoAuth {
-                        return self.create_and_list(session, path, &prefix, req).await;
+                        return self.create_and_list(session, path, &prefix, &[], req).await;
                     }
                     source
                 }
@@ -198,26 +229,32 @@ impl ZooKeeperEngine {
         }
     }
 
-    /// [`Self::create`] under a parent we may not write: a plain create with
-    /// the siblings listed right behind it, in the same round trip
-    /// (ZooKeeper serves one session's requests in order, so the listing
-    /// sees the new node).
+    /// A plain create of a node with `data` under `path` (a lock's parent we
+    /// may not write, or a semaphore's), with the siblings listed right
+    /// behind it, in the same round trip (ZooKeeper serves one session's
+    /// requests in order, so the listing sees the new node).
     async fn create_and_list(
         &self,
         session: &Session,
         path: &str,
         prefix: &str,
+        data: &[u8],
         req: &Request,
     ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
         let client = &session.client;
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
+        let mut vanished = 0;
         loop {
             let (created, listed) =
-                tokio::join!(client.create(prefix, &[], &options), client.list_children(path));
+                tokio::join!(client.create(prefix, data, &options), client.list_children(path));
             match created {
                 Ok((stat, seq)) => {
                     let name = format!("{}{seq}", &prefix[path.len() + 1..]);
                     return Ok((name, fence(stat.czxid), listed.ok()));
+                }
+                Err(ZkError::NoNode) if vanished < 5 => {
+                    vanished += 1;
+                    self.create_parents(session, path).await?;
                 }
                 Err(e) => {
                     if let Some((name, fence)) = self.recover(session, path, req, e).await? {
@@ -328,14 +365,9 @@ impl ZooKeeperEngine {
             if stat.is_none() {
                 continue; // Gone already: look again.
             }
-            let (fire, fired) = watch::channel(false);
-            let task = tokio::spawn(async move {
-                watcher.changed().await;
-                let _ = fire.send(true);
-            })
-            .abort_handle();
-            let wake = wake_on(fired.clone());
-            self.node(req, |n| n.watch = Some((fired, task)))?;
+            let watching = Watching::start(watcher);
+            let wake = watching.wake();
+            self.node(req, |n| n.watch = Some(watching))?;
             return Ok(Poll::Waiting(wake));
         }
     }
@@ -358,15 +390,31 @@ impl ZooKeeperEngine {
             return Ok(false);
         }
         let path = format!("{}/{}", self.path(req), node.name);
-        match node.session.client.delete(&path, None).await {
-            Ok(()) => Ok(true),
-            Err(ZkError::NoNode | ZkError::SessionExpired) => Ok(false),
-            // Keep trying while the session lives, as Curator's guaranteed
-            // delete does: a node left behind would block the lock for good.
-            Err(_) => {
-                tokio::spawn(delete_until_gone(node.session.clone(), path));
-                Ok(true)
-            }
+        Ok(delete(&node.session, path).await)
+    }
+
+    /// The node that renews a hold: a lock's node or a permit's lease.
+    fn held_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
+        match req.permits {
+            Some(_) => self.lease_node(req),
+            None => self
+                .node(req, |n| (n.session.clone(), format!("{}/{}", self.path(req), n.name)))
+                .ok(),
+        }
+    }
+}
+
+/// Deletes the node at `path`; `false` if it was already gone. A failure
+/// other than that goes on in the background while the session lives, as
+/// Curator's guaranteed delete does: a node left behind would block the
+/// lock for good.
+async fn delete(session: &Arc<Session>, path: String) -> bool {
+    match session.client.delete(&path, None).await {
+        Ok(()) => true,
+        Err(ZkError::NoNode | ZkError::SessionExpired) => false,
+        Err(_) => {
+            tokio::spawn(delete_until_gone(session.clone(), path));
+            true
         }
     }
 }
@@ -392,13 +440,6 @@ fn fence(czxid: i64) -> u64 {
     czxid as u64
 }
 
-fn wake_on(mut fired: watch::Receiver<bool>) -> Wake {
-    Box::pin(async move {
-        let _ = fired.wait_for(|fired| *fired).await;
-        Woken::Retry
-    })
-}
-
 async fn delete_until_gone(session: Arc<Session>, path: String) {
     while !session.is_ended() {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -422,53 +463,52 @@ impl Engine for ZooKeeperEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            semaphore: false,
             ..Capabilities::FULL
         }
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        let answer = self.enqueue(req).await;
+        let answer = match req.permits {
+            Some(count) => self.permit_enqueue(req, count).await,
+            None => self.enqueue(req).await,
+        };
         if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
-            self.remove(req).await?;
+            self.cancel(req).await?;
         }
         answer
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        if let Some(count) = req.permits {
+            return self.permit_poll(req, count).await;
+        }
         let state = self.node(req, |n| {
-            let fired = n.watch.as_ref().map(|(fired, _)| *fired.borrow());
-            (
-                n.session.is_ended(),
-                fired,
-                n.watch.as_ref().map(|(w, _)| w.clone()),
-            )
+            let watch = n.watch.as_ref().map(|w| (w.fired(), w.wake()));
+            (n.session.is_ended(), watch)
         });
         match state {
             // The session ended with our place in line: queue again.
-            Ok((true, _, _)) | Err(_) => {
+            Ok((true, _)) | Err(_) => {
                 NodeState::of(req).lock().take();
                 self.enqueue(req).await
             }
             // Nothing moved ahead of us: keep waiting, no round trip.
-            Ok((false, Some(false), Some(fired))) => Ok(Poll::Waiting(wake_on(fired))),
+            Ok((false, Some((false, wake)))) => Ok(Poll::Waiting(wake)),
             Ok(_) => self.look(req, &self.path(req), None).await,
         }
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.remove(req).await.map(drop)
+        self.release(req).await.map(drop)
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        let (session, name) = match self.node(req, |n| (n.session.clone(), n.name.clone())) {
-            Ok(node) => node,
-            Err(_) => return Ok(false),
+        let Some((session, path)) = self.held_node(req) else {
+            return Ok(false);
         };
         if session.is_ended() {
             return Ok(false);
         }
-        let path = format!("{}/{name}", self.path(req));
         match session.client.check_stat(&path).await {
             Ok(found) => Ok(found.is_some()),
             Err(ZkError::SessionExpired) => Ok(false),
@@ -516,11 +556,14 @@ impl Engine for ZooKeeperEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.remove(req).await
+        match req.permits {
+            Some(_) => self.permit_remove(req).await,
+            None => self.remove(req).await,
+        }
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
-        let session = self.node(req, |n| n.session.clone()).ok()?;
+        let (session, _) = self.held_node(req)?;
         Some(Box::pin(session.ended()))
     }
 }

@@ -83,6 +83,37 @@ fn sequence_order(seq: i64) -> u64 {
     }
 }
 
+/// The children of a semaphore's path, in Curator's
+/// `InterProcessSemaphoreV2`: its internal mutex, and the leases.
+pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
+pub(crate) const SEMAPHORE_LEASES: &str = "leases";
+
+/// The name passed to a sequential create of a node in a semaphore's
+/// mutex line (`lock-`) or of a lease (`lease-`).
+pub(crate) fn semaphore_node_prefix(owner: OwnerId, lease: bool) -> String {
+    protected_prefix(owner) + if lease { "lease-" } else { "lock-" }
+}
+
+/// Whose turn it is in a Curator `InterProcessMutex` line (a semaphore's
+/// internal mutex): the `lock-` nodes by sequence, each waiting for the
+/// one just ahead.
+pub(crate) fn mutex_turn<'a>(children: &'a [String], ours: &str) -> Turn<'a> {
+    let order = |name: &str| {
+        let at = name.rfind("lock-")?;
+        name[at + "lock-".len()..].parse().ok().map(sequence_order)
+    };
+    let mut line: Vec<(u64, &'a str)> = children
+        .iter()
+        .filter_map(|c| Some((order(c)?, c.as_str())))
+        .collect();
+    line.sort_unstable();
+    match line.iter().position(|&(_, name)| name == ours) {
+        None => Turn::Gone,
+        Some(0) => Turn::Held,
+        Some(at) => Turn::Watch(line[at - 1].1),
+    }
+}
+
 /// Whose turn it is, for the node `ours` among `children`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Turn<'a> {
@@ -207,5 +238,20 @@ mod tests {
         assert!(prefix.starts_with("_c_") && prefix.ends_with("-__WRIT__"));
         // `_c_` + 36-character UUID + `-`.
         assert_eq!(protected_prefix(owner).len(), 3 + 36 + 1);
+    }
+
+    #[test]
+    fn a_semaphores_mutex_line_goes_by_sequence() {
+        let owner = OwnerId::random();
+        let prefix = semaphore_node_prefix(owner, false);
+        assert!(prefix.starts_with("_c_") && prefix.ends_with("-lock-"));
+        assert!(semaphore_node_prefix(owner, true).ends_with("-lease-"));
+        let kids = names(&["_c_b-lock-0000000002", "_c_a-lock-0000000003", "_c_c-lock-0000000001"]);
+        assert_eq!(mutex_turn(&kids, "_c_c-lock-0000000001"), Turn::Held);
+        assert_eq!(
+            mutex_turn(&kids, "_c_a-lock-0000000003"),
+            Turn::Watch("_c_b-lock-0000000002")
+        );
+        assert_eq!(mutex_turn(&kids, "_c_z-lock-0000000009"), Turn::Gone);
     }
 }

@@ -23,33 +23,12 @@ use dlock::Semaphore;
 use dlock_testkit::visits::Visits;
 use dlock_testkit::worker_flags::Flags;
 
-/// How often a holder stamps that it is inside.
-const STAMP_EVERY: Duration = Duration::from_millis(5);
-
 /// One visit: `Ok(true)` made whole, `Ok(false)` cut short by a loss.
 async fn visit(semaphore: &Semaphore, visits: &Visits, stay: Duration) -> Result<bool, dlock::Error> {
     let guard = semaphore.acquire().await?;
-    let fence = guard.fence();
-    println!("entered {fence}");
+    println!("entered {}", guard.fence());
     let _ = std::io::stdout().flush();
-    let until = tokio::time::Instant::now() + stay;
-    loop {
-        let at = Visits::now();
-        if guard.is_lost() {
-            let _ = guard.release().await;
-            return Ok(false);
-        }
-        visits.stamp(fence, at);
-        if tokio::time::Instant::now() >= until {
-            break;
-        }
-        tokio::time::sleep(STAMP_EVERY).await;
-    }
-    match guard.release().await {
-        Ok(()) => Ok(true),
-        Err(dlock::Error::Lost { .. }) => Ok(false),
-        Err(e) => Err(e),
-    }
+    visits.stay(guard, stay).await
 }
 
 #[tokio::main]

@@ -1,0 +1,261 @@
+//! Semaphores in the layout of Apache Curator's `InterProcessSemaphoreV2`,
+//! so that Curator and dlock clients of one path admit no more than N
+//! together.
+//!
+//! A semaphore `group`/`name` is the path `P = <root>/<group>/<name>%permits`,
+//! beside the lock of that name (no escaped name ends so). Under it:
+//! - `P/locks`, Curator's internal mutex: a request queues with a node
+//!   `_c_<uuid>-lock-<seq>`, in sequence order, watching the one just ahead;
+//! - `P/leases`: a node `_c_<uuid>-lease-<seq>` per permit held, and the
+//!   mutex holder's while it waits.
+//!
+//! The mutex holder creates its lease, then lists the leases: with N or
+//! fewer, its own counted, it holds and lets the mutex go; otherwise it
+//! waits for the leases to change, keeping the mutex, so the line is FIFO.
+//!
+//! Curator keeps no count. A dlock lease's data is `dlock permits <N>`; a
+//! new one is checked against one other dlock lease, itself checked when it
+//! came, so every live dlock lease agrees. A Curator lease (its data an
+//! address) is counted, not checked.
+//!
+//! The fence is the lease's `czxid`; liveness is the session, as for locks.
+
+use std::sync::Arc;
+
+use dlock_core::kit::{EngineError, Poll, Request, RequestState};
+use zookeeper_client::Error as ZkError;
+
+use super::nodes::{self, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, Turn};
+use super::session::Session;
+use super::{Watching, ZooKeeperEngine, delete};
+
+type PermitState = RequestState<Permit>;
+
+/// One request for a permit.
+struct Permit {
+    session: Arc<Session>,
+    /// Its node in the mutex's line, until it holds.
+    queued: Option<String>,
+    /// Its lease and the lease's fence, once it had the mutex.
+    lease: Option<(String, u64)>,
+    /// While waiting: the watch on the node ahead, or on the leases.
+    watch: Option<Watching>,
+}
+
+/// How a dlock lease's data starts; the count follows.
+const DATA: &str = "dlock permits ";
+
+impl ZooKeeperEngine {
+    fn semaphore_path(&self, req: &Request) -> String {
+        format!("{}%permits", self.path(req))
+    }
+
+    fn permit<R>(&self, req: &Request, f: impl FnOnce(&mut Permit) -> R) -> Result<R, EngineError> {
+        PermitState::of(req)
+            .lock()
+            .as_mut()
+            .map(f)
+            .ok_or_else(|| EngineError::failed("no such request"))
+    }
+
+    /// The session and path of this request's lease, once it has one.
+    pub(super) fn lease_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
+        let (session, (lease, _)) = self.permit(req, |p| Some((p.session.clone(), p.lease.clone()?))).ok()??;
+        let path = format!("{}/{SEMAPHORE_LEASES}/{lease}", self.semaphore_path(req));
+        Some((session, path))
+    }
+
+    /// Queues for the semaphore's mutex on the live session, then looks.
+    pub(super) async fn permit_enqueue(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+        // An earlier attempt that failed after its create keeps its place.
+        if self.permit(req, |p| !p.session.is_ended()).unwrap_or(false) {
+            return self.permit_look(req, count, None).await;
+        }
+        let locks = format!("{}/{SEMAPHORE_LOCKS}", self.semaphore_path(req));
+        let prefix = format!("{locks}/{}", nodes::semaphore_node_prefix(req.owner, false));
+        let mut session = self.sessions.live().await?;
+        let (name, _, listed) = match self.create_and_list(&session, &locks, &prefix, &[], req).await {
+            Ok(created) => created,
+            // Expired under us: once more, on a new session.
+            Err(_) if session.is_ended() => {
+                session = self.sessions.live().await?;
+                self.create_and_list(&session, &locks, &prefix, &[], req).await?
+            }
+            Err(e) => return Err(e),
+        };
+        *PermitState::of(req).lock() = Some(Permit {
+            session,
+            queued: Some(name),
+            lease: None,
+            watch: None,
+        });
+        self.permit_look(req, count, listed).await
+    }
+
+    pub(super) async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+        let state = self.permit(req, |p| {
+            let watch = p.watch.as_ref().map(|w| (w.fired(), w.wake()));
+            (p.session.is_ended(), watch)
+        });
+        match state {
+            // The session ended, and the nodes with it: queue again.
+            Ok((true, _)) | Err(_) => {
+                PermitState::of(req).lock().take();
+                self.permit_enqueue(req, count).await
+            }
+            Ok((false, Some((false, wake)))) => Ok(Poll::Waiting(wake)),
+            Ok(_) => self.permit_look(req, count, None).await,
+        }
+    }
+
+    /// Where this request stands: in the mutex's line (`listed`: its
+    /// children, if just read), or holding the mutex and waiting for a
+    /// lease to go, or holding a permit.
+    async fn permit_look(&self, req: &Request, count: u32, mut listed: Option<Vec<String>>) -> Result<Poll, EngineError> {
+        let path = self.semaphore_path(req);
+        let leases = format!("{path}/{SEMAPHORE_LEASES}");
+        loop {
+            let (session, queued, lease) = self.permit(req, |p| {
+                p.watch = None;
+                (p.session.clone(), p.queued.clone(), p.lease.clone())
+            })?;
+            if let Some((lease, fence)) = lease {
+                let (children, _, watcher) = session
+                    .retry(|| session.client.get_and_watch_children(&leases))
+                    .await
+                    .map_err(|e| session.failed(e))?;
+                if !children.contains(&lease) {
+                    return Err(EngineError::failed(format!("{leases}/{lease} vanished while waiting")));
+                }
+                if children.len() <= count as usize {
+                    self.let_go_of_mutex(req).await?;
+                    return Ok(Poll::Held(fence));
+                }
+                let watching = Watching::start(watcher);
+                let wake = watching.wake();
+                self.permit(req, |p| p.watch = Some(watching))?;
+                return Ok(Poll::Waiting(wake));
+            }
+            let queued = queued.ok_or_else(|| EngineError::failed("neither queued nor leased"))?;
+            let locks = format!("{path}/{SEMAPHORE_LOCKS}");
+            let children = match listed.take() {
+                Some(children) => children,
+                None => session
+                    .retry(|| session.client.list_children(&locks))
+                    .await
+                    .map_err(|e| session.failed(e))?,
+            };
+            match nodes::mutex_turn(&children, &queued) {
+                Turn::Gone => return Err(EngineError::failed(format!("{locks}/{queued} vanished while queued"))),
+                Turn::Watch(ahead) => {
+                    let ahead = format!("{locks}/{ahead}");
+                    let (stat, watcher) = session
+                        .retry(|| session.client.check_and_watch_stat(&ahead))
+                        .await
+                        .map_err(|e| session.failed(e))?;
+                    if stat.is_none() {
+                        continue; // Gone already: look again.
+                    }
+                    let watching = Watching::start(watcher);
+                    let wake = watching.wake();
+                    self.permit(req, |p| p.watch = Some(watching))?;
+                    return Ok(Poll::Waiting(wake));
+                }
+                Turn::Held => {
+                    let (lease, fence, leased) = self.take_lease(req, count, &session, &leases).await?;
+                    if leased.len() <= count as usize && leased.contains(&lease) {
+                        self.let_go_of_mutex(req).await?;
+                        return Ok(Poll::Held(fence));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Holding the mutex: creates this request's lease and checks its
+    /// count against another dlock lease. Returns the lease, its fence and
+    /// the leases listed right behind its create.
+    async fn take_lease(
+        &self,
+        req: &Request,
+        count: u32,
+        session: &Session,
+        leases: &str,
+    ) -> Result<(String, u64, Vec<String>), EngineError> {
+        let prefix = format!("{leases}/{}", nodes::semaphore_node_prefix(req.owner, true));
+        let data = format!("{DATA}{count}");
+        let (lease, fence, listed) = self
+            .create_and_list(session, leases, &prefix, data.as_bytes(), req)
+            .await?;
+        self.permit(req, |p| p.lease = Some((lease.clone(), fence)))?;
+        let listed = match listed {
+            Some(listed) => listed,
+            None => session
+                .retry(|| session.client.list_children(leases))
+                .await
+                .map_err(|e| session.failed(e))?,
+        };
+        for other in listed.iter().filter(|&other| *other != lease) {
+            let other = format!("{leases}/{other}");
+            match session.retry(|| session.client.get_data(&other)).await {
+                Ok((data, _)) => match permits_of(&data) {
+                    Some(in_use) if in_use != count => {
+                        self.permit_remove(req).await?;
+                        return Err(EngineError::PermitsDiffer { in_use });
+                    }
+                    Some(_) => break,
+                    None => {} // Curator's: no count to check.
+                },
+                Err(ZkError::NoNode) => {}
+                Err(e) => return Err(session.failed(e)),
+            }
+        }
+        Ok((lease, fence, listed))
+    }
+
+    /// Holding a permit, lets the semaphore's mutex go to the next in line.
+    async fn let_go_of_mutex(&self, req: &Request) -> Result<(), EngineError> {
+        let (session, queued) = self.permit(req, |p| (p.session.clone(), p.queued.take()))?;
+        if let Some(queued) = queued {
+            delete(&session, format!("{}/{SEMAPHORE_LOCKS}/{queued}", self.semaphore_path(req))).await;
+        }
+        Ok(())
+    }
+
+    /// Deletes this request's lease and its place in the mutex's line;
+    /// `Ok(false)` if it had no lease left.
+    pub(super) async fn permit_remove(&self, req: &Request) -> Result<bool, EngineError> {
+        let Some(permit) = PermitState::of(req).lock().take() else {
+            return Ok(false);
+        };
+        if permit.session.is_ended() {
+            return Ok(false);
+        }
+        let path = self.semaphore_path(req);
+        // The lease first: the next mutex holder must not count it.
+        let mut removed = false;
+        if let Some((lease, _)) = permit.lease {
+            removed = delete(&permit.session, format!("{path}/{SEMAPHORE_LEASES}/{lease}")).await;
+        }
+        if let Some(queued) = permit.queued {
+            delete(&permit.session, format!("{path}/{SEMAPHORE_LOCKS}/{queued}")).await;
+        }
+        Ok(removed)
+    }
+}
+
+/// The count in a dlock lease's data; `None` for a Curator lease.
+fn permits_of(data: &[u8]) -> Option<u32> {
+    std::str::from_utf8(data).ok()?.strip_prefix(DATA)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dlock_lease_tells_its_count_and_a_curator_lease_does_not() {
+        assert_eq!(permits_of(format!("{DATA}5").as_bytes()), Some(5));
+        assert_eq!(permits_of(b"10.1.2.3"), None);
+    }
+}
