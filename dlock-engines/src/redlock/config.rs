@@ -108,6 +108,7 @@ impl RedLockEngine {
                 fence: Arc::new(Script::new(include_str!("scripts/fence.lua"))),
                 renew: Arc::new(Script::new(include_str!("scripts/renew.lua"))),
                 release: Arc::new(Script::new(include_str!("scripts/release.lua"))),
+                permits: Arc::new(Script::new(include_str!("scripts/permits.lua"))),
             },
         };
         let timeout = config.client.connect_timeout;

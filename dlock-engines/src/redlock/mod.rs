@@ -2,6 +2,7 @@
 //! when a majority took it (`SET key owner NX PX`) in less time than the
 //! lease, undone everywhere otherwise; released on all; extended only while
 //! a majority still agrees. Exclusive only, no queue: see [`Capabilities`].
+//! Semaphores: a RedLock per slot (`permits.rs`).
 //!
 //! **Fan-out.** Every call goes to all masters at once and returns as soon
 //! as a majority said yes: a slower master's answer cannot change that. Its
@@ -54,6 +55,7 @@
 //! ```
 
 mod config;
+mod permits;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
@@ -84,6 +86,7 @@ struct Scripts {
     fence: Arc<Script>,
     renew: Arc<Script>,
     release: Arc<Script>,
+    permits: Arc<Script>,
 }
 
 /// The RedLock engine. See the [module docs](self).
@@ -114,7 +117,7 @@ pub struct RedLockEngine {
 }
 
 /// What one master said; `Err` for an error or no answer in time.
-type Answer = Result<u64, BoxError>;
+type Answer = Result<i64, BoxError>;
 
 impl RedLockEngine {
     /// Sends `call` to every master at once. Returns once a majority said
@@ -185,7 +188,7 @@ impl RedLockEngine {
             self.on_all(Call::SetNx, &[&key], &[&owner, &px]).await
         };
         if self.majority(&answers) && started.elapsed() < req.lease {
-            let Some(token) = self.token(req, &key, &answers).await? else {
+            let Some(token) = self.token(req, &key, &format!("{key}:f"), &answers).await? else {
                 return self.undo(req, &key, answers).await;
             };
             if started.elapsed() < req.lease {
@@ -200,27 +203,28 @@ impl RedLockEngine {
     /// to its candidate; if they all agree (counters in step, the usual
     /// case), that token is on a majority already. If not, the greatest is
     /// written back to a majority, checked against ownership. `None` if the
-    /// write-back found no majority.
-    async fn token(&self, req: &Request, key: &str, answers: &[Answer]) -> Result<Option<u64>, EngineError> {
+    /// write-back found no majority. `key` is what the owner holds,
+    /// `counter` the fence counter beside it.
+    async fn token(&self, req: &Request, key: &str, counter: &str, answers: &[Answer]) -> Result<Option<u64>, EngineError> {
         if !self.fence {
             return Ok(Some(req.owner.as_u128() as u64));
         }
         let granted: Vec<u64> = answers
             .iter()
             .filter_map(|a| a.as_ref().ok())
-            .copied()
-            .filter(|&t| t > 0)
+            .filter(|&&t| t > 0)
+            .map(|&t| t as u64)
             .collect();
         let token = granted.iter().copied().max().unwrap_or(0);
         if granted.iter().all(|&t| t == token) {
             return Ok(Some(token));
         }
-        let (owner, counter) = (req.owner.to_string(), format!("{key}:f"));
+        let owner = req.owner.to_string();
         let retention = self.fence_retention.as_millis().to_string();
         let written = self
             .on_all(
                 Call::Script(&self.scripts.fence),
-                &[key, &counter],
+                &[key, counter],
                 &[&owner, &token.to_string(), &retention],
             )
             .await;
@@ -284,7 +288,7 @@ impl Master {
                     for arg in args.iter() {
                         invocation.arg(arg);
                     }
-                    invocation.invoke_async::<u64>(&mut connection).await
+                    invocation.invoke_async::<i64>(&mut connection).await
                 }
                 None => redis::cmd("SET")
                     .arg(&keys[0])
@@ -294,7 +298,7 @@ impl Master {
                     .arg(&args[1])
                     .query_async::<Option<String>>(&mut connection)
                     .await
-                    .map(|set| u64::from(set.is_some())),
+                    .map(|set| i64::from(set.is_some())),
             };
             answer.map_err(BoxError::from)
         }
@@ -376,20 +380,25 @@ impl Engine for RedLockEngine {
             } else {
                 Fencing::None
             },
-            semaphore: false,
             ..Capabilities::FULL
         }
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req).await
+        self.poll(req).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req).await
+        match req.permits {
+            Some(count) => self.attempt_permit(req, count).await,
+            None => self.attempt(req).await,
+        }
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        if req.permits.is_some() {
+            return self.permit_call(req, "release").await.map(drop);
+        }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         self.on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
             .await;
@@ -397,6 +406,9 @@ impl Engine for RedLockEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+        if req.permits.is_some() {
+            return self.permit_call(req, "renew").await;
+        }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         let px = px(req.lease).as_millis().to_string();
         let answers = self
@@ -410,6 +422,9 @@ impl Engine for RedLockEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        if req.permits.is_some() {
+            return self.permit_call(req, "release").await;
+        }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         let answers = self
             .on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])

@@ -1,0 +1,71 @@
+-- A permit of a semaphore on this master: one of N slot keys, each taken
+-- like a lock; beside them the count in use and the fence counter.
+-- KEYS[1]  the count key, KEYS[2] the slot key, KEYS[3] the fence counter
+-- ARGV[1]  'acquire', 'renew' or 'release'; ARGV[2] owner; ARGV[3] count;
+-- ARGV[4]  PX in ms; ARGV[5] fence retention in ms; ARGV[6] the slot keys'
+--          stem (`<stem><i>`: the slots of another count are not in KEYS,
+--          which masters that are not a cluster allow)
+-- returns  acquire: the candidate token as acquire.lua, 0 if the slot is
+--          another's, -M if the semaphore is in use here with M permits;
+--          renew and release: 1 if the slot was ours, else 0
+local op, owner, count, px = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- Whether any of the first n slots is held here.
+local function held(n)
+  for i = 0, n - 1 do
+    if redis.call('EXISTS', ARGV[6] .. i) == 1 then
+      return true
+    end
+  end
+  return false
+end
+
+-- The count lives at least as long as any permit taken or renewed.
+local function keep_count()
+  if redis.call('PTTL', KEYS[1]) < px then
+    redis.call('SET', KEYS[1], count, 'PX', px)
+  end
+end
+
+if op == 'acquire' then
+  local in_use = tonumber(redis.call('GET', KEYS[1]))
+  -- A count no held slot bears out is stale: it gives way.
+  if in_use and in_use ~= count and held(in_use) then
+    return -in_use
+  end
+  if in_use ~= count then
+    redis.call('SET', KEYS[1], count, 'PX', px)
+  else
+    keep_count()
+  end
+  if not redis.call('SET', KEYS[2], owner, 'NX', 'PX', px) then
+    if redis.call('GET', KEYS[2]) ~= owner then
+      return 0
+    end
+    redis.call('PEXPIRE', KEYS[2], px)
+  end
+  local counter = redis.call('GET', KEYS[3])
+  local token
+  if counter then
+    token = tonumber(counter) + 1
+  else
+    local time = redis.call('TIME')
+    token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  redis.call('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[5])
+  return token
+end
+
+if redis.call('GET', KEYS[2]) ~= owner then
+  return 0
+end
+if op == 'renew' then
+  redis.call('PEXPIRE', KEYS[2], px)
+  keep_count()
+  return 1
+end
+redis.call('DEL', KEYS[2])
+if not held(count) and tonumber(redis.call('GET', KEYS[1])) == count then
+  redis.call('DEL', KEYS[1])
+end
+return 1
