@@ -46,6 +46,8 @@
 //! pooler when it does not (it cannot tell while the pooler happens to
 //! hand back the same session). Use a direct connection or session pooling.
 //!
+//! **Semaphores**: a turnstile lock and a lock per permit (`permits.rs`).
+//!
 //! **TLS** is not built in: connect over a trusted network or a local
 //! socket, or put a TLS tunnel in front.
 //!
@@ -61,6 +63,7 @@
 
 mod config;
 mod objects;
+mod permits;
 mod pool;
 mod sql;
 mod waiter;
@@ -72,6 +75,7 @@ use std::time::Duration;
 use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
 use dlock_core::{LockKey, Mode};
 
+use permits::Permit;
 use pool::{Conn, Pool};
 use waiter::{Stage, Waiter, Want};
 
@@ -220,15 +224,17 @@ impl Engine for PostgresEngine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            semaphore: false,
-            ..Capabilities::FULL
-        }
+        Capabilities::FULL
     }
 
     /// On the caller's task, unlike the rarer calls: the pool puts the
     /// session right if the core stops waiting.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        if let Some(count) = req.permits {
+            let permit = Permit::of(req);
+            let _turn = permit.turnstile().turn.lock().await;
+            return permits::step(self.pool.clone(), &permit, req, count).await;
+        }
         let hold = Hold::of(req);
         let _turn = hold.turn.lock().await;
         acquire(self.pool.clone(), hold.clone(), want(req), req).await
@@ -236,6 +242,11 @@ impl Engine for PostgresEngine {
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
         let (pool, req) = (self.pool.clone(), req.clone());
+        if let Some(count) = req.permits {
+            return Permit::of(&req)
+                .in_turn(move |permit| async move { permits::step(pool, &permit, &req, count).await })
+                .await;
+        }
         Hold::of(&req)
             .in_turn(|hold| async move {
                 let waiter = match &*hold.place() {
@@ -257,6 +268,12 @@ impl Engine for PostgresEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        if req.permits.is_some() {
+            let req = req.clone();
+            return Permit::of(&req)
+                .in_turn(move |permit| async move { permits::release(&permit, &req).await.map(drop) })
+                .await;
+        }
         let key = advisory_key(&req.key);
         Hold::of(req)
             .in_turn(move |hold| async move {
@@ -279,8 +296,8 @@ impl Engine for PostgresEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        match Hold::of(req).held() {
-            Some((conn, _)) => conn.ping().await,
+        match held_conn(req) {
+            Some(conn) => conn.ping().await,
             None => Ok(false),
         }
     }
@@ -302,6 +319,11 @@ impl Engine for PostgresEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        if req.permits.is_some() {
+            let permit = Permit::of(req);
+            let _turn = permit.turnstile().turn.lock().await;
+            return permits::release(&permit, req).await;
+        }
         let hold = Hold::of(req);
         let _turn = hold.turn.lock().await;
         let held = hold.held();
@@ -313,8 +335,15 @@ impl Engine for PostgresEngine {
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
-        let (conn, _) = Hold::of(req).held()?;
-        Some(Box::pin(conn.dropped()))
+        Some(Box::pin(held_conn(req)?.dropped()))
+    }
+}
+
+/// The session a hold or a permit lives on.
+fn held_conn(req: &Request) -> Option<Arc<Conn>> {
+    match req.permits {
+        Some(_) => Permit::of(req).conn(),
+        None => Hold::of(req).held().map(|(conn, _)| conn),
     }
 }
 

@@ -117,6 +117,15 @@ impl Pool {
         self.pick(Use::Wait).await
     }
 
+    /// Another count than `count` in use with semaphore number `number`.
+    pub async fn count_in_use(&self, number: i32, count: u32) -> Result<Option<u32>, EngineError> {
+        let conn = self.look().await?;
+        let count = count as i32;
+        let row = conn.0.client.query_one(&conn.0.statements.count_in_use, &[&number, &count]).await;
+        let in_use: Option<i64> = row.map_err(failed)?.get(0);
+        Ok(in_use.map(|n| n as u32))
+    }
+
     /// Whether backend `pid` sleeps in a lock queue.
     pub async fn is_waiting(&self, pid: i32) -> Result<bool, EngineError> {
         let conn = self.look().await?;
@@ -626,6 +635,22 @@ impl Conn {
         match self.client.query_one(&self.statements.downgrade, &[&key]).await {
             Ok(row) => Ok(row.get(1)),
             Err(_) if self.client.is_closed() => Ok(false),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Takes (`take`) or gives back a share of semaphore number `number`'s
+    /// count on this session, beside a permit it holds.
+    pub async fn count(&self, number: i32, count: u32, take: bool) -> Result<(), EngineError> {
+        let statement = if take {
+            &self.statements.count_take
+        } else {
+            &self.statements.count_give
+        };
+        let count = count as i32;
+        match self.client.query_one(statement, &[&number, &count]).await {
+            Ok(_) => Ok(()),
+            Err(_) if self.client.is_closed() => Ok(()),
             Err(e) => Err(failed(e)),
         }
     }

@@ -29,6 +29,13 @@ pub(super) struct Statements {
     pub ping: Statement,
     /// Whether backend `$1` sleeps in a lock queue.
     pub waiting: Statement,
+    /// A semaphore's count, `pg_advisory_lock_shared($1, $2)` in the
+    /// two-number form: taken with a permit, given back with it.
+    pub count_take: Statement,
+    pub count_give: Statement,
+    /// The greatest other count `$2` held with semaphore number `$1` in
+    /// this database, if any.
+    pub count_in_use: Statement,
 }
 
 fn index(mode: Mode) -> usize {
@@ -67,6 +74,12 @@ impl Statements {
             "SELECT 1".to_owned(),
             "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_get_activity($1)"
                 .to_owned(),
+            "SELECT pg_advisory_lock_shared($1::int4, $2::int4)".to_owned(),
+            "SELECT pg_advisory_unlock_shared($1::int4, $2::int4)".to_owned(),
+            "SELECT max(objid::int8) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 \
+             AND granted AND classid = $1::int4::oid AND objid <> $2::int4::oid \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                .to_owned(),
         ];
         let prepared = futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
         let mut s = prepared.into_iter();
@@ -80,6 +93,9 @@ impl Statements {
             downgrade: next(),
             ping: next(),
             waiting: next(),
+            count_take: next(),
+            count_give: next(),
+            count_in_use: next(),
         })
     }
 
