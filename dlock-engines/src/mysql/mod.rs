@@ -41,6 +41,9 @@
 //! and a background sweep deletes it. A waiter that finds its row expired
 //! joins the queue again at the back.
 //!
+//! **Semaphores** are rows of the same table, under keys of their own
+//! (`permits.rs`).
+//!
 //! **Wake-up.** MySQL has no notifications: waiters poll on the core's
 //! schedule, one indexed statement each time. A release in this process
 //! wakes this process's waiters for that lock at once.
@@ -61,6 +64,7 @@
 
 mod config;
 mod gate;
+mod permits;
 mod sql;
 
 use std::sync::{Arc, Mutex, Weak};
@@ -298,8 +302,17 @@ impl MysqlEngine {
         let mut line = waiting.line();
         if line.counted {
             line.counted = false;
-            self.shared.waiting.leave(&key_and_name(&req.key).0);
+            self.shared.waiting.leave(&wake_key(req));
         }
+    }
+}
+
+/// The key under which this process's waiters for a lock or semaphore
+/// are counted and woken.
+fn wake_key(req: &Request) -> Vec<u8> {
+    match req.permits {
+        Some(_) => MysqlEngine::permit_wake_key(req),
+        None => key_and_name(&req.key).0,
     }
 }
 
@@ -343,7 +356,6 @@ impl Engine for MysqlEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
-            semaphore: false,
             ..Capabilities::FULL
         }
     }
@@ -354,6 +366,9 @@ impl Engine for MysqlEngine {
     /// While this process already waits for the lock, a newcomer skips the
     /// try: it could only be refused.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        if let Some(count) = req.permits {
+            return self.permit_acquire(req, count).await;
+        }
         let (key, name) = key_and_name(&req.key);
         if !self.shared.waiting.any(&key) {
             let taken = match req.mode {
@@ -380,6 +395,9 @@ impl Engine for MysqlEngine {
     /// the row's liveness is extended; a row found expired joins the queue
     /// again.
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        if let Some(count) = req.permits {
+            return self.permit_poll(req, count).await;
+        }
         let (key, _) = key_and_name(&req.key);
         let waiting = Mine::of(req);
         let ahead = if waiting.line().at_head {
@@ -420,7 +438,7 @@ impl Engine for MysqlEngine {
             self.shared.gates.let_go(session, &req.key).await?;
         }
         self.run(sql::FORGET, vec![owner(req)]).await?;
-        self.shared.waiting.wake(&key_and_name(&req.key).0);
+        self.shared.waiting.wake(&wake_key(req));
         Ok(())
     }
 
@@ -456,7 +474,7 @@ impl Engine for MysqlEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        let (key, _) = key_and_name(&req.key);
+        let key = wake_key(req);
         if let Some(session) = Mine::take_gate(req) {
             // A failed statement means the session is gone, and the gate with it.
             let released = self.shared.gates.let_go(session, &req.key).await.unwrap_or(false);

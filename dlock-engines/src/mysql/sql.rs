@@ -196,7 +196,7 @@ pub async fn exec(
 }
 
 /// The widest readable key; longer names are hashed.
-const MAX_KEY: usize = 255;
+pub const MAX_KEY: usize = 255;
 
 /// The lock's `lock_key` and, when that is a hash, the full `name`. A
 /// readable key is 0x01, the group's length, the group and the name; a

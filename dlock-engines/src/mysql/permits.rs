@@ -1,0 +1,199 @@
+//! Semaphores in the lock table: a row per request, as for locks, under a
+//! key of its own that ends with the count (4 bytes), so that the rows of
+//! one semaphore, whatever their count, lie in one range of the index. A
+//! request holds once the live holders and the live waiters ahead of it
+//! are fewer than the count; a newcomer takes a permit at once only if all
+//! live rows are, so it never passes the line (FIFO). A row is inserted
+//! only while no live row of the range has another count, so all live rows
+//! agree; once none is live, a new count takes over. Holds are renewed,
+//! released and expire as a lock's rows do; no gate. The statements read
+//! the range with shared next-key locks before writing into it, as the
+//! lock's do (see `sql.rs`), so two grants that would make one too many
+//! cannot both commit.
+
+use std::time::Instant;
+
+use dlock_core::LockKey;
+use dlock_core::kit::{EngineError, Poll, Request};
+use mysql_async::Value;
+use mysql_async::prelude::ToValue;
+
+use super::sql::MAX_KEY;
+use super::{Mine, MysqlEngine, NEXT_IN_LINE, look_again, micros, owner};
+
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// Where a semaphore's rows are: the key for `count`, the range of every
+/// count's keys, and the full name when the key is a hash.
+struct Range {
+    key: Vec<u8>,
+    low: Vec<u8>,
+    high: Vec<u8>,
+    name: Option<Vec<u8>>,
+}
+
+impl Range {
+    /// A readable key is 0x03, the group's length, the group, the name's
+    /// length (2 bytes), the name; a hashed one 0x04 and the 128-bit stable
+    /// hash. Then the count. Never a lock's key (0x01 or 0x02).
+    fn of(key: &LockKey, count: u32) -> Self {
+        let (group, name) = (key.group().as_bytes(), key.name().as_bytes());
+        let mut stem = vec![3, group.len() as u8];
+        stem.extend_from_slice(group);
+        stem.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        stem.extend_from_slice(name);
+        let mut full = None;
+        if stem.len() + 4 > MAX_KEY || name.len() > usize::from(u16::MAX) {
+            full = Some(stem);
+            stem = vec![4];
+            stem.extend_from_slice(&key.stable_hash().to_be_bytes());
+        }
+        let with = |count: u32| [stem.as_slice(), &count.to_be_bytes()].concat();
+        Range {
+            key: with(count),
+            low: with(0),
+            high: with(u32::MAX),
+            name: full,
+        }
+    }
+
+    /// This semaphore's rows, live, as conditions on `t`: range, name,
+    /// and the two as parameters.
+    fn live(&self, t: &str) -> (String, Vec<Value>) {
+        (
+            format!("{t}.lock_key BETWEEN ? AND ? AND {t}.name <=> ? AND {t}.expires > {NOW}"),
+            vec![self.low.to_value(), self.high.to_value(), self.name.to_value()],
+        )
+    }
+}
+
+/// The count in a semaphore row's key.
+fn count_of(key: &[u8]) -> Option<u32> {
+    let tail: [u8; 4] = key.get(key.len().checked_sub(4)?..)?.try_into().ok()?;
+    Some(u32::from_be_bytes(tail))
+}
+
+impl MysqlEngine {
+    /// Takes a permit at once if every live row leaves room, else joins
+    /// the line; either only while no live row gives another count.
+    pub(super) async fn permit_acquire(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+        let range = Range::of(&req.key, count);
+        let (live, live_params) = range.live("o");
+        let other_count = format!("NOT EXISTS (SELECT 1 FROM dlock_queue o WHERE {live} AND o.lock_key <> ?)");
+        let mut agreeing = live_params.clone();
+        agreeing.push(range.key.to_value());
+        let row = |held: u8, lease| vec![range.key.to_value(), range.name.to_value(), owner(req), held.to_value(), micros(lease)];
+        let take = format!(
+            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
+             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND FROM DUAL \
+             WHERE {other_count} AND (SELECT COUNT(*) FROM dlock_queue o WHERE {live}) < ?"
+        );
+        let params = [row(1, req.lease), agreeing.clone(), live_params, vec![count.to_value()]].concat();
+        if self.run(&take, params).await?.0 == 1 {
+            return self.drawn().await.map(Poll::Held);
+        }
+        if req.try_once {
+            return self.permit_refused(&range).await;
+        }
+        let join = format!(
+            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
+             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND FROM DUAL WHERE {other_count}"
+        );
+        if self.run(&join, [row(0, self.waiter_ttl), agreeing].concat()).await?.0 == 0 {
+            return self.permit_refused(&range).await;
+        }
+        Mine::of(req).line().refreshed = Instant::now();
+        self.start_waiting(req, &range.low);
+        Ok(Poll::Waiting(self.wake(&range.low, NEXT_IN_LINE)))
+    }
+
+    /// Not taken, and not in line: another count in use, or simply busy.
+    async fn permit_refused(&self, range: &Range) -> Result<Poll, EngineError> {
+        let (live, mut params) = range.live("o");
+        params.push(range.key.to_value());
+        let other: Option<Vec<u8>> = self
+            .first(&format!("SELECT o.lock_key FROM dlock_queue o WHERE {live} AND o.lock_key <> ? LIMIT 1"), params)
+            .await?;
+        match other.as_deref().and_then(count_of) {
+            Some(in_use) => Err(EngineError::PermitsDiffer { in_use }),
+            None => Ok(Poll::Waiting(Box::pin(std::future::pending()))),
+        }
+    }
+
+    /// A waiter looks where it stands (the live holders and the live
+    /// waiters ahead), and takes its permit once they are fewer than the
+    /// count; a row found expired joins the line again.
+    pub(super) async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+        let range = Range::of(&req.key, count);
+        let blocking = format!(
+            "other.lock_key = me.lock_key AND other.name <=> me.name AND other.owner <> me.owner \
+             AND other.expires > {NOW} AND (other.held = 1 OR other.ticket < me.ticket)"
+        );
+        let mine = format!("me.owner = ? AND me.held = 0 AND me.expires > {NOW}");
+        let line: Option<u64> = self
+            .first(
+                &format!(
+                    "SELECT COUNT(other.ticket) FROM dlock_queue me LEFT JOIN dlock_queue other ON {blocking} \
+                     WHERE {mine} GROUP BY me.ticket"
+                ),
+                vec![owner(req)],
+            )
+            .await?;
+        let Some(blockers) = line else {
+            self.run(super::sql::FORGET, vec![owner(req)]).await?;
+            return self.permit_acquire(req, count).await;
+        };
+        if blockers < u64::from(count) {
+            let turn = format!(
+                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
+                 SELECT me.lock_key, me.name, me.owner, 0, 1, {NOW} + INTERVAL ? MICROSECOND \
+                 FROM dlock_queue me WHERE {mine} \
+                   AND (SELECT COUNT(*) FROM dlock_queue other WHERE {blocking}) < ?"
+            );
+            let params = vec![micros(req.lease), owner(req), count.to_value()];
+            if self.run(&turn, params).await?.0 > 0 {
+                self.stop_waiting(req);
+                return self.drawn().await.map(Poll::Held);
+            }
+        }
+        if Mine::of(req).line().refreshed.elapsed() >= self.waiter_ttl / 3 {
+            let params = vec![micros(self.waiter_ttl), owner(req), 0u8.to_value()];
+            if self.run(&super::sql::extend(), params).await?.0 == 1 {
+                Mine::of(req).line().refreshed = Instant::now();
+            }
+        }
+        let ahead = (blockers + 1).saturating_sub(u64::from(count));
+        Ok(Poll::Waiting(self.wake(&range.low, look_again(ahead))))
+    }
+
+    /// A fencing token, drawn once the grant committed: later grants draw
+    /// greater ones.
+    async fn drawn(&self) -> Result<u64, EngineError> {
+        let fence: Option<u64> = self.first("SELECT UUID_SHORT()", Vec::new()).await?;
+        fence.ok_or_else(|| EngineError::failed("UUID_SHORT() answered nothing"))
+    }
+
+    /// Where this process's waiters for the semaphore are woken.
+    pub(super) fn permit_wake_key(req: &Request) -> Vec<u8> {
+        Range::of(&req.key, 0).low
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_count_of_a_semaphore_lies_in_its_range_and_no_other_name_does() {
+        let key = LockKey::new("g", "a").unwrap();
+        let (three, five) = (Range::of(&key, 3), Range::of(&key, 5));
+        assert!(three.low <= five.key && five.key <= three.high);
+        assert_eq!(count_of(&five.key), Some(5));
+        let longer = Range::of(&LockKey::new("g", "ab").unwrap(), 3);
+        assert!(!(three.low <= longer.key && longer.key <= three.high));
+        let long = "n".repeat(300);
+        let hashed = Range::of(&LockKey::new("g", long.as_str()).unwrap(), 2);
+        assert_eq!((hashed.key.len(), hashed.key[0]), (21, 4));
+        assert!(hashed.name.is_some());
+    }
+}
