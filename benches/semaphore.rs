@@ -1,6 +1,6 @@
 //! Semaphores against the same engine's lock, in one run, on every engine
-//! with semaphores this build has (the memory engine, and Redis on a
-//! redis-server this bench starts on a loopback port):
+//! this build has, each on servers this bench starts on loopback ports
+//! (the test fixtures):
 //!
 //! - uncontended: a permit's acquire + release ÷ the lock's write cycle,
 //!   taken in turns in blocks (target ≤ 1.10);
@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use dlock::{Locks, Registry, Settings};
+use dlock_testkit::Fixture;
 
 use common::{Target, block_ratios, median, micros, row, take_turns};
 
@@ -76,7 +77,10 @@ async fn per_second(locks: &Locks, permits: u32, round: usize) -> f64 {
             let (semaphore, done) = (semaphore.clone(), done.clone());
             tokio::spawn(async move {
                 while Instant::now() < until {
-                    let permit = semaphore.acquire().await.expect("permit");
+                    let permit = semaphore
+                        .acquire()
+                        .await
+                        .unwrap_or_else(|e| panic!("permit: {e}"));
                     tokio::time::sleep(HOLD).await;
                     permit.release().await.expect("release");
                     done.fetch_add(1, Ordering::Relaxed);
@@ -116,27 +120,30 @@ async fn bench(engine: &str, registry: Registry) {
     contended(engine, &locks).await;
 }
 
+/// Starts `F`'s server(s) and benches its engine.
+async fn on<F: Fixture>() {
+    let fixture = tokio::task::block_in_place(F::start);
+    let engine = dlock_testkit::engine(&fixture).await;
+    let registry = Registry::with_engine(F::NAME, engine, Settings::default()).expect("registry");
+    bench(F::NAME, registry).await;
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let memory = Arc::new(dlock::engines::memory::MemoryEngine::new());
-    bench(
-        "memory",
-        Registry::with_engine("memory", memory, Settings::default()).expect("registry"),
-    )
-    .await;
+    use dlock_testkit::fixtures;
+    on::<fixtures::memory::Memory>().await;
     #[cfg(feature = "redis")]
-    {
-        use dlock::engines::redis::{RedisConfig, RedisEngine};
-        use dlock_testkit::fixtures::redis::redis_args;
-        use dlock_testkit::server::TestServer;
-
-        let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
-        let config = RedisConfig::new(format!("redis://{}", server.address()));
-        let engine = RedisEngine::connect("redis", &config).await.expect("connect");
-        bench(
-            "redis",
-            Registry::with_engine("redis", Arc::new(engine), Settings::default()).expect("registry"),
-        )
-        .await;
-    }
+    on::<fixtures::redis::Redis>().await;
+    #[cfg(feature = "zookeeper")]
+    on::<fixtures::zookeeper::ZooKeeper>().await;
+    #[cfg(feature = "etcd")]
+    on::<fixtures::etcd::Etcd>().await;
+    #[cfg(feature = "postgres")]
+    on::<fixtures::postgres::Postgres>().await;
+    #[cfg(feature = "mysql")]
+    on::<fixtures::mysql::Mysql>().await;
+    #[cfg(feature = "memcached")]
+    on::<fixtures::memcached::Memcached>().await;
+    #[cfg(feature = "redlock")]
+    on::<fixtures::redlock::RedLock>().await;
 }

@@ -180,15 +180,20 @@ pub async fn exec(
     statement: &str,
     params: Vec<Value>,
 ) -> Result<(u64, Option<u64>), EngineError> {
-    let mut attempts = 0;
+    let mut attempts: u64 = 0;
     loop {
         match conn.exec_drop(statement, params.clone()).await {
             Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
             // 1213: chosen as a deadlock victim, rolled back; 1205: lock
             // wait timeout; 1467: InnoDB could not read the counter (seen
             // once on MariaDB 10.11 under the full suite), nothing written.
-            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 8 => {
+            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 20 => {
                 attempts += 1;
+                // Apart, and more so each time: victims retried at once
+                // meet again (16 permit requests on one semaphore
+                // deadlocked a release 9 times running).
+                let spread = (dlock_core::kit::OwnerId::random().as_u128() % 1000) as u64;
+                tokio::time::sleep(std::time::Duration::from_micros(attempts * (500 + spread))).await;
             }
             Err(e) => return Err(EngineError::failed(e)),
         }
