@@ -20,6 +20,12 @@
 //! time from one holder calling release to the next holder's acquire
 //! returning. dlock and Curator take turns, `ROUNDS` times.
 //!
+//! Semaphores, dlock's against Curator's `InterProcessSemaphoreV2` on the
+//! same layout (target ≤ 0.7 each): an uncontended acquire + release of a
+//! permit of 4, interleaved in blocks; and 16 clients, each its own
+//! session, holding 1 ms on a semaphore of 4, time per acquisition (the
+//! inverse of acquisitions per second), rounds alternating.
+//!
 //! ```text
 //! cargo bench --bench zookeeper --features zookeeper
 //! ```
@@ -136,14 +142,22 @@ impl Curator {
 
     /// Runs `n` uncontended cycles; their mean in ns.
     fn cycles(&mut self, n: usize) -> f64 {
-        writeln!(self.input, "cycles {n}").expect("to the peer");
+        self.ask(&format!("cycles {n}"), "cycles ") / n as f64
+    }
+
+    /// Runs `n` uncontended cycles of a permit of `permits`; their mean in ns.
+    fn permit_cycles(&mut self, n: usize, permits: u32) -> f64 {
+        self.ask(&format!("permit-cycles {n} {permits}"), "cycles ") / n as f64
+    }
+
+    /// Sends `command`; the number after `prefix` in the answer.
+    fn ask(&mut self, command: &str, prefix: &str) -> f64 {
+        writeln!(self.input, "{command}").expect("to the peer");
         let mut line = String::new();
         self.output.read_line(&mut line).expect("from the peer");
-        let total: f64 = line
-            .strip_prefix("cycles ")
+        line.strip_prefix(prefix)
             .and_then(|t| t.trim().parse().ok())
-            .unwrap_or_else(|| panic!("the Curator peer answered {line:?}"));
-        total / n as f64
+            .unwrap_or_else(|| panic!("the Curator peer answered {line:?}"))
     }
 }
 
@@ -233,6 +247,128 @@ async fn uncontended(server: &TestServer) {
     }
 }
 
+/// A permit of 4, uncontended: dlock's and Curator's cycles interleaved in
+/// blocks, dlock's ratio to Curator's.
+async fn permits_uncontended(server: &TestServer) {
+    let mut curator = Curator::start(server, "/locks/curator/permits-solo");
+    let semaphore = dlock_client(server)
+        .await
+        .locks("bench")
+        .semaphore("permits-solo", 4);
+    let (mut dlock_ns, mut curator_ns) = (Vec::new(), Vec::new());
+    let warm_up = 4;
+    for round in 0..warm_up + CYCLES / BLOCK {
+        for turn in 0..2 {
+            let started = Instant::now();
+            let mean = if (turn + round) % 2 == 0 {
+                curator.permit_cycles(BLOCK, 4)
+            } else {
+                for _ in 0..BLOCK {
+                    semaphore
+                        .acquire()
+                        .await
+                        .expect("permit")
+                        .release()
+                        .await
+                        .expect("release");
+                }
+                started.elapsed().as_nanos() as f64 / BLOCK as f64
+            };
+            if round >= warm_up {
+                if (turn + round) % 2 == 0 {
+                    &mut curator_ns
+                } else {
+                    &mut dlock_ns
+                }
+                .push(mean);
+            }
+        }
+    }
+    let ratios: Vec<f64> = dlock_ns.iter().zip(&curator_ns).map(|(a, b)| a / b).collect();
+    let ratio = percentile(ratios, 0.5);
+    let (ours, theirs) = (percentile(dlock_ns, 0.5), percentile(curator_ns, 0.5));
+    println!(
+        "uncontended permit of 4: dlock {}, Curator {}: {ratio:.2}× Curator",
+        micros(ours),
+        micros(theirs)
+    );
+    row(
+        "zookeeper",
+        "semaphore: uncontended permit of 4 (median block ratio)",
+        &micros(ours),
+        "Curator InterProcessSemaphoreV2",
+        &micros(theirs),
+        ratio,
+        Target::AtMost(0.7),
+    );
+}
+
+const PERMITS_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Acquisitions per second of `CLIENTS` dlock clients, each its own
+/// session, holding 1 ms on a semaphore of 4.
+async fn dlock_permit_rate(server: &TestServer, round: usize) -> f64 {
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut semaphores = Vec::new();
+    for _ in 0..CLIENTS {
+        semaphores.push(
+            dlock_client(server)
+                .await
+                .locks("bench")
+                .semaphore(format!("permits-{round}"), 4),
+        );
+    }
+    let started = Instant::now();
+    let until = started + PERMITS_FOR;
+    let tasks: Vec<_> = semaphores
+        .into_iter()
+        .map(|semaphore| {
+            let done = done.clone();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let permit = semaphore.acquire().await.expect("permit");
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    permit.release().await.expect("release");
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    done.load(std::sync::atomic::Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// dlock's time per acquisition over Curator's, 16 contenders on a
+/// semaphore of 4, median of `ROUNDS` alternating rounds.
+async fn permits_contended(server: &TestServer) {
+    let (mut ratios, mut ours, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let dlock = dlock_permit_rate(server, round).await;
+        let mut curator = Curator::start(server, &format!("/locks/curator/permits-{round}"));
+        let command = format!("permit-rate {CLIENTS} 4 1 {}", PERMITS_FOR.as_millis());
+        let curator = curator.ask(&command, "rate ");
+        println!(
+            "round {round}: {CLIENTS} clients holding 1 ms on 4 permits: dlock {dlock:.0}/s, Curator {curator:.0}/s"
+        );
+        ratios.push(curator / dlock);
+        ours.push(dlock);
+        theirs.push(curator);
+    }
+    row(
+        "zookeeper",
+        &format!(
+            "semaphore: {CLIENTS} clients holding 1 ms on 4 permits, time per acquisition (median of {ROUNDS} rounds)"
+        ),
+        &format!("{:.0}/s", percentile(ours, 0.5)),
+        "Curator InterProcessSemaphoreV2",
+        &format!("{:.0}/s", percentile(theirs, 0.5)),
+        percentile(ratios, 0.5),
+        Target::AtMost(0.7),
+    );
+}
+
 /// p50 handoff of dlock, in ns.
 async fn dlock_handoff(server: &TestServer, round: usize) -> f64 {
     let handoffs = Arc::new(common::Handoffs::default());
@@ -284,6 +420,8 @@ async fn main() {
     let server = zookeeper();
     println!("ZooKeeper 3.8 on {}", server.address());
     uncontended(&server).await;
+    permits_uncontended(&server).await;
+    permits_contended(&server).await;
     let (mut ratios, mut dlock_p50s, mut curator_p50s) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let dlock = dlock_handoff(&server, round).await;

@@ -12,6 +12,11 @@
 //                                to log every few ms: prints "visits <count>"
 //       cycles <n>               n uncontended write acquire + release cycles:
 //                                prints "cycles <total ns>"
+//       permit-cycles <n> <permits>
+//                                the same with a lease of a semaphore
+//       permit-rate <clients> <permits> <hold ms> <ms>
+//                                clients, each its own session, take leases
+//                                and hold them for ms: "rate <leases/s>"
 //   java CuratorPeer <connect> <path> bench <cycles> <clients>
 //       prints "uncontended_ns <mean>" and "handoff_ns <p50>"
 
@@ -83,6 +88,18 @@ public class CuratorPeer {
                     while (!leases.isEmpty()) leases.pop().close();
                     System.out.println("released");
                     break;
+                case "permit-cycles": {
+                    InterProcessSemaphoreV2 semaphore =
+                        new InterProcessSemaphoreV2(client, args[1], Integer.parseInt(cmd[2]));
+                    int n = Integer.parseInt(cmd[1]);
+                    long start = System.nanoTime();
+                    for (int i = 0; i < n; i++) semaphore.acquire().close();
+                    System.out.println("cycles " + (System.nanoTime() - start));
+                    break;
+                }
+                case "permit-rate":
+                    System.out.println("rate " + permitRate(args[0], args[1], cmd));
+                    break;
                 case "cycles": {
                     InterProcessMutex w = lock.writeLock();
                     int n = Integer.parseInt(cmd[1]);
@@ -96,6 +113,40 @@ public class CuratorPeer {
             }
         }
         client.close();
+    }
+
+    static double permitRate(String connect, String path, String[] cmd) throws Exception {
+        int clients = Integer.parseInt(cmd[1]);
+        int permits = Integer.parseInt(cmd[2]);
+        long holdMs = Long.parseLong(cmd[3]);
+        long forNs = Long.parseLong(cmd[4]) * 1_000_000L;
+        List<CuratorFramework> sessions = new ArrayList<>();
+        for (int i = 0; i < clients; i++) sessions.add(connect(connect));
+        AtomicLong done = new AtomicLong();
+        long start = System.nanoTime();
+        long until = start + forNs;
+        List<Thread> threads = new ArrayList<>();
+        for (CuratorFramework session : sessions) {
+            InterProcessSemaphoreV2 semaphore = new InterProcessSemaphoreV2(session, path, permits);
+            Thread thread = new Thread(() -> {
+                try {
+                    while (System.nanoTime() < until) {
+                        Lease lease = semaphore.acquire();
+                        Thread.sleep(holdMs);
+                        lease.close();
+                        done.incrementAndGet();
+                    }
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            thread.start();
+            threads.add(thread);
+        }
+        for (Thread thread : threads) thread.join();
+        double rate = done.get() / ((System.nanoTime() - start) / 1e9);
+        for (CuratorFramework session : sessions) session.close();
+        return rate;
     }
 
     // Ids above any fence dlock hands out, distinct per process.

@@ -213,11 +213,14 @@ impl ZooKeeperEngine {
         Ok((lease, fence, listed))
     }
 
-    /// Holding a permit, lets the semaphore's mutex go to the next in line.
+    /// Holding a permit, lets the semaphore's mutex go to the next in line,
+    /// without waiting for the answer: the permit does not depend on it,
+    /// nor on its order with a release's delete of the lease.
     async fn let_go_of_mutex(&self, req: &Request) -> Result<(), EngineError> {
         let (session, queued) = self.permit(req, |p| (p.session.clone(), p.queued.take()))?;
         if let Some(queued) = queued {
-            delete(&session, format!("{}/{SEMAPHORE_LOCKS}/{queued}", self.semaphore_path(req))).await;
+            let path = format!("{}/{SEMAPHORE_LOCKS}/{queued}", self.semaphore_path(req));
+            tokio::spawn(async move { delete(&session, path).await });
         }
         Ok(())
     }
