@@ -104,11 +104,17 @@ impl RedLockEngine {
             master_timeout: config.master_timeout,
             fence_retention: config.fence_retention,
             scripts: Scripts {
-                acquire: Arc::new(Script::new(include_str!("scripts/acquire.lua"))),
+                acquire: Arc::new(Script::new(concat!(
+                    include_str!("scripts/take.lua"),
+                    include_str!("scripts/acquire.lua")
+                ))),
                 fence: Arc::new(Script::new(include_str!("scripts/fence.lua"))),
                 renew: Arc::new(Script::new(include_str!("scripts/renew.lua"))),
                 release: Arc::new(Script::new(include_str!("scripts/release.lua"))),
-                permits: Arc::new(Script::new(include_str!("scripts/permits.lua"))),
+                permits: Arc::new(Script::new(concat!(
+                    include_str!("scripts/take.lua"),
+                    include_str!("scripts/permits.lua")
+                ))),
             },
         };
         let timeout = config.client.connect_timeout;

@@ -91,6 +91,15 @@ struct Watching {
 }
 
 impl Watching {
+    /// A watch on the node at `ahead`; `None` if it is gone already.
+    async fn on(session: &Session, ahead: &str) -> Result<Option<Self>, EngineError> {
+        let (stat, watcher) = session
+            .retry(|| session.client.check_and_watch_stat(ahead))
+            .await
+            .map_err(|e| session.failed(e))?;
+        Ok(stat.map(|_| Watching::start(watcher)))
+    }
+
     fn start(watcher: OneshotWatcher) -> Self {
         let (fire, fired) = watch::channel(false);
         let task = tokio::spawn(async move {
@@ -358,14 +367,9 @@ impl ZooKeeperEngine {
                 }
                 Turn::Watch(ahead) => format!("{path}/{ahead}"),
             };
-            let (stat, watcher) = session
-                .retry(|| session.client.check_and_watch_stat(&ahead))
-                .await
-                .map_err(|e| session.failed(e))?;
-            if stat.is_none() {
+            let Some(watching) = Watching::on(&session, &ahead).await? else {
                 continue; // Gone already: look again.
-            }
-            let watching = Watching::start(watcher);
+            };
             let wake = watching.wake();
             self.node(req, |n| n.watch = Some(watching))?;
             return Ok(Poll::Waiting(wake));

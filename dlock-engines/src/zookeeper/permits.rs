@@ -148,15 +148,9 @@ impl ZooKeeperEngine {
             match nodes::mutex_turn(&children, &queued) {
                 Turn::Gone => return Err(EngineError::failed(format!("{locks}/{queued} vanished while queued"))),
                 Turn::Watch(ahead) => {
-                    let ahead = format!("{locks}/{ahead}");
-                    let (stat, watcher) = session
-                        .retry(|| session.client.check_and_watch_stat(&ahead))
-                        .await
-                        .map_err(|e| session.failed(e))?;
-                    if stat.is_none() {
+                    let Some(watching) = Watching::on(&session, &format!("{locks}/{ahead}")).await? else {
                         continue; // Gone already: look again.
-                    }
-                    let watching = Watching::start(watcher);
+                    };
                     let wake = watching.wake();
                     self.permit(req, |p| p.watch = Some(watching))?;
                     return Ok(Poll::Waiting(wake));

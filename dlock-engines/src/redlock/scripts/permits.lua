@@ -1,11 +1,12 @@
 -- A permit of a semaphore on this master: one of N slot keys, each taken
--- like a lock; beside them the count in use and the fence counter.
+-- like a lock (take.lua, which comes before this); beside them the count
+-- in use and the fence counter.
 -- KEYS[1]  the count key, KEYS[2] the slot key, KEYS[3] the fence counter
 -- ARGV[1]  'acquire', 'renew' or 'release'; ARGV[2] owner; ARGV[3] count;
 -- ARGV[4]  PX in ms; ARGV[5] fence retention in ms; ARGV[6] the slot keys'
 --          stem (`<stem><i>`: the slots of another count are not in KEYS,
 --          which masters that are not a cluster allow)
--- returns  acquire: the candidate token as acquire.lua, 0 if the slot is
+-- returns  acquire: the candidate token as take.lua, 0 if the slot is
 --          another's, -M if the semaphore is in use here with M permits;
 --          renew and release: 1 if the slot was ours, else 0
 local op, owner, count, px = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -38,22 +39,7 @@ if op == 'acquire' then
   else
     keep_count()
   end
-  if not redis.call('SET', KEYS[2], owner, 'NX', 'PX', px) then
-    if redis.call('GET', KEYS[2]) ~= owner then
-      return 0
-    end
-    redis.call('PEXPIRE', KEYS[2], px)
-  end
-  local counter = redis.call('GET', KEYS[3])
-  local token
-  if counter then
-    token = tonumber(counter) + 1
-  else
-    local time = redis.call('TIME')
-    token = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  end
-  redis.call('SET', KEYS[3], string.format('%d', token), 'PX', ARGV[5])
-  return token
+  return take(KEYS[2], KEYS[3], owner, px, ARGV[5])
 end
 
 if redis.call('GET', KEYS[2]) ~= owner then
