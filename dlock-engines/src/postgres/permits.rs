@@ -127,7 +127,7 @@ pub(super) async fn step(pool: Arc<Pool>, permit: &Permit, req: &Request, count:
             // even when free: on one that holds a permit, the turnstile and
             // the pings while it waits would keep that session from idling
             // out, and so a permit abandoned there from returning. (A try
-            // first, let go when no slot is free, let a later request pass.)
+            // first, let go if no slot was free, let later requests pass.)
             None => {
                 let waiter = Waiter::start(pool.clone(), permit.turnstile.clone(), want);
                 let entered = waiter.entered().await;
@@ -171,7 +171,6 @@ pub(super) async fn step(pool: Arc<Pool>, permit: &Permit, req: &Request, count:
         let_turnstile_go(permit, &keys).await?;
         return Ok(Poll::Waiting(Box::pin(std::future::pending())));
     }
-
     if let Some((conn, _)) = permit.turnstile.held() {
         // Its session must not idle out while it waits for a slot.
         conn.ping().await?;
