@@ -39,6 +39,12 @@
 //! The LockKeeper (`keeper.rs`) keeps a lock's state (its path, its
 //! requests) while used and forgets it `keeper_idle` after its last request.
 //!
+//! **Servers before 3.8.5** (Debian's 3.8.0 among them) have
+//! ZOOKEEPER-4685: an ensemble whose leader dies mid-write can fail to form
+//! a quorum again, round after round, while its members retry the same
+//! diff. Locks then wait, and fail at their wait's end, until it does.
+//! Upgrade, or run members with `-Dzookeeper.forceSnapshotSync=true`.
+//!
 //! Config:
 //!
 //! ```toml
