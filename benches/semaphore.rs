@@ -12,16 +12,14 @@
 //! cargo bench --bench semaphore --all-features
 //! ```
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
 use dlock::{Locks, Registry, Settings};
 use dlock_testkit::Fixture;
 
-use common::{Target, block_ratios, median, micros, row, take_turns};
+use common::{Target, block_ratios, median, micros, permit_cycle, permit_rate, row, take_turns};
 
 const CYCLES: usize = 4000;
 /// Cycles of one side before the other takes a turn.
@@ -37,15 +35,7 @@ async fn uncontended(engine: &str, locks: &Locks) {
     let [lock_times, permit_times] = take_turns(
         (CYCLES, BLOCK),
         async || lock.lock().await.expect("lock").release().await.expect("release"),
-        async || {
-            semaphore
-                .acquire()
-                .await
-                .expect("permit")
-                .release()
-                .await
-                .expect("release")
-        },
+        async || permit_cycle(&semaphore).await,
     )
     .await;
     let ratio = median(block_ratios(&permit_times, &lock_times, BLOCK));
@@ -70,29 +60,7 @@ async fn uncontended(engine: &str, locks: &Locks) {
 /// semaphore of `permits`, for `ROUND_FOR`.
 async fn per_second(locks: &Locks, permits: u32, round: usize) -> f64 {
     let semaphore = locks.semaphore(format!("contended-{permits}-{round}"), permits);
-    let done = Arc::new(AtomicU64::new(0));
-    let until = Instant::now() + ROUND_FOR;
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (semaphore, done) = (semaphore.clone(), done.clone());
-            tokio::spawn(async move {
-                while Instant::now() < until {
-                    let permit = semaphore
-                        .acquire()
-                        .await
-                        .unwrap_or_else(|e| panic!("permit: {e}"));
-                    tokio::time::sleep(HOLD).await;
-                    permit.release().await.expect("release");
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    for task in tasks {
-        task.await.expect("task");
-    }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    permit_rate(vec![semaphore; CLIENTS], HOLD, ROUND_FOR).await
 }
 
 async fn contended(engine: &str, locks: &Locks) {

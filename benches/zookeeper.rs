@@ -43,7 +43,7 @@ use dlock_testkit::fixtures::zookeeper::{curator_classpath, zookeeper};
 use dlock_testkit::server::TestServer;
 use zookeeper_client::{Acls, Client, CreateMode, MultiWriteResult};
 
-use common::{Target, micros, percentile, row};
+use common::{Target, micros, percentile, permit_cycle, permit_rate, row};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -264,13 +264,7 @@ async fn permits_uncontended(server: &TestServer) {
                 curator.permit_cycles(BLOCK, 4)
             } else {
                 for _ in 0..BLOCK {
-                    semaphore
-                        .acquire()
-                        .await
-                        .expect("permit")
-                        .release()
-                        .await
-                        .expect("release");
+                    permit_cycle(&semaphore).await;
                 }
                 started.elapsed().as_nanos() as f64 / BLOCK as f64
             };
@@ -308,7 +302,6 @@ const PERMITS_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 /// Acquisitions per second of `CLIENTS` dlock clients, each its own
 /// session, holding 1 ms on a semaphore of 4.
 async fn dlock_permit_rate(server: &TestServer, round: usize) -> f64 {
-    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut semaphores = Vec::new();
     for _ in 0..CLIENTS {
         semaphores.push(
@@ -318,26 +311,7 @@ async fn dlock_permit_rate(server: &TestServer, round: usize) -> f64 {
                 .semaphore(format!("permits-{round}"), 4),
         );
     }
-    let started = Instant::now();
-    let until = started + PERMITS_FOR;
-    let tasks: Vec<_> = semaphores
-        .into_iter()
-        .map(|semaphore| {
-            let done = done.clone();
-            tokio::spawn(async move {
-                while Instant::now() < until {
-                    let permit = semaphore.acquire().await.expect("permit");
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                    permit.release().await.expect("release");
-                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("task");
-    }
-    done.load(std::sync::atomic::Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    permit_rate(semaphores, std::time::Duration::from_millis(1), PERMITS_FOR).await
 }
 
 /// dlock's time per acquisition over Curator's, 16 contenders on a

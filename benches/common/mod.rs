@@ -406,3 +406,43 @@ pub fn row(engine: &str, case: &str, ours: &str, against: &str, theirs: &str, ra
         .expect("open the bench table");
     file.write_all(line.as_bytes()).expect("write the bench table");
 }
+
+/// One uncontended permit: acquire and release.
+pub async fn permit_cycle(semaphore: &dlock::Semaphore) {
+    let permit = semaphore
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("permit: {e}"));
+    permit.release().await.expect("release");
+}
+
+/// Acquisitions per second of one task per semaphore handle, each holding
+/// its permit `hold`, for `run`.
+pub async fn permit_rate(semaphores: Vec<dlock::Semaphore>, hold: Duration, run: Duration) -> f64 {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let until = started + run;
+    let tasks: Vec<_> = semaphores
+        .into_iter()
+        .map(|semaphore| {
+            let done = done.clone();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let permit = semaphore
+                        .acquire()
+                        .await
+                        .unwrap_or_else(|e| panic!("permit: {e}"));
+                    tokio::time::sleep(hold).await;
+                    permit.release().await.expect("release");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
