@@ -178,16 +178,12 @@ impl ZooKeeperEngine {
         if self.node(req, |n| !n.session.is_ended()).unwrap_or(false) {
             return self.look(req, &path, None).await;
         }
-        let mut session = self.sessions.live().await?;
-        let (name, fence, children) = match self.create(&session, &path, req).await {
-            Ok(created) => created,
-            // Expired under us: once more, on a new session.
-            Err(_) if session.is_ended() => {
-                session = self.sessions.live().await?;
-                self.create(&session, &path, req).await?
-            }
-            Err(e) => return Err(e),
-        };
+        let (session, (name, fence, children)) = self
+            .on_live_session(|session| {
+                let path = &path;
+                async move { self.create(&session, path, req).await }
+            })
+            .await?;
         let node = Node {
             name,
             fence,
@@ -196,6 +192,24 @@ impl ZooKeeperEngine {
         };
         *NodeState::of(req).lock() = Some(node);
         self.look(req, &path, children).await
+    }
+
+    /// Runs `create` on the live session; if that session expired under
+    /// it, once more on a new one.
+    async fn on_live_session<T, F, Fut>(&self, create: F) -> Result<(Arc<Session>, T), EngineError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: Future<Output = Result<T, EngineError>>,
+    {
+        let session = self.sessions.live().await?;
+        match create(session.clone()).await {
+            Ok(created) => Ok((session, created)),
+            Err(_) if session.is_ended() => {
+                let session = self.sessions.live().await?;
+                Ok((session.clone(), create(session).await?))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Creates this request's node, and the container parents if missing.

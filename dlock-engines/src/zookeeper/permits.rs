@@ -73,16 +73,12 @@ impl ZooKeeperEngine {
         }
         let locks = format!("{}/{SEMAPHORE_LOCKS}", self.semaphore_path(req));
         let prefix = format!("{locks}/{}", nodes::semaphore_node_prefix(req.owner, false));
-        let mut session = self.sessions.live().await?;
-        let (name, _, listed) = match self.create_and_list(&session, &locks, &prefix, &[], req).await {
-            Ok(created) => created,
-            // Expired under us: once more, on a new session.
-            Err(_) if session.is_ended() => {
-                session = self.sessions.live().await?;
-                self.create_and_list(&session, &locks, &prefix, &[], req).await?
-            }
-            Err(e) => return Err(e),
-        };
+        let (session, (name, _, listed)) = self
+            .on_live_session(|session| {
+                let (locks, prefix) = (&locks, &prefix);
+                async move { self.create_and_list(&session, locks, prefix, &[], req).await }
+            })
+            .await?;
         *PermitState::of(req).lock() = Some(Permit {
             session,
             queued: Some(name),
