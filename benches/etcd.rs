@@ -182,7 +182,7 @@ async fn main() {
     lock.lock().await.expect("warm").release().await.expect("warm");
 
     uncontended(
-        "etcd",
+        ("etcd", "uncontended cycle"),
         &[
             Contender::floor("floor (put under a lease + delete)", Target::AtMost(1.10)),
             Contender::stamped("stamped floor (dlock's requests)", Target::AtMost(1.05)),

@@ -91,7 +91,7 @@ async fn main() {
     lock.lock().await.expect("warm").release().await.expect("warm");
 
     uncontended(
-        "memcached",
+        ("memcached", "uncontended cycle"),
         &[
             Contender::floor("floor (add + delete)", Target::AtMost(1.10)),
             Contender::stamped("stamped floor (dlock's commands)", Target::AtMost(1.05)),

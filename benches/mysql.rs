@@ -118,7 +118,7 @@ async fn main() {
 
     let peer_pid = peer.pid();
     uncontended(
-        "mysql",
+        ("mysql", "uncontended cycle"),
         &[
             Contender::floor("floor (GET_LOCK + RELEASE_LOCK)", Target::AtMost(1.4)),
             Contender::stamped("stamped floor (dlock's statements)", Target::AtMost(1.05)),

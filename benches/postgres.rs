@@ -181,7 +181,7 @@ async fn main() {
 
     let peer_pid = peer.pid();
     uncontended(
-        "postgres",
+        ("postgres", "uncontended cycle"),
         &[
             Contender::floor("floor (pg_advisory_lock + unlock)", Target::AtMost(1.05)),
             Contender::stamped("stamped floor (dlock's statements)", Target::AtMost(1.05)),

@@ -6,10 +6,14 @@
 //!   taken in turns in blocks (target ≤ 1.10);
 //! - contended: 16 tasks, each holding 1 ms, acquisitions per second with 4
 //!   permits ÷ with 1 (target ≥ 3: the permits really run in parallel),
-//!   rounds alternating.
+//!   rounds alternating;
+//! - on Redis, also against the `distributed-lock` crate's Redis semaphore
+//!   (`benches/peers/distributed-lock`; a script per acquire and release,
+//!   no queue, no fence): the uncontended permit cycle, in blocks taking
+//!   turns (target ≤ 1.0).
 //!
 //! ```text
-//! cargo bench --bench semaphore --all-features
+//! cargo bench --bench semaphore --all-features [-- engine...]
 //! ```
 
 use std::time::Duration;
@@ -82,18 +86,49 @@ async fn contended(engine: &str, locks: &Locks) {
     );
 }
 
-async fn bench(engine: &str, registry: Registry) {
-    let locks = registry.locks("bench");
-    uncontended(engine, &locks).await;
-    contended(engine, &locks).await;
-}
-
-/// Starts `F`'s server(s) and benches its engine.
-async fn on<F: Fixture>() {
+/// Starts `F`'s server(s) and benches its engine, if the command line
+/// names it or no engine; the fixture and the bench's locks, for more.
+async fn on<F: Fixture>() -> Option<(F, Locks)> {
+    let named: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if !named.is_empty() && !named.iter().any(|name| name == F::NAME) {
+        return None;
+    }
     let fixture = tokio::task::block_in_place(F::start);
     let engine = dlock_testkit::engine(&fixture).await;
     let registry = Registry::with_engine(F::NAME, engine, Settings::default()).expect("registry");
-    bench(F::NAME, registry).await;
+    let locks = registry.locks("bench");
+    uncontended(F::NAME, &locks).await;
+    contended(F::NAME, &locks).await;
+    Some((fixture, locks))
+}
+
+/// The uncontended permit of 4 against the `distributed-lock` crate's.
+#[cfg(feature = "redis")]
+async fn against_distributed_lock(redis: &dlock_testkit::fixtures::redis::Redis, locks: &Locks) {
+    use common::{Contender, Peer};
+    let mut peer = Peer::start("redis", &format!("redis://{}", redis.server.address()));
+    peer.ask("permit-cycles 10 4");
+    let semaphore = locks.semaphore("against-peer", 4);
+    let peer_pid = peer.pid();
+    common::uncontended(
+        ("redis", "semaphore: uncontended acquire + release"),
+        &[
+            Contender::peer("distributed-lock 0.2", Target::AtMost(1.0), peer_pid),
+            Contender::dlock("dlock redis, permit of 4"),
+        ],
+        (CYCLES, BLOCK),
+        redis.server.pid(),
+        async |who, block| {
+            if who == 0 {
+                return Some(peer.cycles_of(&format!("permit-cycles {block} 4"), block));
+            }
+            for _ in 0..block {
+                permit_cycle(&semaphore).await;
+            }
+            None
+        },
+    )
+    .await;
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -101,7 +136,9 @@ async fn main() {
     use dlock_testkit::fixtures;
     on::<fixtures::memory::Memory>().await;
     #[cfg(feature = "redis")]
-    on::<fixtures::redis::Redis>().await;
+    if let Some((redis, locks)) = on::<fixtures::redis::Redis>().await {
+        against_distributed_lock(&redis, &locks).await;
+    }
     #[cfg(feature = "zookeeper")]
     on::<fixtures::zookeeper::ZooKeeper>().await;
     #[cfg(feature = "etcd")]

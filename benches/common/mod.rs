@@ -56,8 +56,9 @@ impl<'a> Contender<'a> {
     }
 }
 
-/// Uncontended cycles of each contender, `cycles` each, taking turns in
-/// blocks of `block`, each going first in turn. `run(who, block)` runs a
+/// Uncontended cycles (`case`, e.g. "uncontended cycle") of each
+/// contender, `cycles` each, taking turns in blocks of `block`, each going
+/// first in turn. `run(who, block)` runs a
 /// block of contender `who`; it answers the block's mean cycle in ns when
 /// the contender times itself (a peer), else `None` and it is timed here.
 /// The last contender is dlock. Prints each one's time per cycle (median
@@ -68,7 +69,7 @@ impl<'a> Contender<'a> {
 /// so a few thousand cycles give it to about 2 %. Where the wall time goes
 /// beyond the two is waiting: the network, the scheduler.
 pub async fn uncontended(
-    engine: &str,
+    (engine, case): (&str, &str),
     contenders: &[Contender<'_>],
     (cycles, block): (usize, usize),
     server: u32,
@@ -92,7 +93,7 @@ pub async fn uncontended(
     }
     let per_cycle = |total: f64| total / (cycles / block * block) as f64;
     println!(
-        "uncontended cycle, {cycles} each, interleaved in blocks of {block} (mean per cycle, median block; CPU per cycle):"
+        "{case}, {cycles} each, interleaved in blocks of {block} (mean per cycle, median block; CPU per cycle):"
     );
     println!(
         "  {:<40}{:>12}{:>14}{:>14}",
@@ -121,7 +122,7 @@ pub async fn uncontended(
         );
         row(
             engine,
-            "uncontended cycle (median block ratio)",
+            &format!("{case} (median block ratio)"),
             &micros(median(ns[dlock].clone())),
             contender.name,
             &micros(median(ns[i].clone())),
@@ -132,7 +133,7 @@ pub async fn uncontended(
             for (what, figures) in [("client", &client), ("server", &served)] {
                 row(
                     engine,
-                    &format!("{what} CPU per uncontended cycle (`/proc`)"),
+                    &format!("{what} CPU per {case} (`/proc`)"),
                     &micros(per_cycle(figures[dlock])),
                     contender.name,
                     &micros(per_cycle(figures[i])),
@@ -250,7 +251,7 @@ pub struct Peer {
 
 impl Peer {
     /// Builds the peer (once; `benches/peers/distributed-lock`) and starts
-    /// it on `kind` (`postgres`, `mysql`) at `url`.
+    /// it on `kind` (`postgres`, `mysql`, `redis`) at `url`.
     pub fn start(kind: &str, url: &str) -> Self {
         let manifest = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -293,7 +294,12 @@ impl Peer {
 
     /// Runs `block` uncontended cycles; their mean in ns.
     pub fn cycles(&mut self, block: usize) -> f64 {
-        self.ask(&format!("cycles {block}"))[0] as f64 / block as f64
+        self.cycles_of(&format!("cycles {block}"), block)
+    }
+
+    /// Runs `command`, `block` cycles of some kind; their mean in ns.
+    pub fn cycles_of(&mut self, command: &str, block: usize) -> f64 {
+        self.ask(command)[0] as f64 / block as f64
     }
 
     /// Sends one command; the numbers of its answer.

@@ -1,20 +1,26 @@
-//! The `distributed-lock` crate's PostgreSQL or MySQL lock, as a peer for
-//! benches/postgres.rs and benches/mysql.rs. Reads commands on stdin,
-//! answers one line each:
+//! The `distributed-lock` crate's PostgreSQL or MySQL lock, or its Redis
+//! semaphore, as a peer for benches/postgres.rs, benches/mysql.rs and
+//! benches/semaphore.rs. Reads commands on stdin, answers one line each:
 //!
-//! - `cycles N`: N uncontended acquire + release cycles on one lock;
-//!   answers `ns <total>`;
-//! - `handoff CLIENTS ROUNDS`: CLIENTS tasks take one lock ROUNDS times each;
-//!   answers `handoffs_ns <each time from a release to the next acquisition>`.
+//! - `cycles N` (postgres, mysql): N uncontended acquire + release cycles
+//!   on one lock; answers `ns <total>`;
+//! - `handoff CLIENTS ROUNDS` (postgres, mysql): CLIENTS tasks take one lock
+//!   ROUNDS times each; answers `handoffs_ns <each time from a release to
+//!   the next acquisition>`;
+//! - `permit-cycles N PERMITS` (redis): N uncontended acquire + release
+//!   cycles of a permit of a semaphore of PERMITS; answers `ns <total>`.
 //!
-//! Usage: `distributed-lock-peer postgres|mysql <url>`
+//! Usage: `distributed-lock-peer postgres|mysql|redis <url>`
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
+use distributed_lock_core::traits::{
+    DistributedLock, DistributedSemaphore, LockHandle, LockProvider, SemaphoreProvider,
+};
 use distributed_lock_mysql::MySqlLockProvider;
 use distributed_lock_postgres::PostgresLockProvider;
+use distributed_lock_redis::RedisLockProvider;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// A pool large enough for every client, so the default of 10 is no bottleneck.
@@ -25,23 +31,78 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let (kind, url) = (args.next(), args.next());
     let (Some(kind), Some(url)) = (kind, url) else {
-        panic!("usage: distributed-lock-peer postgres|mysql <url>");
+        panic!("usage: distributed-lock-peer postgres|mysql|redis <url>");
     };
     match kind.as_str() {
         "postgres" => {
-            let pool = sqlx::postgres::PgPoolOptions::new().max_connections(CONNECTIONS).connect(&url).await;
-            let provider = PostgresLockProvider::builder().pool(pool.expect("connect")).build().await;
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(CONNECTIONS)
+                .connect(&url)
+                .await;
+            let provider = PostgresLockProvider::builder()
+                .pool(pool.expect("connect"))
+                .build()
+                .await;
             serve(Arc::new(provider.expect("provider")), None).await
         }
         "mysql" => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(CONNECTIONS).connect(&url).await;
-            let provider = MySqlLockProvider::builder().pool(pool.expect("connect")).build().await;
+            let pool = sqlx::mysql::MySqlPoolOptions::new()
+                .max_connections(CONNECTIONS)
+                .connect(&url)
+                .await;
+            let provider = MySqlLockProvider::builder()
+                .pool(pool.expect("connect"))
+                .build()
+                .await;
             // Its wait-forever (`None`) sends GET_LOCK(name, NULL), which
             // MariaDB answers with NULL and the crate fails to decode.
-            serve(Arc::new(provider.expect("provider")), Some(Duration::from_secs(60))).await
+            serve(
+                Arc::new(provider.expect("provider")),
+                Some(Duration::from_secs(60)),
+            )
+            .await
+        }
+        "redis" => {
+            let provider = RedisLockProvider::builder().url(url).build().await;
+            serve_permits(provider.expect("provider")).await
         }
         other => panic!("unknown kind {other:?}"),
     }
+}
+
+/// One answer line per command line of stdin.
+async fn answer_each(mut answer: impl AsyncFnMut(&[&str]) -> String) {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut out = tokio::io::stdout();
+    while let Some(line) = lines.next_line().await.expect("stdin") {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let answer = answer(&words).await;
+        out.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .expect("stdout");
+        out.flush().await.expect("stdout");
+    }
+}
+
+async fn serve_permits(provider: RedisLockProvider) {
+    answer_each(async |words| match words {
+        ["permit-cycles", n, permits] => {
+            let semaphore = provider.create_semaphore("bench-permits", permits.parse().expect("permits"));
+            let started = Instant::now();
+            for _ in 0..n.parse::<usize>().expect("count") {
+                semaphore
+                    .acquire(None)
+                    .await
+                    .expect("acquire")
+                    .release()
+                    .await
+                    .expect("release");
+            }
+            format!("ns {}", started.elapsed().as_nanos())
+        }
+        _ => panic!("unknown command {words:?}"),
+    })
+    .await
 }
 
 async fn serve<P>(provider: Arc<P>, wait: Option<Duration>)
@@ -49,30 +110,29 @@ where
     P: LockProvider + Send + Sync + 'static,
     P::Lock: Send + Sync + 'static,
 {
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let mut out = tokio::io::stdout();
-    while let Some(line) = lines.next_line().await.expect("stdin") {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let answer = match words.as_slice() {
-            ["cycles", n] => {
-                let lock = provider.create_lock("bench-uncontended");
-                let started = Instant::now();
-                for _ in 0..n.parse::<usize>().expect("count") {
-                    lock.acquire(wait).await.expect("acquire").release().await.expect("release");
-                }
-                format!("ns {}", started.elapsed().as_nanos())
+    answer_each(async |words| match words {
+        ["cycles", n] => {
+            let lock = provider.create_lock("bench-uncontended");
+            let started = Instant::now();
+            for _ in 0..n.parse::<usize>().expect("count") {
+                lock.acquire(wait)
+                    .await
+                    .expect("acquire")
+                    .release()
+                    .await
+                    .expect("release");
             }
-            ["handoff", clients, rounds] => {
-                let clients = clients.parse().expect("clients");
-                let handoffs = handoff(&provider, wait, clients, rounds.parse().expect("rounds")).await;
-                let list: Vec<String> = handoffs.iter().map(u128::to_string).collect();
-                format!("handoffs_ns {}", list.join(" "))
-            }
-            _ => panic!("unknown command {line:?}"),
-        };
-        out.write_all(format!("{answer}\n").as_bytes()).await.expect("stdout");
-        out.flush().await.expect("stdout");
-    }
+            format!("ns {}", started.elapsed().as_nanos())
+        }
+        ["handoff", clients, rounds] => {
+            let clients = clients.parse().expect("clients");
+            let handoffs = handoff(&provider, wait, clients, rounds.parse().expect("rounds")).await;
+            let list: Vec<String> = handoffs.iter().map(u128::to_string).collect();
+            format!("handoffs_ns {}", list.join(" "))
+        }
+        _ => panic!("unknown command {words:?}"),
+    })
+    .await
 }
 
 async fn handoff<P>(provider: &Arc<P>, wait: Option<Duration>, clients: usize, rounds: usize) -> Vec<u128>
