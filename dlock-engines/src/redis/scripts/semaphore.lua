@@ -23,12 +23,46 @@
 -- last holder by the retention, for the token.
 local record, me, op = KEYS[1], ARGV[1], ARGV[2]
 local holders, queue = record .. ':h', record .. ':q'
+local time = redis.call('TIME')
+local now = time[1] * 1000 + math.floor(time[2] / 1000)
+
+-- With nobody queued (an empty list does not exist, and a queued caller is
+-- in it), an acquire that finds a free permit and a release need neither
+-- the queue nor a helper (Lua makes a script's functions anew on every
+-- call), so they come first. The record then lives the retention past
+-- the holders.
+if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 then
+  if op == 'release' then
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    local held = redis.call('ZREM', holders, me)
+    redis.call('PEXPIRE', record, math.max(redis.call('PTTL', holders), 0) + retain)
+    return held
+  end
+  local n, lease = tonumber(ARGV[3]), tonumber(ARGV[4])
+  local kept = redis.call('HMGET', record, 'n', 'f')
+  local in_use, count = tonumber(kept[1]), redis.call('ZCOUNT', holders, '(' .. now, '+inf')
+  if in_use and in_use ~= n and count > 0 then
+    return {-in_use, 0}
+  end
+  if count < n then
+    local fence = math.max(time[1] * 1000000 + time[2], (tonumber(kept[2]) or 0) + 1)
+    redis.call('HSET', record, 'n', n, 'f', string.format('%d', fence))
+    -- With no live holder, the holders' key lives no longer than its dead.
+    local ttl = count > 0 and redis.call('PTTL', holders) or 0
+    redis.call('ZADD', holders, now + lease, me)
+    if ttl < lease then
+      redis.call('PEXPIRE', holders, lease)
+      ttl = lease
+    end
+    redis.call('PEXPIRE', record, ttl + retain)
+    return {fence, 0}
+  end
+end
+redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+
 local function alive(owner)
   return record .. ':a:' .. owner
 end
-local time = redis.call('TIME')
-local now = time[1] * 1000 + math.floor(time[2] / 1000)
-redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
 
 -- The first `free` live waiters, dead ones dropped on the way.
 local function first_live(free)
