@@ -10,7 +10,8 @@
 //! - on Redis, also against the `distributed-lock` crate's Redis semaphore
 //!   (`benches/peers/distributed-lock`; a script per acquire and release,
 //!   no queue, no fence): the uncontended permit cycle, in blocks taking
-//!   turns (target ≤ 1.0).
+//!   turns (target ≤ 1.0), and the contended rate on 4 permits, rounds
+//!   alternating.
 //!
 //! ```text
 //! cargo bench --bench semaphore --all-features [-- engine...]
@@ -102,7 +103,8 @@ async fn on<F: Fixture>() -> Option<(F, Locks)> {
     Some((fixture, locks))
 }
 
-/// The uncontended permit of 4 against the `distributed-lock` crate's.
+/// A permit of 4 against the `distributed-lock` crate's: uncontended, and
+/// `CLIENTS` tasks holding `HOLD`.
 #[cfg(feature = "redis")]
 async fn against_distributed_lock(redis: &dlock_testkit::fixtures::redis::Redis, locks: &Locks) {
     use common::{Contender, Peer};
@@ -129,6 +131,30 @@ async fn against_distributed_lock(redis: &dlock_testkit::fixtures::redis::Redis,
         },
     )
     .await;
+
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        ours.push(per_second(locks, 4, ROUNDS + round).await);
+        let command = format!(
+            "permit-rate {CLIENTS} 4 {} {}",
+            HOLD.as_millis(),
+            ROUND_FOR.as_millis()
+        );
+        theirs.push(peer.ask(&command)[0] as f64);
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    println!(
+        "redis: {CLIENTS} tasks holding {HOLD:?} on 4 permits: dlock {ours:.0}/s, distributed-lock {theirs:.0}/s"
+    );
+    row(
+        "redis",
+        "semaphore: 16 tasks holding 1 ms, acquisitions/s on 4 permits",
+        &format!("{ours:.0}/s"),
+        "distributed-lock 0.2",
+        &format!("{theirs:.0}/s"),
+        ours / theirs,
+        Target::None,
+    );
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,10 @@
 //!   ROUNDS times each; answers `handoffs_ns <each time from a release to
 //!   the next acquisition>`;
 //! - `permit-cycles N PERMITS` (redis): N uncontended acquire + release
-//!   cycles of a permit of a semaphore of PERMITS; answers `ns <total>`.
+//!   cycles of a permit of a semaphore of PERMITS; answers `ns <total>`;
+//! - `permit-rate CLIENTS PERMITS HOLD_MS RUN_MS` (redis): CLIENTS tasks
+//!   take a permit of a semaphore of PERMITS and hold it HOLD_MS, again
+//!   and again for RUN_MS; answers `per_s <acquisitions a second>`.
 //!
 //! Usage: `distributed-lock-peer postgres|mysql|redis <url>`
 
@@ -99,6 +102,35 @@ async fn serve_permits(provider: RedisLockProvider) {
                     .expect("release");
             }
             format!("ns {}", started.elapsed().as_nanos())
+        }
+        ["permit-rate", clients, permits, hold_ms, run_ms] => {
+            let number = |word: &str| word.parse::<u64>().expect("number");
+            let semaphore = Arc::new(provider.create_semaphore("bench-rate", number(permits) as u32));
+            let (hold, run) = (
+                Duration::from_millis(number(hold_ms)),
+                Duration::from_millis(number(run_ms)),
+            );
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..number(clients))
+                .map(|_| {
+                    let semaphore = semaphore.clone();
+                    tokio::spawn(async move {
+                        let mut done = 0u64;
+                        while started.elapsed() < run {
+                            let permit = semaphore.acquire(None).await.expect("acquire");
+                            tokio::time::sleep(hold).await;
+                            permit.release().await.expect("release");
+                            done += 1;
+                        }
+                        done
+                    })
+                })
+                .collect();
+            let mut done = 0;
+            for task in tasks {
+                done += task.await.expect("client");
+            }
+            format!("per_s {}", (done as f64 / started.elapsed().as_secs_f64()) as u64)
         }
         _ => panic!("unknown command {words:?}"),
     })
