@@ -24,7 +24,7 @@ mod common;
 use dlock::{Locks, Registry, Settings};
 use dlock_testkit::Fixture;
 
-use common::{Target, block_ratios, median, micros, permit_cycle, permit_rate, row, take_turns};
+use common::{Rate, Target, block_ratios, median, micros, permit_cycle, permit_rate, row, take_turns};
 
 const CYCLES: usize = 4000;
 /// Cycles of one side before the other takes a turn.
@@ -61,18 +61,33 @@ async fn uncontended(engine: &str, locks: &Locks) {
     );
 }
 
-/// Acquisitions per second of `CLIENTS` tasks, each holding `HOLD`, on a
-/// semaphore of `permits`, for `ROUND_FOR`.
-async fn per_second(locks: &Locks, permits: u32, round: usize) -> f64 {
+/// `CLIENTS` tasks, each holding `HOLD`, on a semaphore of `permits`, for
+/// `ROUND_FOR`.
+async fn per_second(locks: &Locks, permits: u32, round: usize) -> Rate {
     let semaphore = locks.semaphore(format!("contended-{permits}-{round}"), permits);
-    permit_rate(vec![semaphore; CLIENTS], HOLD, ROUND_FOR).await
+    let rate = permit_rate(vec![semaphore; CLIENTS], HOLD, ROUND_FOR).await;
+    println!("  {permits} permit(s), round {round}: {}", spread(&rate));
+    rate
+}
+
+fn spread(rate: &Rate) -> String {
+    format!(
+        "{:.0}/s, each task {}-{} acquisitions",
+        rate.per_second, rate.fewest, rate.most
+    )
+}
+
+/// The median round by rate.
+fn median_round(mut rounds: Vec<Rate>) -> Rate {
+    rounds.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+    rounds.swap_remove(rounds.len() / 2)
 }
 
 async fn contended(engine: &str, locks: &Locks) {
     let (mut one, mut four) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
-        one.push(per_second(locks, 1, round).await);
-        four.push(per_second(locks, 4, round).await);
+        one.push(per_second(locks, 1, round).await.per_second);
+        four.push(per_second(locks, 4, round).await.per_second);
     }
     let (one, four) = (median(one), median(four));
     println!("{engine}: {CLIENTS} tasks holding {HOLD:?}: {four:.0}/s on 4 permits, {one:.0}/s on 1");
@@ -140,19 +155,28 @@ async fn against_distributed_lock(redis: &dlock_testkit::fixtures::redis::Redis,
             HOLD.as_millis(),
             ROUND_FOR.as_millis()
         );
-        theirs.push(peer.ask(&command)[0] as f64);
+        let answer = peer.ask(&command);
+        let rate = Rate {
+            per_second: answer[0] as f64,
+            fewest: answer[1] as u64,
+            most: answer[2] as u64,
+        };
+        println!("  distributed-lock, round {round}: {}", spread(&rate));
+        theirs.push(rate);
     }
-    let (ours, theirs) = (median(ours), median(theirs));
+    let (ours, theirs) = (median_round(ours), median_round(theirs));
     println!(
-        "redis: {CLIENTS} tasks holding {HOLD:?} on 4 permits: dlock {ours:.0}/s, distributed-lock {theirs:.0}/s"
+        "redis: {CLIENTS} tasks holding {HOLD:?} on 4 permits, median rounds: dlock {}; distributed-lock {}",
+        spread(&ours),
+        spread(&theirs)
     );
     row(
         "redis",
-        "semaphore: 16 tasks holding 1 ms, acquisitions/s on 4 permits",
-        &format!("{ours:.0}/s"),
+        "semaphore: 16 tasks holding 1 ms on 4 permits, acquisitions/s (median round) and each task's",
+        &spread(&ours),
         "distributed-lock 0.2",
-        &format!("{theirs:.0}/s"),
-        ours / theirs,
+        &spread(&theirs),
+        ours.per_second / theirs.per_second,
         Target::None,
     );
 }

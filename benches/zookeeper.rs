@@ -311,7 +311,9 @@ async fn dlock_permit_rate(server: &TestServer, round: usize) -> f64 {
                 .semaphore(format!("permits-{round}"), 4),
         );
     }
-    permit_rate(semaphores, std::time::Duration::from_millis(1), PERMITS_FOR).await
+    permit_rate(semaphores, std::time::Duration::from_millis(1), PERMITS_FOR)
+        .await
+        .per_second
 }
 
 /// dlock's time per acquisition over Curator's, 16 contenders on a

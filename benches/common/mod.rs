@@ -422,19 +422,25 @@ pub async fn permit_cycle(semaphore: &dlock::Semaphore) {
     permit.release().await.expect("release");
 }
 
+/// What `permit_rate` measured.
+pub struct Rate {
+    pub per_second: f64,
+    /// The fewest and the most acquisitions one task made: how evenly the
+    /// permits went round.
+    pub fewest: u64,
+    pub most: u64,
+}
+
 /// Acquisitions per second of one task per semaphore handle, each holding
 /// its permit `hold`, for `run`.
-pub async fn permit_rate(semaphores: Vec<dlock::Semaphore>, hold: Duration, run: Duration) -> f64 {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let done = Arc::new(AtomicU64::new(0));
+pub async fn permit_rate(semaphores: Vec<dlock::Semaphore>, hold: Duration, run: Duration) -> Rate {
     let started = Instant::now();
     let until = started + run;
     let tasks: Vec<_> = semaphores
         .into_iter()
         .map(|semaphore| {
-            let done = done.clone();
             tokio::spawn(async move {
+                let mut done = 0u64;
                 while Instant::now() < until {
                     let permit = semaphore
                         .acquire()
@@ -442,13 +448,19 @@ pub async fn permit_rate(semaphores: Vec<dlock::Semaphore>, hold: Duration, run:
                         .unwrap_or_else(|e| panic!("permit: {e}"));
                     tokio::time::sleep(hold).await;
                     permit.release().await.expect("release");
-                    done.fetch_add(1, Ordering::Relaxed);
+                    done += 1;
                 }
+                done
             })
         })
         .collect();
+    let mut each = Vec::new();
     for task in tasks {
-        task.await.expect("task");
+        each.push(task.await.expect("task"));
     }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    Rate {
+        per_second: each.iter().sum::<u64>() as f64 / started.elapsed().as_secs_f64(),
+        fewest: each.iter().copied().min().unwrap_or(0),
+        most: each.iter().copied().max().unwrap_or(0),
+    }
 }

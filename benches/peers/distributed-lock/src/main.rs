@@ -11,7 +11,8 @@
 //!   cycles of a permit of a semaphore of PERMITS; answers `ns <total>`;
 //! - `permit-rate CLIENTS PERMITS HOLD_MS RUN_MS` (redis): CLIENTS tasks
 //!   take a permit of a semaphore of PERMITS and hold it HOLD_MS, again
-//!   and again for RUN_MS; answers `per_s <acquisitions a second>`.
+//!   and again for RUN_MS; answers `per_s <acquisitions a second> <the
+//!   fewest one task made> <the most>`.
 //!
 //! Usage: `distributed-lock-peer postgres|mysql|redis <url>`
 
@@ -126,11 +127,16 @@ async fn serve_permits(provider: RedisLockProvider) {
                     })
                 })
                 .collect();
-            let mut done = 0;
+            let mut each = Vec::new();
             for task in tasks {
-                done += task.await.expect("client");
+                each.push(task.await.expect("client"));
             }
-            format!("per_s {}", (done as f64 / started.elapsed().as_secs_f64()) as u64)
+            let per_s = each.iter().sum::<u64>() as f64 / started.elapsed().as_secs_f64();
+            let (fewest, most) = (
+                each.iter().min().expect("a task"),
+                each.iter().max().expect("a task"),
+            );
+            format!("per_s {} {fewest} {most}", per_s as u64)
         }
         _ => panic!("unknown command {words:?}"),
     })
