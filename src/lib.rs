@@ -303,8 +303,8 @@ use once_cell::sync::OnceCell;
 pub use dlock_core::kit;
 pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_core::{
-    Config, Error, Guard, Guards, HeldLock, Lock, LockKey, LockSet, Locks, LostReason, Mode, Registry,
-    Semaphore, Settings, Share, Wait, config, held_locks, metrics,
+    Config, Error, Guard, Guards, HeldLock, HolderRecord, Lock, LockKey, LockSet, LockView, Locks,
+    LostReason, Mode, Registry, Semaphore, Settings, Share, Wait, WaiterRecord, config, held_locks, metrics,
 };
 pub use dlock_engines as engines;
 pub use dlock_macros::distributed_lock;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::kit::{
-    Capabilities, Engine, EngineError, Fairness, Kinds, LostSignal, OwnerId, Poll, Request, Woken,
+    Capabilities, Engine, EngineError, Fairness, Kinds, LostSignal, OwnerId, Poll, Records, Request, Woken,
     async_trait,
 };
 use dlock::{Config, Error, LockKey, Registry};
@@ -92,6 +92,7 @@ impl Engine for TableEngine {
             fairness: Fairness::None,
             lease_unit: self.unit,
             semaphore: false,
+            records: Records::None,
             ..Capabilities::FULL
         }
     }

@@ -111,6 +111,21 @@ pub enum Error {
         source: BoxError,
     },
 
+    /// Listing a group's locks failed on the engine's server.
+    #[error("engine `{engine}` ({kind} at {address}) failed listing group `{group}`: {source}")]
+    Listing {
+        /// The engine's configured name.
+        engine: String,
+        /// The engine's kind.
+        kind: &'static str,
+        /// Where its server is.
+        address: String,
+        /// The group being listed.
+        group: String,
+        /// The client library's error.
+        source: BoxError,
+    },
+
     /// An engine could not be built or connected at startup.
     #[error("engine `{engine}` ({kind} at {address}) is unavailable: {source}")]
     Unavailable {

@@ -75,6 +75,12 @@ impl HeldLock {
         self.0.req.fence
     }
 
+    /// What a [`LockView`](crate::LockView) shows for this hold in place of
+    /// its owner id: see [`OwnerId::digest`](crate::kit::OwnerId::digest).
+    pub fn owner_digest(&self) -> String {
+        self.0.req.owner.digest()
+    }
+
     /// The hold's `tracing` span (target `dlock`, name `hold`, with its
     /// fence): the attribute runs the function's body in it; with the Lock
     /// API, `work.instrument(guard.held().span().clone())` does the same.
@@ -208,6 +214,11 @@ impl Guard {
     /// See [`HeldLock::fence`].
     pub fn fence(&self) -> u64 {
         self.held.fence()
+    }
+
+    /// See [`HeldLock::owner_digest`].
+    pub fn owner_digest(&self) -> String {
+        self.held.owner_digest()
     }
 
     /// See [`HeldLock::is_lost`].

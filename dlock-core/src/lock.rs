@@ -4,9 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::config::{Settings, Wait};
+use crate::kit::{EngineError, Records, within};
 use crate::registry::{Group, Registry};
-use crate::{Error, Guard, Mode, acquire};
+use crate::{Error, Guard, LockKey, LockView, Mode, acquire};
 
 impl Registry {
     /// The lock family of `group`, on the engine its config routes it to.
@@ -68,6 +71,42 @@ impl Locks {
             permits: None,
             group: self.group.clone(),
         }
+    }
+
+    /// Every lock and semaphore of this group that someone holds or waits
+    /// for, as the engine sees them now. `Error::Unsupported` where the
+    /// engine cannot enumerate its locks ([`Records::Listed`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dlock::Error> {
+    /// let invoices = dlock::locks("invoice");
+    /// let guard = invoices.get("2026-001").lock().await?;
+    /// let listed = invoices.list().await?;
+    /// assert_eq!(listed.len(), 1);
+    /// assert_eq!(listed[0].name, "2026-001");
+    /// assert_eq!(listed[0].holders[0].fence, guard.fence());
+    /// guard.release().await
+    /// # }
+    /// ```
+    pub async fn list(&self) -> Result<Vec<LockView>, Error> {
+        let group = &self.group;
+        if group.capabilities.records != Records::Listed {
+            return Err(group.unsupported("listing a group's locks".to_owned()));
+        }
+        let until = Instant::now() + group.settings.call_timeout;
+        within(until, group.engine.list(&group.name))
+            .await
+            .map_err(|error| Error::Listing {
+                engine: group.engine_name.to_string(),
+                kind: group.engine.kind(),
+                address: group.engine.address(),
+                group: group.name.to_string(),
+                source: match error {
+                    EngineError::Failed(source) => source,
+                    other => other.into(),
+                },
+            })
     }
 
     /// The semaphore named `name` in this group, admitting `permits`
@@ -187,6 +226,39 @@ impl Lock {
         .await
     }
 
+    /// Who holds this lock and who waits for it, as the engine sees them
+    /// now: each one's process label, mode, fence and since when, never
+    /// its owner id. `Error::Unsupported` where the engine keeps no records.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dlock::Error> {
+    /// let lock = dlock::lock("report", "monthly");
+    /// let guard = lock.read().await?;
+    /// let view = lock.inspect().await?;
+    /// assert_eq!(view.holders.len(), 1);
+    /// assert_eq!(view.holders[0].mode, dlock::Mode::Read);
+    /// assert_eq!(view.holders[0].owner, guard.owner_digest());
+    /// guard.release().await?;
+    /// assert!(lock.inspect().await?.is_free());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn inspect(&self) -> Result<LockView, Error> {
+        let group = &self.group;
+        let key = LockKey::new(group.name.clone(), self.name.clone())?;
+        if group.capabilities.records == Records::None {
+            return Err(group.unsupported("records of who holds and waits".to_owned()));
+        }
+        if self.permits.is_some() && !group.capabilities.semaphore {
+            return Err(group.unsupported("semaphores".to_owned()));
+        }
+        let until = Instant::now() + group.settings.call_timeout;
+        within(until, group.engine.inspect(&key, self.permits))
+            .await
+            .map_err(|error| group.engine_error_at(key, self.permits, error))
+    }
+
     /// Where this lock comes in a [`LockSet`](crate::LockSet)'s one order.
     pub(crate) fn order_key(&self) -> (&str, &str, &str, Option<u32>) {
         (
@@ -275,6 +347,11 @@ impl Semaphore {
     }
 
     /// The lock-shaped handle a [`LockSet`](crate::LockSet) takes.
+    /// Who holds permits and who waits, as [`Lock::inspect`] tells it.
+    pub async fn inspect(&self) -> Result<LockView, Error> {
+        self.0.inspect().await
+    }
+
     pub(crate) fn lock(&self) -> &Lock {
         &self.0
     }

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::Error;
 use crate::config::{Config, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Settings, check_lease};
 use crate::kit::{Capabilities, Engine, EngineError, Kinds, Request};
 use crate::metrics::Labels;
+use crate::{Error, LockKey};
 
 /// What every lock of one group on one engine shares.
 pub(crate) struct Group {
@@ -24,7 +24,11 @@ pub(crate) struct Group {
 impl Group {
     /// Names this group's engine, its address and the lock in an engine failure.
     pub fn engine_error(&self, req: &Request, error: EngineError) -> Error {
-        let key = req.key.clone();
+        self.engine_error_at(req.key.clone(), req.permits, error)
+    }
+
+    /// [`engine_error`](Self::engine_error) for a call on `key` that is no request.
+    pub fn engine_error_at(&self, key: LockKey, permits: Option<u32>, error: EngineError) -> Error {
         match error {
             EngineError::Failed(source) => Error::Engine {
                 engine: self.engine_name.to_string(),
@@ -35,7 +39,7 @@ impl Group {
             },
             EngineError::PermitsDiffer { in_use } => Error::PermitCount {
                 key,
-                asked: req.permits.unwrap_or(1),
+                asked: permits.unwrap_or(1),
                 in_use,
             },
         }

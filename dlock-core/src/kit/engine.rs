@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::run_on::RunOn;
-use crate::{BoxError, LockKey, Mode};
+use crate::{BoxError, LockKey, LockView, Mode};
 
 /// A future that resolves when a waiting request should be polled again, or
 /// was granted. Spurious wakes are harmless; the core also polls on its own
@@ -200,6 +200,8 @@ pub struct Capabilities {
     /// Semaphores ([`Request::permits`]), with the same fairness, fencing and
     /// expiry as its locks; without them a semaphore gets `Error::Unsupported`.
     pub semaphore: bool,
+    /// What [`Engine::inspect`] and [`Engine::list`] can tell; see [`Records`].
+    pub records: Records,
 }
 
 impl Capabilities {
@@ -213,6 +215,7 @@ impl Capabilities {
         lease_unit: Duration::from_millis(1),
         waiter_ttl: None,
         semaphore: true,
+        records: Records::Listed,
     };
 
     /// The shortest lease this engine accepts.
@@ -221,10 +224,10 @@ impl Capabilities {
     }
 
     /// `read write, fifo, fence strict, ends with lease, lease unit 1ms,
-    /// semaphores`: the words the guarantee table uses.
+    /// semaphores, records listed`: the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -234,8 +237,31 @@ impl Capabilities {
                 "semaphores"
             } else {
                 "no semaphores"
-            }
+            },
+            self.records.as_str(),
         )
+    }
+}
+
+/// What an engine can tell about who holds and who waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Records {
+    /// Nothing: inspecting gets `Error::Unsupported`.
+    None,
+    /// One lock or semaphore by name ([`Engine::inspect`]).
+    ByName,
+    /// That, and a group's locks and semaphores ([`Engine::list`]).
+    Listed,
+}
+
+impl Records {
+    /// The guarantee table's words.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Records::None => "no records",
+            Records::ByName => "records by name",
+            Records::Listed => "records listed",
+        }
     }
 }
 
@@ -334,7 +360,10 @@ impl EngineError {
 /// A lock engine. See the [kit](crate::kit) for the protocol.
 ///
 /// Behaviour around any engine is added by wrapping it in another engine;
-/// this one counts the acquisitions that reach the engine it wraps:
+/// this one counts the acquisitions that reach the engine it wraps. A
+/// wrapper forwards every method, those with a default too, or it drops
+/// what the wrapped engine does there (`#[deny(clippy::missing_trait_methods)]`
+/// on the `impl` catches a missed one):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -342,6 +371,7 @@ impl EngineError {
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use dlock::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+/// use dlock::{LockKey, LockView};
 ///
 /// struct Counted {
 ///     inner: Arc<dyn Engine>,
@@ -363,6 +393,10 @@ impl EngineError {
 ///     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> { self.inner.downgrade(req).await }
 ///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
 ///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
+///     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+///         self.inner.inspect(key, permits).await
+///     }
+///     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> { self.inner.list(group).await }
 /// }
 ///
 /// let counted = Arc::new(Counted {
@@ -418,6 +452,20 @@ pub trait Engine: Send + Sync + 'static {
     /// No default: a wrapper engine that forgot to pass it on would drop
     /// the signal without a word.
     fn lost(&self, req: &Request) -> Option<LostSignal>;
+
+    /// Who holds and who waits for the lock `key`, or with `permits`, the
+    /// semaphore `key`. Called only if [`Capabilities::records`] says so.
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let _ = (key, permits);
+        Err(EngineError::failed("this engine keeps no records"))
+    }
+
+    /// Every lock and semaphore of `group` that someone holds or waits for.
+    /// Called only if [`Capabilities::records`] is [`Records::Listed`].
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let _ = group;
+        Err(EngineError::failed("this engine cannot list its locks"))
+    }
 }
 
 /// Awaits one engine call until `until`: a call that has not answered by

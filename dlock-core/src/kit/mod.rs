@@ -47,13 +47,14 @@ mod waiters;
 pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem};
 pub(crate) use engine::{Call, within};
 pub use engine::{
-    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Request,
-    RequestState, Wake, Woken,
+    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,
+    Request, RequestState, Wake, Woken,
 };
 pub use kinds::Kinds;
 pub use waiters::Waiters;
 
 pub use crate::key::{KeyHasher, KeyHashing, percent_escape};
+pub use crate::records::process_label;
 /// Re-exported so that engines share the core's version.
 pub use async_trait::async_trait;
 

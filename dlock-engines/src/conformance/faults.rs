@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+use dlock_core::{LockKey, LockView};
 
 /// The fault wrapper: an [`Engine`] that passes every call to `inner`
 /// unless told to fail it; see the module docs.
@@ -68,13 +69,19 @@ impl Faults {
         self.lease_divisor.store(divisor, Ordering::SeqCst);
     }
 
-    fn pass(&self, req: &Request) -> Result<Request, EngineError> {
+    /// Counts a call; fails it while cut.
+    fn reach(&self) -> Result<(), EngineError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         if self.cut.load(Ordering::SeqCst) {
             return Err(EngineError::failed(
                 "connection refused (conformance: network cut)",
             ));
         }
+        Ok(())
+    }
+
+    fn pass(&self, req: &Request) -> Result<Request, EngineError> {
+        self.reach()?;
         let mut req = req.clone();
         req.lease /= self.lease_divisor.load(Ordering::SeqCst);
         Ok(req)
@@ -160,5 +167,19 @@ impl Engine for Faults {
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         self.inner.lost(req)
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let answer = self.inner.inspect(key, permits).await;
+        self.answer(answer).await
+    }
+
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let answer = self.inner.list(group).await;
+        self.answer(answer).await
     }
 }

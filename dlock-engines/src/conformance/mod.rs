@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::config::{Polling, Queue};
-use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing};
+use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing, Records};
 use dlock_core::{Error, Lock, Registry, Semaphore, Settings, Wait};
 
 pub use counter::{GuardedCounter, Occupancy};
@@ -148,6 +148,43 @@ impl Harness {
         );
     }
 
+    /// Checks that inspecting lock `name` is refused as `Unsupported`,
+    /// before any engine call.
+    pub async fn assert_records_refused(&self, name: &str) {
+        let calls = self.faults.calls();
+        let err = self
+            .lock(name)
+            .inspect()
+            .await
+            .expect_err("inspecting must be refused");
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "expected Unsupported, got {err}"
+        );
+        assert_eq!(
+            self.faults.calls(),
+            calls,
+            "a refused inspection reached the engine"
+        );
+    }
+
+    /// Checks that listing this case's group is refused as `Unsupported`,
+    /// before any engine call.
+    pub async fn assert_listing_refused(&self) {
+        let calls = self.faults.calls();
+        let err = self
+            .registry
+            .locks(&self.group)
+            .list()
+            .await
+            .expect_err("listing must be refused");
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "expected Unsupported, got {err}"
+        );
+        assert_eq!(self.faults.calls(), calls, "a refused listing reached the engine");
+    }
+
     /// Whether the engine has what `case` needs; if not, says so. A case
     /// needing read mode or semaphores first checks that asking for them is
     /// `Unsupported`.
@@ -161,6 +198,14 @@ impl Harness {
             Need::Semaphore if !capabilities.semaphore => {
                 self.assert_semaphore_refused(case).await;
                 Some("no semaphores (Unsupported checked)")
+            }
+            Need::Records if capabilities.records == Records::None => {
+                self.assert_records_refused(case).await;
+                Some("no records (Unsupported checked)")
+            }
+            Need::Listed if capabilities.records != Records::Listed => {
+                self.assert_listing_refused().await;
+                Some("cannot list a group's locks (Unsupported checked)")
             }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
             Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
@@ -189,6 +234,10 @@ pub enum Need {
     Lease,
     /// Semaphores.
     Semaphore,
+    /// Records of who holds and waits, by name.
+    Records,
+    /// Records of a whole group.
+    Listed,
 }
 
 fn rand_suffix() -> u32 {
@@ -244,6 +293,10 @@ macro_rules! conformance_suite {
             semaphore_fences_rise [Semaphore, Fencing],
             semaphore_permit_of_an_abandoned_holder_returns [Semaphore, Lease],
             semaphore_holder_cut_off_learns_it_lost [Semaphore],
+            records_show_holders_and_waiters [Records],
+            records_show_every_sharing_holder [Records],
+            records_never_show_an_owner_id [Records],
+            list_shows_a_groups_held_locks [Listed],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

@@ -69,7 +69,7 @@ use std::time::Duration;
 
 use dlock_core::kit::session::Sessions;
 use dlock_core::Mode;
-use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, async_trait};
+use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, async_trait};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse,
@@ -584,7 +584,7 @@ impl Engine for EtcdEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            ..Capabilities::FULL
+            records: Records::None,            ..Capabilities::FULL
         }
     }
 

@@ -4,9 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
 
-use dlock_core::{LockKey, Mode};
-use dlock_core::kit::{Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Request, Wake, Woken, async_trait};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
+use dlock_core::kit::{Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Request, Wake, Woken, async_trait, process_label};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
@@ -27,9 +28,19 @@ use tokio::time::{Instant, sleep_until};
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Default)]
 pub struct MemoryEngine {
     state: Mutex<Locks>,
+    /// Every hold's and waiter's label: all of them are this process's.
+    label: String,
+}
+
+impl Default for MemoryEngine {
+    fn default() -> Self {
+        MemoryEngine {
+            state: Mutex::default(),
+            label: process_label(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -64,11 +75,16 @@ struct Queue {
 
 struct Holder {
     owner: OwnerId,
+    mode: Mode,
+    fence: u64,
+    since: SystemTime,
     expires: Instant,
 }
 
 struct Waiter {
+    owner: OwnerId,
     mode: Mode,
+    since: SystemTime,
     wake: Arc<Notify>,
 }
 
@@ -91,7 +107,9 @@ impl Queue {
         self.by_ticket.insert(
             ticket,
             Waiter {
+                owner,
                 mode,
+                since: SystemTime::now(),
                 wake: wake.clone(),
             },
         );
@@ -176,15 +194,18 @@ impl MemoryEngine {
             }
             if state.grantable(req.owner, req.mode) {
                 state.queue.remove(req.owner);
+                *last_fence += 1;
                 let holder = Holder {
                     owner: req.owner,
+                    mode: req.mode,
+                    fence: *last_fence,
+                    since: SystemTime::now(),
                     expires: now + req.lease,
                 };
                 match (req.mode, state.permits) {
                     (Mode::Write, None) => state.writer = Some(holder),
                     _ => state.shared.push(holder),
                 }
-                *last_fence += 1;
                 return Ok(Poll::Held(*last_fence));
             }
             let wake = match state.queue.get(req.owner) {
@@ -339,7 +360,8 @@ impl Engine for MemoryEngine {
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(self.with_lock(req, |state, _, _| {
             match state.writer.take_if(|w| w.owner == req.owner) {
-                Some(holder) => {
+                Some(mut holder) => {
+                    holder.mode = Mode::Read;
                     state.shared.push(holder);
                     true
                 }
@@ -355,6 +377,65 @@ impl Engine for MemoryEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let locks = self.locks();
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        Ok(match locks.by_key.get(&(key.clone(), permits.is_some())) {
+            Some(state) => self.view(key, state, now, wall),
+            None => LockView {
+                group: key.group().to_owned(),
+                name: key.name().to_owned(),
+                permits,
+                holders: Vec::new(),
+                waiters: Vec::new(),
+            },
+        })
+    }
+
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let locks = self.locks();
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let mut views: Vec<LockView> = locks
+            .by_key
+            .iter()
+            .filter(|((key, _), _)| key.group() == group)
+            .map(|((key, _), state)| self.view(key, state, now, wall))
+            .filter(|view| !view.is_free())
+            .collect();
+        views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
+        Ok(views)
+    }
+}
+
+impl MemoryEngine {
+    /// What `state` shows, `now` being `wall` on the system clock: its
+    /// holders whose lease has not run out, and its waiters. (The state is
+    /// left as it is: expiring holders is for the calls that wake waiters.)
+    fn view(&self, key: &LockKey, state: &LockState, now: Instant, wall: SystemTime) -> LockView {
+        let live = state.writer.iter().chain(&state.shared).filter(|h| h.expires > now);
+        let holders = live.map(|h| HolderRecord {
+            label: self.label.clone(),
+            mode: h.mode,
+            fence: h.fence,
+            since: h.since,
+            lease_ends: Some(wall + h.expires.saturating_duration_since(now)),
+            owner: h.owner.digest(),
+        });
+        let waiters = state.queue.by_ticket.values().map(|w| WaiterRecord {
+            label: self.label.clone(),
+            mode: w.mode,
+            since: w.since,
+            owner: w.owner.digest(),
+        });
+        LockView {
+            group: key.group().to_owned(),
+            name: key.name().to_owned(),
+            permits: state.permits,
+            holders: holders.collect(),
+            waiters: waiters.collect(),
+        }
     }
 }
 

@@ -72,7 +72,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+use dlock_core::kit::{Capabilities, Records, Engine, EngineError, LostSignal, Poll, Request, async_trait};
 use dlock_core::{LockKey, Mode};
 
 use permits::Permit;
@@ -224,7 +224,10 @@ impl Engine for PostgresEngine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::FULL
+        Capabilities {
+            records: Records::None,
+            ..Capabilities::FULL
+        }
     }
 
     /// On the caller's task, unlike the rarer calls: the pool puts the

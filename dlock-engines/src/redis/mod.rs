@@ -118,7 +118,7 @@ mod notify;
 
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
+use dlock_core::kit::{Capabilities, Records, Engine, EngineError, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
 use redis::Script;
 
 use connection::{Connection, Target};
@@ -394,7 +394,7 @@ impl Engine for RedisEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
-            ..Capabilities::FULL
+            records: Records::None,            ..Capabilities::FULL
         }
     }
 

@@ -64,7 +64,7 @@ use std::task::Poll as TaskPoll;
 use std::time::Duration;
 
 use dlock_core::BoxError;
-use dlock_core::kit::{Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Request, async_trait};
+use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Request, async_trait};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use tokio::sync::OnceCell;
@@ -380,7 +380,7 @@ impl Engine for RedLockEngine {
             } else {
                 Fencing::None
             },
-            ..Capabilities::FULL
+            records: Records::None,            ..Capabilities::FULL
         }
     }
 

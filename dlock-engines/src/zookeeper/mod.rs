@@ -67,7 +67,7 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
+use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher};
@@ -487,7 +487,7 @@ impl Engine for ZooKeeperEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            ..Capabilities::FULL
+            records: Records::None,            ..Capabilities::FULL
         }
     }
 

@@ -12,7 +12,9 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::{GuardedCounter, Harness};
 
+mod records;
 mod semaphore;
+pub use records::*;
 pub use semaphore::*;
 
 /// Long enough that no renewal happens during a short case.

@@ -24,7 +24,7 @@ async fn permit_available(semaphore: &Semaphore) -> bool {
 
 /// A permit taken in a task of its own, so that it is not this task's
 /// reentry: what another holder in this process looks like.
-async fn held_elsewhere(semaphore: &Semaphore) -> Guard {
+pub(super) async fn held_elsewhere(semaphore: &Semaphore) -> Guard {
     let semaphore = semaphore.clone();
     tokio::spawn(async move { semaphore.acquire().await.expect("acquire") })
         .await

@@ -1,0 +1,110 @@
+//! Who holds a lock, who waits, and since when: what an operator asks, as
+//! an engine can tell it. Every record names a holder by its process's
+//! label and a short digest of its owner id, never the id itself, which is
+//! what renews and releases a hold.
+
+use std::time::SystemTime;
+
+use crate::Mode;
+use crate::kit::OwnerId;
+
+/// A lock or semaphore as its engine saw it at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockView {
+    /// The lock's group.
+    pub group: String,
+    /// The lock's name.
+    pub name: String,
+    /// A semaphore's count, as its holders and waiters agree on it; `None`
+    /// for a lock.
+    pub permits: Option<u32>,
+    /// Who holds it now.
+    pub holders: Vec<HolderRecord>,
+    /// Who waits for it, first in line first.
+    pub waiters: Vec<WaiterRecord>,
+}
+
+impl LockView {
+    /// Nobody holds it and nobody waits.
+    pub fn is_free(&self) -> bool {
+        self.holders.is_empty() && self.waiters.is_empty()
+    }
+}
+
+/// One hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderRecord {
+    /// The holding process's label: its `client_name`, by default
+    /// `<host name>:<pid>`.
+    pub label: String,
+    /// Read or write; a permit is `Write`.
+    pub mode: Mode,
+    /// The hold's fencing token.
+    pub fence: u64,
+    /// When it was granted, by the server's clock where it has one.
+    pub since: SystemTime,
+    /// When its lease ends unless renewed; `None` where the hold ends with
+    /// a session or connection instead.
+    pub lease_ends: Option<SystemTime>,
+    /// A short digest of the owner id (see [`OwnerId::digest`]).
+    pub owner: String,
+}
+
+/// One waiting request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaiterRecord {
+    /// The waiting process's label.
+    pub label: String,
+    /// What it waits for.
+    pub mode: Mode,
+    /// When it joined the line.
+    pub since: SystemTime,
+    /// A short digest of the owner id.
+    pub owner: String,
+}
+
+impl OwnerId {
+    /// Eight hex digits that tell holds apart in a listing and match
+    /// [`Guard::owner_digest`](crate::Guard::owner_digest), without being
+    /// the id: 32 bits of a 128-bit random id give nothing to renew or
+    /// release with.
+    pub fn digest(self) -> String {
+        // SplitMix64's finalizer over both halves.
+        let mut z = (self.as_u128() as u64) ^ ((self.as_u128() >> 64) as u64).rotate_left(29);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        format!("{:08x}", (z ^ (z >> 31)) as u32)
+    }
+}
+
+/// This process's label where no `client_name` is set: `<host name>:<pid>`.
+pub fn process_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_is_eight_hex_digits_and_not_the_id() {
+        let owner = OwnerId::random();
+        let digest = owner.digest();
+        assert_eq!(digest.len(), 8);
+        assert!(digest.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(!owner.to_string().contains(&digest));
+        assert_eq!(digest, owner.digest(), "the same id, the same digest");
+        assert_ne!(digest, OwnerId::random().digest());
+    }
+
+    #[test]
+    fn the_process_label_names_the_pid() {
+        assert!(process_label().ends_with(&format!(":{}", std::process::id())));
+    }
+}

@@ -1,0 +1,187 @@
+//! The record cases: who holds and who waits, as `inspect` and `list`
+//! show them, and never an owner id.
+
+use std::time::{Duration, SystemTime};
+
+use dlock_core::kit::{Fairness, Poll};
+use dlock_core::{HolderRecord, LockView, Mode};
+
+use super::semaphore::held_elsewhere;
+use super::{LONG_LEASE, SETTLE, raw_request, within};
+use crate::conformance::Harness;
+
+/// Checks what every holder record must say: a label, a time granted in
+/// the last minute (clocks may differ a little), and a lease that has not
+/// ended.
+fn assert_plausible(holder: &HolderRecord) {
+    assert!(!holder.label.is_empty(), "a holder without a label: {holder:?}");
+    let now = SystemTime::now();
+    let skew = Duration::from_secs(60);
+    assert!(
+        holder.since <= now + skew && holder.since + skew >= now,
+        "held since {:?}, now {now:?}",
+        holder.since
+    );
+    if let Some(ends) = holder.lease_ends {
+        assert!(ends + skew > now, "a live holder's lease ended at {ends:?}");
+    }
+}
+
+/// A writer holds, another waits: the view shows the holder's mode, fence
+/// and owner digest, and the waiter where the engine keeps a queue; once
+/// the holder lets go the waiter holds, and then nobody.
+pub async fn records_show_holders_and_waiters(h: &Harness) {
+    let lock = h.lock("shown").with_lease(LONG_LEASE);
+    let guard = lock.lock().await.expect("lock");
+    let waiting = tokio::spawn({
+        let peer = h.peer_lock("shown");
+        async move {
+            let guard = peer.lock().await.expect("the waiter's lock");
+            let (fence, owner) = (guard.fence(), guard.owner_digest());
+            guard.release().await.expect("release");
+            (fence, owner)
+        }
+    });
+    tokio::time::sleep(SETTLE).await;
+
+    let view = h.peer_lock("shown").inspect().await.expect("inspect");
+    assert_eq!(
+        (view.group.as_str(), view.name.as_str(), view.permits),
+        (h.group.as_str(), "shown", None)
+    );
+    let [holder] = view.holders.as_slice() else {
+        panic!("one holder expected: {view:?}");
+    };
+    assert_plausible(holder);
+    assert_eq!(holder.mode, Mode::Write);
+    assert_eq!(holder.fence, guard.fence());
+    assert_eq!(holder.owner, guard.owner_digest());
+    if h.capabilities().fairness == Fairness::Fifo {
+        let [waiter] = view.waiters.as_slice() else {
+            panic!("one waiter expected: {view:?}");
+        };
+        assert_eq!(waiter.mode, Mode::Write);
+        assert_ne!(waiter.owner, holder.owner);
+        assert!(!waiter.label.is_empty());
+    }
+
+    guard.release().await.expect("release");
+    let (fence, owner) = within(Duration::from_secs(10), "the waiter's turn", waiting)
+        .await
+        .expect("waiter task");
+    assert_ne!(owner, holder.owner, "the waiter's hold is another's");
+    if h.fenced() {
+        assert!(fence > holder.fence);
+    }
+    let after = lock.inspect().await.expect("inspect");
+    assert!(after.is_free(), "nobody holds or waits any more: {after:?}");
+}
+
+/// Readers and a semaphore's permits each show as a holder of their own.
+pub async fn records_show_every_sharing_holder(h: &Harness) {
+    let capabilities = h.capabilities();
+    if capabilities.read {
+        let lock = h.lock("read").with_lease(LONG_LEASE);
+        let (first, second) = (lock.read().await.expect("read"), held_elsewhere_read(&lock).await);
+        let view = h.peer_lock("read").inspect().await.expect("inspect");
+        let mut fences: Vec<u64> = view.holders.iter().map(|r| r.fence).collect();
+        fences.sort_unstable();
+        let mut expected = vec![first.fence(), second.fence()];
+        expected.sort_unstable();
+        assert_eq!(fences, expected, "both readers: {view:?}");
+        assert!(view.holders.iter().all(|r| r.mode == Mode::Read), "{view:?}");
+        view.holders.iter().for_each(assert_plausible);
+        first.release().await.expect("release");
+        second.release().await.expect("release");
+    }
+    if capabilities.semaphore {
+        let semaphore = h.semaphore("permits", 3).with_lease(LONG_LEASE);
+        let (first, second) = (held_elsewhere(&semaphore).await, held_elsewhere(&semaphore).await);
+        let view = h.peer_semaphore("permits", 3).inspect().await.expect("inspect");
+        assert_eq!(view.permits, Some(3), "{view:?}");
+        let mut owners: Vec<&str> = view.holders.iter().map(|r| r.owner.as_str()).collect();
+        owners.sort_unstable();
+        let (a, b) = (first.owner_digest(), second.owner_digest());
+        let mut expected = vec![a.as_str(), b.as_str()];
+        expected.sort_unstable();
+        assert_eq!(owners, expected, "both permits: {view:?}");
+        view.holders.iter().for_each(assert_plausible);
+        let lock_view = h.lock("permits").inspect().await.expect("inspect");
+        assert!(
+            lock_view.is_free(),
+            "the lock of the semaphore's name is another: {lock_view:?}"
+        );
+        first.release().await.expect("release");
+        second.release().await.expect("release");
+    }
+}
+
+/// A read hold in a task of its own: another reader, as another process's.
+async fn held_elsewhere_read(lock: &dlock_core::Lock) -> dlock_core::Guard {
+    let lock = lock.clone();
+    tokio::spawn(async move { lock.read().await.expect("read") })
+        .await
+        .expect("task panicked")
+}
+
+/// A hold made by a raw request, whose owner id the case knows: neither
+/// the view nor its debug form carries the id; the digest stands for it.
+pub async fn records_never_show_an_owner_id(h: &Harness) {
+    let req = raw_request(h, "secret", Mode::Write, false);
+    assert!(
+        matches!(h.engine.acquire(&req).await, Ok(Poll::Held(_))),
+        "the raw hold"
+    );
+    let view = h.lock("secret").inspect().await.expect("inspect");
+    let id = req.owner.to_string();
+    assert!(!format!("{view:?}").contains(&id), "the owner id shows: {view:?}");
+    assert_eq!(view.holders.len(), 1, "{view:?}");
+    assert_eq!(view.holders[0].owner, req.owner.digest());
+    h.engine.release(&req).await.expect("release");
+}
+
+/// A group's listing shows the locks and semaphores held in it, each once,
+/// and none once they are let go.
+pub async fn list_shows_a_groups_held_locks(h: &Harness) {
+    let locks = h.registry.locks(&h.group);
+    let (a, b) = (
+        locks.get("a").with_lease(LONG_LEASE),
+        locks.get("b").with_lease(LONG_LEASE),
+    );
+    let (a, b) = (a.lock().await.expect("a"), b.lock().await.expect("b"));
+    let permit = if h.capabilities().semaphore {
+        Some(held_elsewhere(&h.semaphore("s", 2).with_lease(LONG_LEASE)).await)
+    } else {
+        None
+    };
+    let listed = h.peer.locks(&h.group).list().await.expect("list");
+    let mut names: Vec<(&str, Option<u32>)> = listed.iter().map(|v| (v.name.as_str(), v.permits)).collect();
+    names.sort_unstable();
+    let mut expected = vec![("a", None), ("b", None)];
+    if permit.is_some() {
+        expected.push(("s", Some(2)));
+    }
+    assert_eq!(names, expected, "{listed:?}");
+    assert!(
+        listed.iter().all(|v| v.group == h.group && v.holders.len() == 1),
+        "{listed:?}"
+    );
+    let fence_of = |name: &str| -> u64 { holder_of(&listed, name).fence };
+    assert_eq!((fence_of("a"), fence_of("b")), (a.fence(), b.fence()));
+
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+    if let Some(permit) = permit {
+        permit.release().await.expect("release");
+    }
+    let after = h.peer.locks(&h.group).list().await.expect("list");
+    assert!(after.is_empty(), "nothing held any more: {after:?}");
+}
+
+fn holder_of<'v>(listed: &'v [LockView], name: &str) -> &'v HolderRecord {
+    &listed
+        .iter()
+        .find(|v| v.name == name && v.permits.is_none())
+        .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"))
+        .holders[0]
+}
