@@ -316,11 +316,14 @@ macro_rules! conformance_suite {
         })*
     };
     (@run $harness:ident $case:ident [$($need:ident),*]) => {
-        if true $(&& $harness.has(stringify!($case), $crate::conformance::Need::$need).await)* {
-            // Boxed: the whole list run in one future would overflow a
-            // test thread's stack in a debug build.
-            ::std::boxed::Box::pin($crate::conformance::cases::$case(&$harness)).await;
-        }
+        // Boxed, the checks of what it needs too: the whole list run in one
+        // future would overflow a test thread's stack in a debug build.
+        ::std::boxed::Box::pin(async {
+            if true $(&& $harness.has(stringify!($case), $crate::conformance::Need::$need).await)* {
+                $crate::conformance::cases::$case(&$harness).await;
+            }
+        })
+        .await;
     };
     ($factory:expr) => {
         $crate::conformance_suite! { @list @tests $factory }
