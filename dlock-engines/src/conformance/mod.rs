@@ -115,74 +115,41 @@ impl Harness {
         self.capabilities().fencing != Fencing::None
     }
 
+    /// Checks that `asking` for `what` is refused as `Unsupported`, before
+    /// any engine call.
+    async fn assert_unsupported<T>(&self, what: &str, asking: impl Future<Output = Result<T, Error>>) {
+        let calls = self.faults.calls();
+        let Err(err) = asking.await else {
+            panic!("{what} must be refused");
+        };
+        assert!(
+            matches!(err, Error::Unsupported { .. }),
+            "{what}: expected Unsupported, got {err}"
+        );
+        assert_eq!(self.faults.calls(), calls, "{what}, refused, reached the engine");
+    }
+
     /// Checks that a read of lock `name` is refused as `Unsupported`.
     pub async fn assert_read_refused(&self, name: &str) {
-        let err = self
-            .lock(name)
-            .read()
-            .await
-            .expect_err("read mode must be refused");
-        assert!(
-            matches!(err, Error::Unsupported { .. }),
-            "expected Unsupported, got {err}"
-        );
+        self.assert_unsupported("a read", self.lock(name).read()).await;
     }
 
-    /// Checks that a semaphore `name` is refused as `Unsupported`, before
-    /// any engine call.
+    /// Checks that a semaphore `name` is refused as `Unsupported`.
     pub async fn assert_semaphore_refused(&self, name: &str) {
-        let calls = self.faults.calls();
-        let err = self
-            .semaphore(name, 2)
-            .acquire()
-            .await
-            .expect_err("a semaphore must be refused");
-        assert!(
-            matches!(err, Error::Unsupported { .. }),
-            "expected Unsupported, got {err}"
-        );
-        assert_eq!(
-            self.faults.calls(),
-            calls,
-            "a refused semaphore reached the engine"
-        );
+        self.assert_unsupported("a semaphore", self.semaphore(name, 2).acquire())
+            .await;
     }
 
-    /// Checks that inspecting lock `name` is refused as `Unsupported`,
-    /// before any engine call.
+    /// Checks that inspecting lock `name` is refused as `Unsupported`.
     pub async fn assert_records_refused(&self, name: &str) {
-        let calls = self.faults.calls();
-        let err = self
-            .lock(name)
-            .inspect()
-            .await
-            .expect_err("inspecting must be refused");
-        assert!(
-            matches!(err, Error::Unsupported { .. }),
-            "expected Unsupported, got {err}"
-        );
-        assert_eq!(
-            self.faults.calls(),
-            calls,
-            "a refused inspection reached the engine"
-        );
+        self.assert_unsupported("inspecting a lock", self.lock(name).inspect())
+            .await;
     }
 
-    /// Checks that listing this case's group is refused as `Unsupported`,
-    /// before any engine call.
+    /// Checks that listing this case's group is refused as `Unsupported`.
     pub async fn assert_listing_refused(&self) {
-        let calls = self.faults.calls();
-        let err = self
-            .registry
-            .locks(&self.group)
-            .list()
-            .await
-            .expect_err("listing must be refused");
-        assert!(
-            matches!(err, Error::Unsupported { .. }),
-            "expected Unsupported, got {err}"
-        );
-        assert_eq!(self.faults.calls(), calls, "a refused listing reached the engine");
+        let locks = self.registry.locks(&self.group);
+        self.assert_unsupported("listing a group", locks.list()).await;
     }
 
     /// Whether the engine has what `case` needs; if not, says so. A case
