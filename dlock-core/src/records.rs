@@ -77,17 +77,6 @@ impl OwnerId {
     }
 }
 
-/// This process's label where no `client_name` is set: `<host name>:<pid>`.
-pub fn process_label() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,10 +90,5 @@ mod tests {
         assert!(!owner.to_string().contains(&digest));
         assert_eq!(digest, owner.digest(), "the same id, the same digest");
         assert_ne!(digest, OwnerId::random().digest());
-    }
-
-    #[test]
-    fn the_process_label_names_the_pid() {
-        assert!(process_label().ends_with(&format!(":{}", std::process::id())));
     }
 }

@@ -176,6 +176,17 @@ impl TlsFiles {
     }
 }
 
+/// This process's label where no `client_name` is set: `<host name>:<pid>`.
+pub fn process_label() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +246,10 @@ mod tests {
             )
             .contains("secret")
         );
+    }
+
+    #[test]
+    fn the_process_label_names_the_pid() {
+        assert!(super::process_label().ends_with(&format!(":{}", std::process::id())));
     }
 }

@@ -44,7 +44,7 @@ mod kinds;
 pub mod session;
 mod waiters;
 
-pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem};
+pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem, process_label};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,
@@ -54,7 +54,6 @@ pub use kinds::Kinds;
 pub use waiters::Waiters;
 
 pub use crate::key::{KeyHasher, KeyHashing, percent_escape};
-pub use crate::records::process_label;
 /// Re-exported so that engines share the core's version.
 pub use async_trait::async_trait;
 
