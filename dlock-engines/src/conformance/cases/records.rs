@@ -7,7 +7,7 @@ use dlock_core::kit::{Fairness, Poll};
 use dlock_core::{HolderRecord, LockView, Mode};
 
 use super::semaphore::held_elsewhere;
-use super::{LONG_LEASE, SETTLE, raw_request, within};
+use super::{LONG_LEASE, raw_request, until_queued, within};
 use crate::conformance::Harness;
 
 /// Checks what every holder record must say: a label, a time granted in
@@ -33,6 +33,7 @@ fn assert_plausible(holder: &HolderRecord) {
 pub async fn records_show_holders_and_waiters(h: &Harness) {
     let lock = h.lock("shown").with_lease(LONG_LEASE);
     let guard = lock.lock().await.expect("lock");
+    let queued = h.queued();
     let waiting = tokio::spawn({
         let peer = h.peer_lock("shown");
         async move {
@@ -42,7 +43,7 @@ pub async fn records_show_holders_and_waiters(h: &Harness) {
             (fence, owner)
         }
     });
-    tokio::time::sleep(SETTLE).await;
+    until_queued(h, queued + 1).await;
 
     let view = h.peer_lock("shown").inspect().await.expect("inspect");
     assert_eq!(
