@@ -85,7 +85,7 @@ impl Locks {
     /// let listed = invoices.list().await?;
     /// assert_eq!(listed.len(), 1);
     /// assert_eq!(listed[0].name, "2026-001");
-    /// assert_eq!(listed[0].holders[0].fence, guard.fence());
+    /// assert_eq!(listed[0].holders[0].fence, Some(guard.fence()));
     /// guard.release().await
     /// # }
     /// ```
@@ -238,7 +238,7 @@ impl Lock {
     /// let view = lock.inspect().await?;
     /// assert_eq!(view.holders.len(), 1);
     /// assert_eq!(view.holders[0].mode, dlock::Mode::Read);
-    /// assert_eq!(view.holders[0].owner, guard.owner_digest());
+    /// assert_eq!(view.holders[0].owner, Some(guard.owner_digest()));
     /// guard.release().await?;
     /// assert!(lock.inspect().await?.is_free());
     /// # Ok(())

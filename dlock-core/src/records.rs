@@ -31,36 +31,39 @@ impl LockView {
     }
 }
 
-/// One hold.
+/// One hold. A field the engine cannot tell is `None`: a hold made by
+/// another client of the same layout (Curator on ZooKeeper, `etcdctl lock`
+/// on etcd) carries no dlock label or owner; a dlock hold always has its
+/// label, fence, since and owner digest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderRecord {
     /// The holding process's label: its `client_name`, by default
     /// `<host name>:<pid>`.
-    pub label: String,
+    pub label: Option<String>,
     /// Read or write; a permit is `Write`.
     pub mode: Mode,
     /// The hold's fencing token.
-    pub fence: u64,
+    pub fence: Option<u64>,
     /// When it was granted, by the server's clock where it has one.
-    pub since: SystemTime,
+    pub since: Option<SystemTime>,
     /// When its lease ends unless renewed; `None` where the hold ends with
     /// a session or connection instead.
     pub lease_ends: Option<SystemTime>,
     /// A short digest of the owner id (see [`OwnerId::digest`]).
-    pub owner: String,
+    pub owner: Option<String>,
 }
 
-/// One waiting request.
+/// One waiting request; `None` as for [`HolderRecord`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WaiterRecord {
     /// The waiting process's label.
-    pub label: String,
+    pub label: Option<String>,
     /// What it waits for.
     pub mode: Mode,
     /// When it joined the line.
-    pub since: SystemTime,
+    pub since: Option<SystemTime>,
     /// A short digest of the owner id.
-    pub owner: String,
+    pub owner: Option<String>,
 }
 
 impl OwnerId {

@@ -416,18 +416,18 @@ impl MemoryEngine {
     fn view(&self, key: &LockKey, state: &LockState, now: Instant, wall: SystemTime) -> LockView {
         let live = state.writer.iter().chain(&state.shared).filter(|h| h.expires > now);
         let holders = live.map(|h| HolderRecord {
-            label: self.label.clone(),
+            label: Some(self.label.clone()),
             mode: h.mode,
-            fence: h.fence,
-            since: h.since,
+            fence: Some(h.fence),
+            since: Some(h.since),
             lease_ends: Some(wall + h.expires.saturating_duration_since(now)),
-            owner: h.owner.digest(),
+            owner: Some(h.owner.digest()),
         });
         let waiters = state.queue.by_ticket.values().map(|w| WaiterRecord {
-            label: self.label.clone(),
+            label: Some(self.label.clone()),
             mode: w.mode,
-            since: w.since,
-            owner: w.owner.digest(),
+            since: Some(w.since),
+            owner: Some(w.owner.digest()),
         });
         LockView {
             group: key.group().to_owned(),
