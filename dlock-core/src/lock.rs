@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{Settings, Wait};
-use crate::kit::{EngineError, Records, within};
+use crate::kit::{Records, within};
 use crate::registry::{Group, Registry};
 use crate::{Error, Guard, LockKey, LockView, Mode, acquire};
 
@@ -97,16 +97,7 @@ impl Locks {
         let until = Instant::now() + group.settings.call_timeout;
         within(until, group.engine.list(&group.name))
             .await
-            .map_err(|error| Error::Listing {
-                engine: group.engine_name.to_string(),
-                kind: group.engine.kind(),
-                address: group.engine.address(),
-                group: group.name.to_string(),
-                source: match error {
-                    EngineError::Failed(source) => source,
-                    other => other.into(),
-                },
-            })
+            .map_err(|error| group.listing_error(error))
     }
 
     /// The semaphore named `name` in this group, admitting `permits`

@@ -45,6 +45,20 @@ impl Group {
         }
     }
 
+    /// Names this group's engine, its address and the group in a failed listing.
+    pub fn listing_error(&self, error: EngineError) -> Error {
+        Error::Listing {
+            engine: self.engine_name.to_string(),
+            kind: self.engine.kind(),
+            address: self.engine.address(),
+            group: self.name.to_string(),
+            source: match error {
+                EngineError::Failed(source) => source,
+                other => other.into(),
+            },
+        }
+    }
+
     pub fn unsupported(&self, feature: String) -> Error {
         Error::Unsupported {
             engine: self.engine_name.to_string(),

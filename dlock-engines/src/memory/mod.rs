@@ -382,16 +382,12 @@ impl Engine for MemoryEngine {
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let locks = self.locks();
         let (now, wall) = (Instant::now(), SystemTime::now());
-        Ok(match locks.by_key.get(&(key.clone(), permits.is_some())) {
-            Some(state) => self.view(key, state, now, wall),
-            None => LockView {
-                group: key.group().to_owned(),
-                name: key.name().to_owned(),
-                permits,
-                holders: Vec::new(),
-                waiters: Vec::new(),
-            },
-        })
+        let idle = LockState {
+            permits,
+            ..LockState::default()
+        };
+        let state = locks.by_key.get(&(key.clone(), permits.is_some())).unwrap_or(&idle);
+        Ok(self.view(key, state, now, wall))
     }
 
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {

@@ -50,6 +50,17 @@ async fn free_now(trying: impl Future<Output = Result<Option<Guard>, Error>> + S
     .expect("task panicked")
 }
 
+/// The guard `acquiring` gets in a task of its own: a hold that is not
+/// this task's reentry, as another holder in this process would have it.
+async fn in_a_task_of_its_own(
+    acquiring: impl Future<Output = Result<Guard, Error>> + Send + 'static,
+) -> Guard {
+    tokio::spawn(acquiring)
+        .await
+        .expect("task panicked")
+        .expect("acquire")
+}
+
 async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
     timeout(limit, fut)
         .await

@@ -7,7 +7,7 @@ use dlock_core::kit::{Fairness, Poll};
 use dlock_core::{HolderRecord, LockView, Mode};
 
 use super::semaphore::held_elsewhere;
-use super::{LONG_LEASE, raw_request, until_queued, within};
+use super::{LONG_LEASE, in_a_task_of_its_own, raw_request, until_queued, within};
 use crate::conformance::Harness;
 
 /// Checks what a dlock holder's record must say: a label, a fence, an
@@ -91,7 +91,11 @@ pub async fn records_show_every_sharing_holder(h: &Harness) {
     let capabilities = h.capabilities();
     if capabilities.read {
         let lock = h.lock("read").with_lease(LONG_LEASE);
-        let (first, second) = (lock.read().await.expect("read"), held_elsewhere_read(&lock).await);
+        let other = lock.clone();
+        let (first, second) = (
+            lock.read().await.expect("read"),
+            in_a_task_of_its_own(async move { other.read().await }).await,
+        );
         let view = h.peer_lock("read").inspect().await.expect("inspect");
         let mut fences: Vec<Option<u64>> = view.holders.iter().map(|r| r.fence).collect();
         fences.sort_unstable();
@@ -122,14 +126,6 @@ pub async fn records_show_every_sharing_holder(h: &Harness) {
         first.release().await.expect("release");
         second.release().await.expect("release");
     }
-}
-
-/// A read hold in a task of its own: another reader, as another process's.
-async fn held_elsewhere_read(lock: &dlock_core::Lock) -> dlock_core::Guard {
-    let lock = lock.clone();
-    tokio::spawn(async move { lock.read().await.expect("read") })
-        .await
-        .expect("task panicked")
 }
 
 /// A hold made by a raw request, whose owner id the case knows: neither

@@ -10,8 +10,8 @@ use dlock_core::{Error, Guard, Mode, Semaphore};
 use tokio::sync::Barrier;
 
 use super::{
-    Asking, LONG_LEASE, Queue, a_waiter_keeps_its_turn, cut_off_holder_learns_it_lost, free_now, raw_request,
-    served_after_abandoned, within,
+    Asking, LONG_LEASE, Queue, a_waiter_keeps_its_turn, cut_off_holder_learns_it_lost, free_now,
+    in_a_task_of_its_own, raw_request, served_after_abandoned, within,
 };
 use crate::conformance::{Harness, Occupancy};
 
@@ -26,9 +26,7 @@ async fn permit_available(semaphore: &Semaphore) -> bool {
 /// reentry: what another holder in this process looks like.
 pub(super) async fn held_elsewhere(semaphore: &Semaphore) -> Guard {
     let semaphore = semaphore.clone();
-    tokio::spawn(async move { semaphore.acquire().await.expect("acquire") })
-        .await
-        .expect("task panicked")
+    in_a_task_of_its_own(async move { semaphore.acquire().await }).await
 }
 
 /// A raw request for a permit of `name`, as a peer process would make it.
