@@ -72,6 +72,27 @@ async fn a_good_file_routes_groups_and_applies_overrides() {
     guard.release().await.expect("release");
 }
 
+/// A label set in `[defaults]` is every engine's unless the engine's own
+/// table names another; either is what the holder records carry.
+#[tokio::test]
+async fn client_name_labels_the_holder_records() {
+    let registry = build(
+        "[defaults]\nengine = \"a\"\nclient_name = \"billing-7\"\n\
+         [engines.a]\nkind = \"memory\"\n\
+         [engines.b]\nkind = \"memory\"\nclient_name = \"reports\"\n\
+         [groups.other]\nengine = \"b\"",
+    )
+    .await
+    .expect("build");
+    for (group, label) in [("order", "billing-7"), ("other", "reports")] {
+        let lock = registry.locks(group).get("1");
+        let guard = lock.lock().await.expect("lock");
+        let view = lock.inspect().await.expect("inspect");
+        assert_eq!(view.holders[0].label.as_deref(), Some(label), "{view:?}");
+        guard.release().await.expect("release");
+    }
+}
+
 #[tokio::test]
 async fn an_empty_config_serves_from_the_memory_engine() {
     let registry = build("").await.expect("empty config");
@@ -251,9 +272,14 @@ async fn bad_engine_settings_fail_naming_the_field() {
             "",
         ),
         (
-            "[engines.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nclient_name = \"billing\"",
+            "[engines.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nclient_name = \"bill\\ting\"",
             "engines.r.client_name",
-            "does not name its connections",
+            "control character",
+        ),
+        (
+            "[defaults]\nclient_name = \"\"\n[engines.r]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"",
+            "defaults.client_name",
+            "is empty",
         ),
         (
             "[engines.zk]\nkind = \"zookeeper\"\nconect = \"127.0.0.1:2181\"",

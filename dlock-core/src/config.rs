@@ -111,6 +111,10 @@ pub struct Defaults {
     /// moves again (hand the task a share instead; see `Share`).
     #[serde(with = "humantime_serde")]
     pub deadlock_warning: Duration,
+    /// The label every engine's holds carry in its records, unless the
+    /// engine's own `client_name` says otherwise; default: `<host>:<pid>`.
+    /// Each engine's table is given it as `client_name`.
+    pub client_name: Option<String>,
 }
 
 /// How long an acquisition waits for the lock.
@@ -170,6 +174,7 @@ impl Default for Defaults {
             queue: Queue::Local,
             call_timeout: Duration::from_secs(5),
             deadlock_warning: Duration::from_secs(10),
+            client_name: None,
         }
     }
 }
@@ -356,6 +361,9 @@ impl Config {
         if d.call_timeout.is_zero() {
             return Err(Error::config("defaults.call_timeout", "must be more than zero"));
         }
+        if let Some(label) = &d.client_name {
+            check_label(label).map_err(|problem| Error::config("defaults.client_name", problem))?;
+        }
         for (name, engine) in &self.engines {
             if name.is_empty() {
                 return Err(Error::config("engines", "an engine name is empty"));
@@ -485,6 +493,26 @@ fn env_value(text: &str) -> toml::Value {
         .ok()
         .and_then(|mut t| t.remove("v"))
         .unwrap_or_else(|| toml::Value::String(text.to_owned()))
+}
+
+/// The longest label, in bytes: what PostgreSQL keeps of an
+/// `application_name`.
+pub const LABEL_MAX: usize = 63;
+
+/// Why `label` cannot be a label, if it cannot: records store it among
+/// fields split at spaces, tabs, new lines or NULs, so a label is one line
+/// of printable characters, not empty, at most [`LABEL_MAX`] bytes.
+pub fn check_label(label: &str) -> Result<(), String> {
+    if label.trim().is_empty() {
+        return Err("is empty".to_owned());
+    }
+    if label.len() > LABEL_MAX {
+        return Err(format!("is {} bytes long; at most {LABEL_MAX} are kept", label.len()));
+    }
+    if label.chars().any(char::is_control) {
+        return Err("has a control character (a tab, a new line, ...); a label is one printable line".to_owned());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

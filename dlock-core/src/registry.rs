@@ -119,6 +119,11 @@ impl Registry {
             };
             configured.insert(IMPLICIT_ENGINE.to_owned(), memory);
         }
+        if let Some(label) = &config.defaults.client_name {
+            for engine in configured.values_mut() {
+                engine.settings.entry("client_name").or_insert_with(|| label.clone().into());
+            }
+        }
         // Every kind is checked before anything connects, so a typo fails at once.
         for (name, engine) in &configured {
             kinds.check(name, engine)?;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config::{LABEL_MAX, check_label};
 use crate::{BoxError, Error};
 
 /// An engine being built: its name in the config and its kind.
@@ -64,25 +65,23 @@ pub struct ClientSettings {
     /// How long connecting to a server may take before startup fails.
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// How this process names itself to servers that show client names
-    /// to their operators (PostgreSQL's `application_name`).
+    /// How this process names itself in holder records, and to servers
+    /// that show client names to their operators (PostgreSQL's
+    /// `application_name`); default: [`process_label`].
     #[serde(default)]
     pub client_name: Option<String>,
 }
 
 impl ClientSettings {
-    /// For an engine whose server shows no client names: a `client_name`
-    /// set anyway is refused, not ignored.
-    pub fn unnamed(&self, at: &Connecting<'_>) -> Result<(), Error> {
+    /// The label this engine's holds and waiters carry: `client_name`, or
+    /// else [`process_label`]. One that a record could not carry intact is
+    /// refused, naming the field.
+    pub fn label(&self, at: &Connecting<'_>) -> Result<String, Error> {
         match &self.client_name {
-            Some(_) => Err(at.bad(
-                "client_name",
-                format!(
-                    "the {} engine does not name its connections (postgres does)",
-                    at.kind
-                ),
-            )),
-            None => Ok(()),
+            Some(name) => check_label(name)
+                .map(|()| name.clone())
+                .map_err(|problem| at.bad("client_name", problem)),
+            None => Ok(process_label()),
         }
     }
 
@@ -176,15 +175,21 @@ impl TlsFiles {
     }
 }
 
-/// This process's label where no `client_name` is set: `<host name>:<pid>`.
+/// This process's label where no `client_name` is set: `<host name>:<pid>`,
+/// the host name cut to fit [`LABEL_MAX`].
 pub fn process_label() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+        .filter(|h| !h.is_empty() && check_label(h).is_ok())
         .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
+    let pid = format!(":{}", std::process::id());
+    let mut cut = LABEL_MAX - pid.len();
+    while !host.is_char_boundary(cut.min(host.len())) {
+        cut -= 1;
+    }
+    format!("{}{pid}", &host[..cut.min(host.len())])
 }
 
 #[cfg(test)]
@@ -250,6 +255,24 @@ mod tests {
 
     #[test]
     fn the_process_label_names_the_pid() {
-        assert!(super::process_label().ends_with(&format!(":{}", std::process::id())));
+        let label = process_label();
+        assert!(label.ends_with(&format!(":{}", std::process::id())));
+        assert_eq!(check_label(&label), Ok(()));
+    }
+
+    #[test]
+    fn a_label_is_one_short_printable_line() {
+        let at = Connecting { name: "r", kind: "redis" };
+        let named = |name: &str| ClientSettings {
+            client_name: Some(name.to_owned()),
+            ..ClientSettings::default()
+        };
+        assert_eq!(named("billing-7").label(&at).expect("label"), "billing-7");
+        for bad in ["", "  ", "a\tb", "a\nb", "a\0b", &"x".repeat(LABEL_MAX + 1)] {
+            let Err(Error::Config { field, .. }) = named(bad).label(&at) else {
+                panic!("{bad:?} taken as a label");
+            };
+            assert_eq!(field, "engines.r.client_name");
+        }
     }
 }

@@ -51,6 +51,12 @@ impl OwnerId {
     pub fn as_u128(self) -> u128 {
         self.0
     }
+
+    /// The id [`as_u128`](Self::as_u128) gave, read back from a server's
+    /// records: to [`digest`](Self::digest) it, never to show it.
+    pub fn from_u128(bits: u128) -> Self {
+        OwnerId(bits)
+    }
 }
 
 impl std::fmt::Display for OwnerId {

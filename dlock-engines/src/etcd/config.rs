@@ -74,7 +74,7 @@ impl EtcdEngine {
     /// Connects engine `name` (for error messages) and grants its lease.
     pub async fn connect(name: &str, config: &EtcdConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "etcd" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         if config.endpoints.is_empty() || config.endpoints.iter().any(|e| e.trim().is_empty()) {
             return Err(at.bad("endpoints", "name at least one host:port, none empty"));
         }

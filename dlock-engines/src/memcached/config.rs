@@ -37,7 +37,7 @@ impl MemcachedEngine {
     /// Connects engine `name` (for error messages).
     pub async fn connect(name: &str, config: &MemcachedConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "memcached" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         if config.address.trim().is_empty() {
             return Err(at.bad("address", "name the server as host:port"));
         }

@@ -439,8 +439,20 @@ impl MemoryEngine {
 pub fn register(kinds: &mut dlock_core::kit::Kinds) {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct NoSettings {}
-    kinds.register("memory", |_, _: NoSettings| async { Ok(MemoryEngine::new()) });
+    struct MemorySettings {
+        /// The label of this process's holds; default `<host>:<pid>`.
+        client_name: Option<String>,
+    }
+    kinds.register("memory", |name: String, settings: MemorySettings| async move {
+        let mut engine = MemoryEngine::new();
+        if let Some(label) = settings.client_name {
+            dlock_core::kit::check_label(&label).map_err(|problem| {
+                dlock_core::kit::Connecting { name: &name, kind: "memory" }.bad("client_name", problem)
+            })?;
+            engine.label = label;
+        }
+        Ok(engine)
+    });
 }
 
 #[cfg(test)]

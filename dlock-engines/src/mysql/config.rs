@@ -51,7 +51,7 @@ impl MysqlEngine {
     /// makes the table if missing, and checks this user may use it.
     pub async fn connect(name: &str, config: &MysqlConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "mysql" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         let opts = Opts::from_url(&config.url).map_err(|e| {
             at.bad(
                 "url",

@@ -24,7 +24,8 @@ pub struct PostgresConfig {
     #[serde(default = "default_schema")]
     pub schema: String,
     /// `connect_timeout` bounds opening each connection; `client_name` is
-    /// the sessions' `application_name` (else the URL's, else `dlock`).
+    /// the sessions' `application_name` (else the URL's, else the process
+    /// label).
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -62,14 +63,9 @@ impl PostgresEngine {
             )
         })?;
         pg.connect_timeout(config.client.connect_timeout);
-        match &config.client.client_name {
-            Some(client) => {
-                pg.application_name(client);
-            }
-            None if pg.get_application_name().is_none() => {
-                pg.application_name("dlock");
-            }
-            None => {}
+        let label = config.client.label(&at)?;
+        if config.client.client_name.is_some() || pg.get_application_name().is_none() {
+            pg.application_name(&label);
         }
         let address = address_of(&pg);
         let unavailable = |e: EngineError| at.unreachable(&address, e);

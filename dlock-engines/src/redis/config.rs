@@ -141,7 +141,7 @@ impl RedisEngine {
     /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         let client = client(&at, config)?;
         let target = Target {
@@ -158,7 +158,7 @@ impl RedisEngine {
     /// Connects Redis Cluster engine `name` through its seed nodes.
     pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-cluster" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
@@ -176,7 +176,7 @@ impl RedisEngine {
     /// Connects Sentinel engine `name` to the primary its sentinels name.
     pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-sentinel" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.sentinels.is_empty() {
             return Err(at.bad("sentinels", "name at least one sentinel"));

@@ -72,7 +72,7 @@ impl RedLockEngine {
     /// unless a majority answers.
     pub async fn connect(name: &str, config: &RedLockConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redlock" };
-        config.client.unnamed(&at)?;
+        config.client.label(&at)?;
         if config.masters.len() < 3 {
             return Err(at.bad(
                 "masters",
