@@ -140,6 +140,102 @@ async fn a_dead_reader_expires_on_its_own_while_others_renew() {
     );
 }
 
+/// A dead reader's record goes with its hold: the view shows the live
+/// reader alone, and the next script to drop the dead drops its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_readers_record_goes_with_it() {
+    let server = start();
+    let engine = engine(&server).await;
+    let dead = request("records", "r", Mode::Read, Duration::from_millis(300), false);
+    let live = request("records", "r", Mode::Read, Duration::from_secs(10), false);
+    assert!(matches!(engine.acquire(&dead).await, Ok(Poll::Held(_))));
+    assert!(matches!(engine.acquire(&live).await, Ok(Poll::Held(_))));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let view = engine.inspect(&live.key, None).await.expect("inspect");
+    let owners: Vec<_> = view.holders.iter().map(|h| h.owner.clone()).collect();
+    assert_eq!(owners, [Some(live.owner.digest())], "{view:?}");
+    let writer = request("records", "r", Mode::Write, Duration::from_secs(10), true);
+    assert!(matches!(engine.acquire(&writer).await, Ok(Poll::Waiting(_))));
+    let mut raw = raw(&server).await;
+    let kept: Vec<String> = redis::cmd("HKEYS")
+        .arg("{dlock:records:r}:i")
+        .query_async(&mut raw)
+        .await
+        .expect("hkeys");
+    let mut expected = vec![live.owner.to_string(), writer.owner.to_string()];
+    expected.sort();
+    let mut kept = kept;
+    kept.sort();
+    assert_eq!(kept, expected, "the records kept");
+    engine.cancel(&writer).await.expect("cancel");
+    assert!(engine.release(&live).await.expect("release"));
+}
+
+/// A hold or a waiter from a dlock that kept no records shows with what
+/// the layout tells (mode, fence, lease, owner digest) and no label; a
+/// handoff to such a waiter writes it as it expects, its id alone; this
+/// process's holds carry its `client_name`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_without_records_show_what_is_known() {
+    let server = start();
+    let config = RedisConfig {
+        client: ClientSettings {
+            client_name: Some("billing 7".into()),
+            ..config(&server).client
+        },
+        ..config(&server)
+    };
+    let engine = Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"));
+    let mut raw = raw(&server).await;
+    let old = dlock::kit::OwnerId::random();
+    let gate = format!("{:014x}{:011x}~{old}", 7, 1000);
+    let _: () = redis::cmd("SET")
+        .arg("{dlock:old:a}:w")
+        .arg(&gate)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw)
+        .await
+        .expect("set");
+    let view = engine
+        .inspect(&LockKey::new("old", "a").expect("key"), None)
+        .await
+        .expect("inspect");
+    let [holder] = view.holders.as_slice() else {
+        panic!("{view:?}")
+    };
+    assert_eq!(
+        (holder.label.as_deref(), holder.since, holder.fence),
+        (None, None, Some(7))
+    );
+    assert_eq!(holder.owner, Some(old.digest()));
+
+    let mine = request("old", "b", Mode::Write, Duration::from_secs(10), false);
+    assert!(matches!(engine.acquire(&mine).await, Ok(Poll::Held(_))));
+    let view = engine.inspect(&mine.key, None).await.expect("inspect");
+    assert_eq!(view.holders[0].label.as_deref(), Some("billing 7"), "{view:?}");
+    // An older dlock's waiter: queued as any, without a record.
+    let waiter = request("old", "b", Mode::Write, Duration::from_secs(10), true);
+    assert!(matches!(engine.acquire(&waiter).await, Ok(Poll::Waiting(_))));
+    let _: () = redis::cmd("HDEL")
+        .arg("{dlock:old:b}:i")
+        .arg(waiter.owner.to_string())
+        .query_async(&mut raw)
+        .await
+        .expect("hdel");
+    assert!(engine.release(&mine).await.expect("release"));
+    let gate: String = redis::cmd("GET")
+        .arg("{dlock:old:b}:w")
+        .query_async(&mut raw)
+        .await
+        .expect("get");
+    assert_eq!(
+        gate[26..],
+        waiter.owner.to_string(),
+        "handed over as an older dlock reads it: {gate}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_queued_readers_are_admitted_on_one_notification() {
     let server = start();

@@ -169,6 +169,24 @@ pub fn percent_escape(text: &str, escape: impl Fn(char) -> bool, out: &mut Strin
     }
 }
 
+/// The text [`percent_escape`] wrote, back; `None` if `escaped` is not
+/// such text (a `%` without two hex digits, or bytes that are not UTF-8).
+pub fn percent_unescape(escaped: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(escaped.len());
+    let mut rest = escaped.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let digits = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(digits, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
 /// Long names are cut in messages so a 10 KB key does not flood a log line.
 fn shorten(text: &str) -> String {
     const SHOWN: usize = 64;
@@ -194,6 +212,18 @@ impl fmt::Debug for LockKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unescaping_gives_back_what_escaping_wrote() {
+        for text in ["plain", "a:b%c", "{ü}", "%%", ""] {
+            let mut out = String::new();
+            percent_escape(text, |c| matches!(c, ':' | '{' | '}' | 'ü'), &mut out);
+            assert_eq!(percent_unescape(&out).as_deref(), Some(text), "{out}");
+        }
+        for bad in ["%", "%4", "%zz", "%FF"] {
+            assert_eq!(percent_unescape(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn rejects_empty_and_oversized_parts() {

@@ -54,7 +54,7 @@ pub use engine::{
 pub use kinds::Kinds;
 pub use waiters::Waiters;
 
-pub use crate::key::{KeyHasher, KeyHashing, percent_escape};
+pub use crate::key::{KeyHasher, KeyHashing, percent_escape, percent_unescape};
 /// Re-exported so that engines share the core's version.
 pub use async_trait::async_trait;
 

@@ -141,10 +141,10 @@ impl RedisEngine {
     /// Connects single-server engine `name` (for error messages).
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis" };
-        config.client.label(&at)?;
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         let client = client(&at, config)?;
         let target = Target {
+            label: config.client.label(&at)?,
             at,
             address: client.get_connection_info().addr().to_string(),
             timeout: config.client.connect_timeout,
@@ -158,12 +158,12 @@ impl RedisEngine {
     /// Connects Redis Cluster engine `name` through its seed nodes.
     pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-cluster" };
-        config.client.label(&at)?;
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
         }
         let target = Target {
+            label: config.client.label(&at)?,
             at,
             address: config.nodes.join(","),
             timeout: config.client.connect_timeout,
@@ -176,7 +176,6 @@ impl RedisEngine {
     /// Connects Sentinel engine `name` to the primary its sentinels name.
     pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis-sentinel" };
-        config.client.label(&at)?;
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.sentinels.is_empty() {
             return Err(at.bad("sentinels", "name at least one sentinel"));
@@ -223,6 +222,7 @@ impl RedisEngine {
         let sentinel = builder.build().map_err(|e| at.bad("sentinels", e.to_string()))?;
         let timeout = config.client.connect_timeout;
         let target = Target {
+            label: config.client.label(&at)?,
             at,
             address: format!(
                 "{} (sentinels {})",

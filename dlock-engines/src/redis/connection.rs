@@ -14,6 +14,7 @@ use dlock_core::kit::Connecting;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::SentinelClient;
 use redis::{
     Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, Pipeline, RedisFuture, RedisResult,
@@ -57,6 +58,66 @@ impl ConnectionLike for Connection {
             Connection::Cluster(c) => c.get_db(),
             Connection::Sentinel(_) => 0,
         }
+    }
+}
+
+impl Connection {
+    /// Every key matching `pattern`, by `SCAN`: on a cluster, on every
+    /// primary in turn, since each holds only its own slots' keys.
+    pub async fn scan(&self, pattern: &str) -> RedisResult<Vec<String>> {
+        let Connection::Cluster(cluster) = self else {
+            let connection = self.clone();
+            return scan_with(pattern, |cmd| {
+                let mut connection = connection.clone();
+                async move { cmd.query_async(&mut connection).await }
+            })
+            .await;
+        };
+        let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let slots = cluster.clone().route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), any).await?;
+        // Each range: [start, end, [host, port, id, ...] of its primary, replicas...].
+        let mut primaries: Vec<(String, u16)> = Vec::new();
+        for range in redis::from_redis_value::<Vec<Vec<Value>>>(slots)? {
+            if let Some(node) = range.into_iter().nth(2) {
+                let (host, port): (String, u16) = match redis::from_redis_value::<Vec<Value>>(node)?.as_slice() {
+                    [host, port, ..] => (redis::from_redis_value_ref(host)?, redis::from_redis_value_ref(port)?),
+                    _ => continue,
+                };
+                if !primaries.contains(&(host.clone(), port)) {
+                    primaries.push((host, port));
+                }
+            }
+        }
+        let mut keys = Vec::new();
+        for (host, port) in primaries {
+            let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            keys.extend(
+                scan_with(pattern, |cmd| {
+                    let (mut cluster, node) = (cluster.clone(), node.clone());
+                    async move { cluster.route_command(cmd, node).await }
+                })
+                .await?,
+            );
+        }
+        Ok(keys)
+    }
+}
+
+/// `SCAN` from start to end, each step sent by `send`.
+async fn scan_with<F: Future<Output = RedisResult<Value>>>(
+    pattern: &str,
+    mut send: impl FnMut(Cmd) -> F,
+) -> RedisResult<Vec<String>> {
+    let (mut keys, mut cursor) = (Vec::new(), 0_u64);
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+        let (next, found): (u64, Vec<String>) = redis::from_redis_value(send(cmd).await?)?;
+        keys.extend(found);
+        if next == 0 {
+            return Ok(keys);
+        }
+        cursor = next;
     }
 }
 
@@ -211,6 +272,8 @@ fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
 /// An engine connecting to `address`, each step given `timeout`.
 pub(crate) struct Target<'a> {
     pub at: Connecting<'a>,
+    /// The label the engine's holder records carry.
+    pub label: String,
     pub address: String,
     pub timeout: Duration,
 }

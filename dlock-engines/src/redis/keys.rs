@@ -2,7 +2,7 @@
 //! keys sit in one Redis Cluster slot and one Lua script can change them all.
 
 use dlock_core::LockKey;
-use dlock_core::kit::percent_escape;
+use dlock_core::kit::{percent_escape, percent_unescape};
 
 /// `{dlock:<group>:<name>}` with `%`, `:`, `{` and `}` percent-escaped: a
 /// brace in a user's name cannot end the tag early, and ("g:a", "b") cannot
@@ -32,6 +32,38 @@ pub(crate) fn channel(record: &str, engine: &str) -> String {
     format!("{base}:n:{engine}")
 }
 
+/// The `SCAN` pattern of every record in `group`: a lock's gate or a
+/// semaphore's record, `{dlock:<group>:*}:[ws]`, the escaped group's glob
+/// characters escaped once more.
+pub(crate) fn records_of(group: &str) -> String {
+    let mut escaped = String::new();
+    escape_into(group, &mut escaped);
+    let mut out = String::with_capacity(escaped.len() + 16);
+    out.push_str("{dlock:");
+    for c in escaped.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push_str(":*}:[ws]");
+    out
+}
+
+/// The name of the lock or semaphore (true) whose record in `group`
+/// is `record`, as [`records_of`] finds it.
+pub(crate) fn name_of(record: &str, group: &str) -> Option<(String, bool)> {
+    let mut head = String::from("{dlock:");
+    escape_into(group, &mut head);
+    head.push(':');
+    let rest = record.strip_prefix(&head)?;
+    let (name, semaphore) = match rest.strip_suffix("}:w") {
+        Some(name) => (name, false),
+        None => (rest.strip_suffix("}:s")?, true),
+    };
+    Some((percent_unescape(name)?, semaphore))
+}
+
 fn escape_into(text: &str, out: &mut String) {
     percent_escape(text, |c| matches!(c, ':' | '{' | '}'), out);
 }
@@ -53,5 +85,15 @@ mod tests {
         let k = key("}{", "}}");
         assert_eq!(k.matches('}').count(), 1);
         assert!(k.ends_with('}'));
+    }
+
+    #[test]
+    fn a_groups_records_are_found_and_named() {
+        assert_eq!(records_of("a*b:c"), "{dlock:a\\*b%3Ac:*}:[ws]");
+        let gate = record(&LockKey::new("a*b:c", "x}:1").unwrap(), false);
+        assert_eq!(name_of(&gate, "a*b:c"), Some(("x}:1".to_owned(), false)));
+        let semaphore = record(&LockKey::new("g", "s").unwrap(), true);
+        assert_eq!(name_of(&semaphore, "g"), Some(("s".to_owned(), true)));
+        assert_eq!(name_of(&semaphore, "h"), None);
     }
 }

@@ -115,10 +115,12 @@ pub(crate) mod config;
 mod connection;
 pub(crate) mod keys;
 mod notify;
+mod records;
 
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, LostSignal, OwnerId, Poll, Request, Wake, async_trait};
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Request, Wake, async_trait};
+use dlock_core::{LockKey, LockView};
 use redis::Script;
 
 use connection::{Connection, Target};
@@ -152,6 +154,8 @@ struct Scripts {
     downgrade: Script,
     /// Every call on a semaphore; it shares nothing with the lock's.
     semaphore: Script,
+    /// Reads a lock's or semaphore's records.
+    inspect: Script,
 }
 
 /// The Redis engine, on one server, a cluster or behind Sentinel. See the
@@ -182,6 +186,8 @@ pub struct RedisEngine {
     /// Names this engine's channel for each lock (`<prefix>:n:<id>`), so a
     /// release wakes only the process whose waiter is next.
     id: String,
+    /// Every hold's and waiter's label.
+    label: String,
 }
 
 impl RedisEngine {
@@ -228,11 +234,13 @@ impl RedisEngine {
                 release: script(include_str!("scripts/release.lua"), &settings),
                 downgrade: script(include_str!("scripts/downgrade.lua"), &settings),
                 semaphore: Script::new(&[&settings, include_str!("scripts/semaphore.lua")].concat()),
+                inspect: Script::new(include_str!("scripts/inspect.lua")),
             },
             address: target.address,
             waiter_ttl,
             replicas_ack: None,
             id: OwnerId::random().to_string(),
+            label: target.label,
         }
     }
 
@@ -249,7 +257,7 @@ impl RedisEngine {
         // The answer, and for a semaphore when its first holder's lease ends.
         let (answer, expires): (i64, i64) = match req.permits {
             Some(n) => {
-                let args = (owner, "acquire", n, lease, join, &self.id);
+                let args = (owner, "acquire", n, lease, join, &self.id, &self.label);
                 self.eval(&self.scripts.semaphore, &record, args).await
             }
             None => {
@@ -257,7 +265,7 @@ impl RedisEngine {
                     dlock_core::Mode::Write => "w",
                     dlock_core::Mode::Read => "r",
                 };
-                let args = (owner, mode, lease, join, &self.id);
+                let args = (owner, mode, lease, join, &self.id, &self.label);
                 self.eval(&self.scripts.acquire, &record, args)
                     .await
                     .map(|fence| (fence, -1))
@@ -394,7 +402,8 @@ impl Engine for RedisEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
-            records: Records::None,            ..Capabilities::FULL
+            records: Records::Listed,
+            ..Capabilities::FULL
         }
     }
 
@@ -428,5 +437,33 @@ impl Engine for RedisEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let reply = self
+            .eval(&self.scripts.inspect, &keys::record(key, permits.is_some()), &[] as &[&str])
+            .await
+            .map_err(EngineError::failed)?;
+        Ok(records::view(key, permits, reply))
+    }
+
+    /// `SCAN` for the group's records (on every primary of a cluster), then
+    /// one script per lock found, all at once on the connection.
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let found = self.connection.scan(&keys::records_of(group)).await.map_err(EngineError::failed)?;
+        let keys: Vec<(LockKey, bool)> = found
+            .iter()
+            .filter_map(|record| keys::name_of(record, group))
+            .filter_map(|(name, semaphore)| Some((LockKey::new(group, name.as_str()).ok()?, semaphore)))
+            .collect();
+        // A semaphore's count is the one stored, whatever is asked.
+        let views = keys.iter().map(|(key, semaphore)| self.inspect(key, semaphore.then_some(0)));
+        let mut views: Vec<LockView> = futures_util::future::try_join_all(views)
+            .await?
+            .into_iter()
+            .filter(|view| !view.is_free())
+            .collect();
+        views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
+        Ok(views)
     }
 }

@@ -5,25 +5,27 @@
 -- ARGV[3]  lease, ms
 -- ARGV[4]  "1": join the queue if not granted; "0": try once
 -- ARGV[5]  the caller's engine id
+-- ARGV[6]  the caller's label, for its record
 -- returns  the fence when granted (always > 0), 0 when not: a number is
 --          cheaper to return than a table
 
--- A writer finds the lock idle, or its lone writer's lease over: one read
--- and one write, the token one past the last, the clock read only when the
--- gate is gone.
+-- A writer finds the lock idle, or its lone writer's lease over: one read,
+-- the clock for the record, and one write; the token one past the last,
+-- or the clock when the gate is gone.
 if ARGV[2] == 'w' then
   local value = redis.call('GET', gate)
   local sep = value and string.byte(value, 26)
   if not value or sep == 46
     or (sep == 126 and redis.call('PTTL', gate) <= tonumber(string.sub(value, 15, 25), 16)) then
-    local fence
+    local time, fence = redis.call('TIME')
     if value then
       fence = tonumber(string.sub(value, 1, 14), 16) + 1
     else
-      local time = redis.call('TIME')
       fence = time[1] * 1000000 + time[2]
     end
-    redis.call('SET', gate, string.format('%014x%011x~%s', fence, retain, me), 'PX', ARGV[3] + retain)
+    local since = time[1] * 1000 + math.floor(time[2] / 1000)
+    redis.call('SET', gate, string.format('%014x%011x~%s%011x%s', fence, retain, me, since, ARGV[6]),
+      'PX', ARGV[3] + retain)
     return fence
   end
 end
@@ -37,14 +39,17 @@ local queue, readers, pending, settle, wake, live_head, waiter = crowd()
 
 -- A release handed this waiter the lock (see release.lua) and its
 -- notification went astray: it holds already; a fresh fence serves.
-if mode == 'w' and holder == me then
+if mode == 'w' and owns(holder) then
   local fence = next_fence(time, last)
-  settle(me, now_ms + lease, fence, now_ms)
+  settle(holder, now_ms + lease, fence, now_ms)
   return fence
 end
 
 -- Readers expire one by one: each score is that reader's own deadline.
-redis.call('ZREMRANGEBYSCORE', readers, '-inf', now_ms)
+for _, owner in ipairs(redis.call('ZRANGEBYSCORE', readers, '-inf', now_ms)) do
+  redis.call('ZREM', readers, owner)
+  redis.call('HDEL', info, owner)
+end
 
 local alive = p .. ':a:' .. me
 local entry = mode .. ':' .. me
@@ -72,6 +77,7 @@ if not granted then
   if ARGV[4] == '1' then
     if redis.call('EXISTS', alive) == 0 and redis.call('SISMEMBER', pending, me) == 0 then
       redis.call('RPUSH', queue, entry)
+      redis.call('HSET', info, me, string.format('0 %x %s', now_ms, ARGV[6]))
     end
     redis.call('SET', alive, ARGV[3] .. ' ' .. ARGV[5], 'PX', waiter_ttl)
     if redis.call('PTTL', queue) < waiter_ttl * 2 then
@@ -90,11 +96,13 @@ redis.call('SREM', pending, me)
 redis.call('DEL', alive)
 local fence = next_fence(time, last)
 if mode == 'w' then
-  settle(me, now_ms + lease, fence, now_ms)
+  redis.call('HDEL', info, me)
+  settle(string.format('%s%011x%s', me, now_ms, ARGV[6]), now_ms + lease, fence, now_ms)
   return fence
 end
 
 redis.call('ZADD', readers, now_ms + lease, me)
+redis.call('HSET', info, me, string.format('%x %x %s', fence, now_ms, ARGV[6]))
 if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
 end

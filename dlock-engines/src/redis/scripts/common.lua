@@ -1,12 +1,14 @@
 -- The helpers, past each script's lone-writer path (see head.lua).
 local p = string.sub(gate, 1, -3)
+local info = p .. ':i'
 
 local function millis(time)
   return time[1] * 1000 + math.floor(time[2] / 1000)
 end
 
--- The gate's live writer (nil if none, or if its deadline has passed) and
--- its deadline, the last token (0 if none), and whether others may be around.
+-- The gate's live writer (nil if none, or if its deadline has passed: the
+-- id and its record, see head.lua) and its deadline, the last token (0 if
+-- none), and whether others may be around.
 local function read_gate(now_ms)
   local value = redis.call('GET', gate)
   if not value then
@@ -20,6 +22,11 @@ local function read_gate(now_ms)
     holder = string.sub(value, 27)
   end
   return holder, deadline, tonumber(string.sub(value, 1, 14), 16), sep == 124
+end
+
+-- Whether `holder`, a writer as read_gate gives it, is the caller.
+local function owns(holder)
+  return holder ~= nil and string.sub(holder, 1, 32) == me
 end
 
 -- Write the gate for the writer (or nil), the last token, and others whose
@@ -54,11 +61,17 @@ end
 local function crowd()
   local queue, readers, pending = p .. ':q', p .. ':r', p .. ':p'
 
-  -- Rewrite the gate for the writer (or nil) and whatever else is left.
+  -- Rewrite the gate for the writer (or nil) and whatever else is left;
+  -- the others' records live as long as they do.
   local function settle(holder, deadline, fence, now_ms)
     local last = 0
     for _, key in ipairs({queue, readers, pending}) do
       last = math.max(last, redis.call('PTTL', key))
+    end
+    if last > 0 then
+      redis.call('PEXPIRE', info, last)
+    else
+      redis.call('DEL', info)
     end
     put(holder, deadline, fence, now_ms, last)
   end
@@ -90,6 +103,7 @@ local function crowd()
         return head, engine, lease
       end
       redis.call('LPOP', queue)
+      redis.call('HDEL', info, string.sub(head, 3))
       head = redis.call('LINDEX', queue, 0)
     end
     return head

@@ -5,11 +5,15 @@
 local lease = tonumber(ARGV[2])
 local now_ms = millis(redis.call('TIME'))
 local holder, _, last = read_gate(now_ms)
-if holder ~= me then
+if not owns(holder) then
   return 0
 end
 local _, readers, _, settle, wake, live_head = crowd()
 redis.call('ZADD', readers, now_ms + lease, me)
+-- The record goes with the hold: the same token, granted when the write was.
+local since = string.sub(holder, 33, 43)
+redis.call('HSET', info, me, string.format('%x %s %s', last, since ~= '' and since or string.format('%x', now_ms),
+  string.sub(holder, 44)))
 if redis.call('PTTL', readers) < lease then
   redis.call('PEXPIRE', readers, lease)
 end

@@ -10,20 +10,25 @@
 --
 -- The gate `:w` is the lock's record: it exists whenever any part of the
 -- lock does, and it carries the last fencing token (14 hex digits). Its
--- forms, fixed-width so they are read without a pattern:
---   `<fence><retention>~<owner>`  a writer holds and nobody else is around;
+-- forms, fixed-width so they are read without a pattern (`<writer>` is the
+-- writer's owner id, 32 hex digits, then for its record when it was
+-- granted, 11 hex digits of server ms, and its label; a holder from an
+-- older dlock has the id alone):
+--   `<fence><retention>~<writer>` a writer holds and nobody else is around;
 --                                 the gate expires <retention> ms (11 hex
 --                                 digits) past the writer's deadline, so
 --                                 its PTTL tells whether the writer still
 --                                 holds, without the clock;
---   `<fence><deadline>|<owner>`   a writer holds until <deadline> (server
+--   `<fence><deadline>|<writer>`  a writer holds until <deadline> (server
 --                                 ms, 11 hex digits), others wait or read;
 --   `<fence>00000000000|`         no writer; readers hold or waiters wait;
 --   `<fence>00000000000.`         idle: only the last token is left.
 -- It lives the retention past the writer's deadline (past its last change
 -- without a writer), and as long as the others' keys. Every script that
 -- changes the queue, the readers or the pending readers ends with
--- `settle`, which keeps that promise.
+-- `settle`, which keeps that promise. The records of the others, readers
+-- and waiters, are in the hash `:i`: `<fence> <since> <label>` by owner id,
+-- in hex, fence 0 while waiting; it lives as long as they do.
 --
 -- Each script begins with its lone-writer path, which reads no clock and
 -- makes no helper (Lua makes a script's functions anew on every call); the

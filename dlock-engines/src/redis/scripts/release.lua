@@ -12,7 +12,7 @@
 local ttl = ARGV[3] ~= '' and redis.call('PTTL', gate) or 0
 if ttl > 0 then
   local value = redis.call('SET', gate, ARGV[3] .. '00000000000.', 'PX', retain, 'GET')
-  if value and string.byte(value, 26) == 126 and string.sub(value, 27) == me
+  if value and string.byte(value, 26) == 126 and string.sub(value, 27, 58) == me
     and string.sub(value, 1, 14) == ARGV[3] then
     -- Held until the end if the gate had more left than the retention.
     if ttl > tonumber(string.sub(value, 15, 25), 16) then
@@ -30,7 +30,7 @@ end
 local time = redis.call('TIME')
 local now_ms = millis(time)
 local holder, deadline, last, crowded = read_gate(now_ms)
-if holder == me and not crowded then
+if owns(holder) and not crowded then
   put(nil, nil, last, now_ms, 0)
   return 1
 end
@@ -40,6 +40,7 @@ if ARGV[2] == 'cancel' then
   redis.call('LREM', queue, 0, 'r:' .. me)
   redis.call('SREM', pending, me)
   redis.call('DEL', p .. ':a:' .. me)
+  redis.call('HDEL', info, me)
 end
 -- Nobody else around: neither a queue nor readers to think of.
 if not crowded then
@@ -47,13 +48,14 @@ if not crowded then
 end
 
 local held = 0
-if holder == me then
+if owns(holder) then
   holder = nil
   held = 1
 else
   local until_ms = tonumber(redis.call('ZSCORE', readers, me))
   if until_ms then
     redis.call('ZREM', readers, me)
+    redis.call('HDEL', info, me)
     if until_ms > now_ms then
       held = 1
     end
@@ -71,8 +73,15 @@ if head then
     -- died since its last poll frees the lock as fast as it would be kicked.
     -- Its client counts the shorter of the two from that poll, never past
     -- this deadline.
-    local alive = p .. ':a:' .. owner
-    holder, deadline = owner, now_ms + math.min(lease, math.max(redis.call('PTTL', alive), 1))
+    -- Its record moves into the gate, granted now; a waiter of an older
+    -- dlock, with no record, is written as its id alone, as it expects.
+    local alive, record = p .. ':a:' .. owner, redis.call('HGET', info, owner)
+    holder = owner
+    if record then
+      holder = string.format('%s%011x%s', owner, now_ms, string.match(record, '^%x+ %x+ (.*)$'))
+      redis.call('HDEL', info, owner)
+    end
+    deadline = now_ms + math.min(lease, math.max(redis.call('PTTL', alive), 1))
     last = next_fence(time, last)
     redis.call('LPOP', queue)
     redis.call('DEL', alive)

@@ -4,7 +4,7 @@
 
 -- A lone writer: its gate expires the retention past its deadline.
 local value = redis.call('GET', gate)
-if value and string.byte(value, 26) == 126 and string.sub(value, 27) == me then
+if value and string.byte(value, 26) == 126 and string.sub(value, 27, 58) == me then
   local retention = tonumber(string.sub(value, 15, 25), 16)
   if redis.call('PTTL', gate) > retention then
     redis.call('PEXPIRE', gate, ARGV[2] + retention)
@@ -21,8 +21,8 @@ if not crowded then
   return 0
 end
 local _, readers, _, settle = crowd()
-if holder == me then
-  settle(me, now_ms + lease, last, now_ms)
+if owns(holder) then
+  settle(holder, now_ms + lease, last, now_ms)
   return 1
 end
 local until_ms = tonumber(redis.call('ZSCORE', readers, me))

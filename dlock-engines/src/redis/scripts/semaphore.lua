@@ -1,7 +1,9 @@
 -- A semaphore: every call, one script. After the engine's settings line
 -- (`publish`, `retain`, `waiter_ttl`; see head.lua).
 -- KEYS[1]  the record `<prefix>:s`, a hash: `n`, the count its holders and
---          waiters use; `f`, the last fencing token. Beside it, under the
+--          waiters use; `f`, the last fencing token; `i:<owner>`, each
+--          holder's and waiter's record, `<fence> <since> <label>` (hex,
+--          fence 0 while waiting, since in server ms). Beside it, under the
 --          same hash tag: `:s:h`, the holders (a sorted set scored by each
 --          one's deadline, server ms), `:s:q`, the queue (a list of owner
 --          ids), `:s:a:<owner>`, each queued waiter's liveness key (`<lease
@@ -12,6 +14,7 @@
 -- ARGV[4]  acquire: the lease, ms
 -- ARGV[5]  acquire: "1" to join the queue if not granted, "0" to try once
 -- ARGV[6]  acquire: the caller's engine id
+-- ARGV[7]  acquire: the caller's label
 -- returns  acquire: {fence, 0} when granted (fence > 0); {0, ms} when not,
 --          ms until the first holder's lease ends (-1: no holder), when a
 --          waiter should look again unless woken first; {-count in use, 0}
@@ -26,6 +29,14 @@ local holders, queue = record .. ':h', record .. ':q'
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 
+-- Holders whose lease ended go, with their records.
+local function drop_expired()
+  for _, owner in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', now)) do
+    redis.call('ZREM', holders, owner)
+    redis.call('HDEL', record, 'i:' .. owner)
+  end
+end
+
 -- With nobody queued (an empty list does not exist, and a queued caller is
 -- in it), an acquire that finds a free permit and a release need neither
 -- the queue nor a helper (Lua makes a script's functions anew on every
@@ -33,8 +44,9 @@ local now = time[1] * 1000 + math.floor(time[2] / 1000)
 -- the holders.
 if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 then
   if op == 'release' then
-    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    drop_expired()
     local held = redis.call('ZREM', holders, me)
+    redis.call('HDEL', record, 'i:' .. me)
     redis.call('PEXPIRE', record, math.max(redis.call('PTTL', holders), 0) + retain)
     return held
   end
@@ -46,7 +58,8 @@ if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 the
   end
   if count < n then
     local fence = math.max(time[1] * 1000000 + time[2], (tonumber(kept[2]) or 0) + 1)
-    redis.call('HSET', record, 'n', n, 'f', string.format('%d', fence))
+    redis.call('HSET', record, 'n', n, 'f', string.format('%d', fence),
+      'i:' .. me, string.format('%x %x %s', fence, now, ARGV[7]))
     -- With no live holder, the holders' key lives no longer than its dead.
     local ttl = count > 0 and redis.call('PTTL', holders) or 0
     redis.call('ZADD', holders, now + lease, me)
@@ -58,7 +71,7 @@ if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 the
     return {fence, 0}
   end
 end
-redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+drop_expired()
 
 local function alive(owner)
   return record .. ':a:' .. owner
@@ -71,6 +84,7 @@ local function first_live(free)
     for _, owner in ipairs(first) do
       if owner ~= me and redis.call('EXISTS', alive(owner)) == 0 then
         redis.call('LREM', queue, 1, owner)
+        redis.call('HDEL', record, 'i:' .. owner)
         dead = true
       end
     end
@@ -128,6 +142,7 @@ if op == 'acquire' then
     if join then
       if not queued then
         redis.call('RPUSH', queue, me)
+        redis.call('HSET', record, 'i:' .. me, string.format('0 %x %s', now, ARGV[7]))
       end
       redis.call('SET', alive(me), ARGV[4] .. ' ' .. ARGV[6], 'PX', waiter_ttl)
       if redis.call('PTTL', queue) < waiter_ttl * 2 then
@@ -143,7 +158,7 @@ if op == 'acquire' then
     redis.call('DEL', alive(me))
   end
   local fence = math.max(time[1] * 1000000 + time[2], (tonumber(redis.call('HGET', record, 'f')) or 0) + 1)
-  redis.call('HSET', record, 'f', string.format('%d', fence))
+  redis.call('HSET', record, 'f', string.format('%d', fence), 'i:' .. me, string.format('%x %x %s', fence, now, ARGV[7]))
   redis.call('ZADD', holders, now + lease, me)
   if redis.call('PTTL', holders) < lease then
     redis.call('PEXPIRE', holders, lease)
@@ -171,6 +186,7 @@ if op == 'cancel' then
   redis.call('DEL', alive(me))
 end
 local held = redis.call('ZREM', holders, me)
+redis.call('HDEL', record, 'i:' .. me)
 wake_next()
 settle()
 return held
