@@ -507,10 +507,15 @@ pub fn check_label(label: &str) -> Result<(), String> {
         return Err("is empty".to_owned());
     }
     if label.len() > LABEL_MAX {
-        return Err(format!("is {} bytes long; at most {LABEL_MAX} are kept", label.len()));
+        return Err(format!(
+            "is {} bytes long; at most {LABEL_MAX} are kept",
+            label.len()
+        ));
     }
     if label.chars().any(char::is_control) {
-        return Err("has a control character (a tab, a new line, ...); a label is one printable line".to_owned());
+        return Err(
+            "has a control character (a tab, a new line, ...); a label is one printable line".to_owned(),
+        );
     }
     Ok(())
 }

@@ -121,7 +121,10 @@ impl Registry {
         }
         if let Some(label) = &config.defaults.client_name {
             for engine in configured.values_mut() {
-                engine.settings.entry("client_name").or_insert_with(|| label.clone().into());
+                engine
+                    .settings
+                    .entry("client_name")
+                    .or_insert_with(|| label.clone().into());
             }
         }
         // Every kind is checked before anything connects, so a typo fails at once.

@@ -262,7 +262,10 @@ mod tests {
 
     #[test]
     fn a_label_is_one_short_printable_line() {
-        let at = Connecting { name: "r", kind: "redis" };
+        let at = Connecting {
+            name: "r",
+            kind: "redis",
+        };
         let named = |name: &str| ClientSettings {
             client_name: Some(name.to_owned()),
             ..ClientSettings::default()

@@ -44,8 +44,8 @@ mod kinds;
 pub mod session;
 mod waiters;
 
-pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem, process_label};
 pub use crate::config::{LABEL_MAX, check_label};
+pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem, process_label};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,
