@@ -157,7 +157,10 @@ impl RedisEngine {
 
     /// Connects Redis Cluster engine `name` through its seed nodes.
     pub async fn connect_cluster(name: &str, config: &RedisClusterConfig) -> Result<Self, Error> {
-        let at = Connecting { name, kind: "redis-cluster" };
+        let at = Connecting {
+            name,
+            kind: "redis-cluster",
+        };
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
@@ -175,7 +178,10 @@ impl RedisEngine {
 
     /// Connects Sentinel engine `name` to the primary its sentinels name.
     pub async fn connect_sentinel(name: &str, config: &RedisSentinelConfig) -> Result<Self, Error> {
-        let at = Connecting { name, kind: "redis-sentinel" };
+        let at = Connecting {
+            name,
+            kind: "redis-sentinel",
+        };
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
         if config.sentinels.is_empty() {
             return Err(at.bad("sentinels", "name at least one sentinel"));
@@ -260,8 +266,13 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
     let tls = config.url.starts_with("rediss://");
     if !tls && config.tls.any() {
         let field = match &config.tls {
-            TlsFiles { tls_ca_file: Some(_), .. } => "tls_ca_file",
-            TlsFiles { tls_cert_file: Some(_), .. } => "tls_cert_file",
+            TlsFiles {
+                tls_ca_file: Some(_), ..
+            } => "tls_ca_file",
+            TlsFiles {
+                tls_cert_file: Some(_),
+                ..
+            } => "tls_cert_file",
             _ => "tls_key_file",
         };
         return Err(at.bad(field, "is only used with a rediss:// url"));
@@ -273,10 +284,12 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
     if config.tls.any() {
         let pem = config.tls.read(at)?;
         let certificates = redis::TlsCertificates {
-            client_tls: pem.identity.map(|(client_cert, client_key)| redis::ClientTlsConfig {
-                client_cert,
-                client_key,
-            }),
+            client_tls: pem
+                .identity
+                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
             root_cert: pem.ca,
         };
         return Client::build_with_tls(config.url.as_str(), certificates)

@@ -74,15 +74,22 @@ impl Connection {
             .await;
         };
         let any = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let slots = cluster.clone().route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), any).await?;
+        let slots = cluster
+            .clone()
+            .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), any)
+            .await?;
         // Each range: [start, end, [host, port, id, ...] of its primary, replicas...].
         let mut primaries: Vec<(String, u16)> = Vec::new();
         for range in redis::from_redis_value::<Vec<Vec<Value>>>(slots)? {
             if let Some(node) = range.into_iter().nth(2) {
-                let (host, port): (String, u16) = match redis::from_redis_value::<Vec<Value>>(node)?.as_slice() {
-                    [host, port, ..] => (redis::from_redis_value_ref(host)?, redis::from_redis_value_ref(port)?),
-                    _ => continue,
-                };
+                let (host, port): (String, u16) =
+                    match redis::from_redis_value::<Vec<Value>>(node)?.as_slice() {
+                        [host, port, ..] => (
+                            redis::from_redis_value_ref(host)?,
+                            redis::from_redis_value_ref(port)?,
+                        ),
+                        _ => continue,
+                    };
                 if !primaries.contains(&(host.clone(), port)) {
                     primaries.push((host, port));
                 }
@@ -104,7 +111,7 @@ impl Connection {
 }
 
 /// `SCAN` from start to end, each step sent by `send`.
-async fn scan_with<F: Future<Output = RedisResult<Value>>>(
+pub(crate) async fn scan_with<F: Future<Output = RedisResult<Value>>>(
     pattern: &str,
     mut send: impl FnMut(Cmd) -> F,
 ) -> RedisResult<Vec<String>> {

@@ -32,13 +32,12 @@ pub(crate) fn channel(record: &str, engine: &str) -> String {
     format!("{base}:n:{engine}")
 }
 
-/// The `SCAN` pattern of every record in `group`: a lock's gate or a
-/// semaphore's record, `{dlock:<group>:*}:[ws]`, the escaped group's glob
-/// characters escaped once more.
-pub(crate) fn records_of(group: &str) -> String {
+/// The `SCAN` pattern of keys `{dlock:<group>:<any name>}<tail>`, the
+/// escaped group's glob characters escaped once more (`tail` is a pattern).
+pub(crate) fn pattern(group: &str, tail: &str) -> String {
     let mut escaped = String::new();
     escape_into(group, &mut escaped);
-    let mut out = String::with_capacity(escaped.len() + 16);
+    let mut out = String::with_capacity(escaped.len() + tail.len() + 12);
     out.push_str("{dlock:");
     for c in escaped.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -46,22 +45,19 @@ pub(crate) fn records_of(group: &str) -> String {
         }
         out.push(c);
     }
-    out.push_str(":*}:[ws]");
+    out.push_str(":*}");
+    out.push_str(tail);
     out
 }
 
-/// The name of the lock or semaphore (true) whose record in `group`
-/// is `record`, as [`records_of`] finds it.
-pub(crate) fn name_of(record: &str, group: &str) -> Option<(String, bool)> {
+/// The name of a key of `group` that [`pattern`] found, and what follows
+/// its tag.
+pub(crate) fn name_in<'k>(key: &'k str, group: &str) -> Option<(String, &'k str)> {
     let mut head = String::from("{dlock:");
     escape_into(group, &mut head);
     head.push(':');
-    let rest = record.strip_prefix(&head)?;
-    let (name, semaphore) = match rest.strip_suffix("}:w") {
-        Some(name) => (name, false),
-        None => (rest.strip_suffix("}:s")?, true),
-    };
-    Some((percent_unescape(name)?, semaphore))
+    let (name, tail) = key.strip_prefix(&head)?.split_once('}')?;
+    Some((percent_unescape(name)?, tail))
 }
 
 fn escape_into(text: &str, out: &mut String) {
@@ -88,12 +84,12 @@ mod tests {
     }
 
     #[test]
-    fn a_groups_records_are_found_and_named() {
-        assert_eq!(records_of("a*b:c"), "{dlock:a\\*b%3Ac:*}:[ws]");
+    fn a_groups_keys_are_found_and_named() {
+        assert_eq!(pattern("a*b:c", ":[ws]"), "{dlock:a\\*b%3Ac:*}:[ws]");
         let gate = record(&LockKey::new("a*b:c", "x}:1").unwrap(), false);
-        assert_eq!(name_of(&gate, "a*b:c"), Some(("x}:1".to_owned(), false)));
+        assert_eq!(name_in(&gate, "a*b:c"), Some(("x}:1".to_owned(), ":w")));
         let semaphore = record(&LockKey::new("g", "s").unwrap(), true);
-        assert_eq!(name_of(&semaphore, "g"), Some(("s".to_owned(), true)));
-        assert_eq!(name_of(&semaphore, "h"), None);
+        assert_eq!(name_in(&semaphore, "g"), Some(("s".to_owned(), ":s")));
+        assert_eq!(name_in(&semaphore, "h"), None);
     }
 }

@@ -112,14 +112,16 @@
 //!   fenced storage, since its token is older.
 
 pub(crate) mod config;
-mod connection;
+pub(crate) mod connection;
 pub(crate) mod keys;
 mod notify;
 mod records;
 
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Request, Wake, async_trait};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Request, Wake, async_trait,
+};
 use dlock_core::{LockKey, LockView};
 use redis::Script;
 
@@ -421,7 +423,10 @@ impl Engine for RedisEngine {
 
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
         match req.permits {
-            Some(_) => self.run(&self.scripts.semaphore, req, ("renew", millis(req.lease))).await,
+            Some(_) => {
+                self.run(&self.scripts.semaphore, req, ("renew", millis(req.lease)))
+                    .await
+            }
             None => self.run(&self.scripts.renew, req, millis(req.lease)).await,
         }
     }
@@ -441,7 +446,11 @@ impl Engine for RedisEngine {
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let reply = self
-            .eval(&self.scripts.inspect, &keys::record(key, permits.is_some()), &[] as &[&str])
+            .eval(
+                &self.scripts.inspect,
+                &keys::record(key, permits.is_some()),
+                &[] as &[&str],
+            )
             .await
             .map_err(EngineError::failed)?;
         Ok(records::view(key, permits, reply))
@@ -450,14 +459,20 @@ impl Engine for RedisEngine {
     /// `SCAN` for the group's records (on every primary of a cluster), then
     /// one script per lock found, all at once on the connection.
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
-        let found = self.connection.scan(&keys::records_of(group)).await.map_err(EngineError::failed)?;
+        let found = self
+            .connection
+            .scan(&keys::pattern(group, ":[ws]"))
+            .await
+            .map_err(EngineError::failed)?;
         let keys: Vec<(LockKey, bool)> = found
             .iter()
-            .filter_map(|record| keys::name_of(record, group))
-            .filter_map(|(name, semaphore)| Some((LockKey::new(group, name.as_str()).ok()?, semaphore)))
+            .filter_map(|record| keys::name_in(record, group))
+            .filter_map(|(name, tail)| Some((LockKey::new(group, name.as_str()).ok()?, tail == ":s")))
             .collect();
         // A semaphore's count is the one stored, whatever is asked.
-        let views = keys.iter().map(|(key, semaphore)| self.inspect(key, semaphore.then_some(0)));
+        let views = keys
+            .iter()
+            .map(|(key, semaphore)| self.inspect(key, semaphore.then_some(0)));
         let mut views: Vec<LockView> = futures_util::future::try_join_all(views)
             .await?
             .into_iter()

@@ -26,7 +26,9 @@ pub(crate) fn view(key: &LockKey, permits: Option<u32>, reply: Reply) -> LockVie
     for (role, mode, owner, fence, since, ends, label) in entries {
         let mode = if mode == "r" { Mode::Read } else { Mode::Write };
         // The id is digested at once and goes no further.
-        let owner = u128::from_str_radix(&owner, 16).ok().map(|id| OwnerId::from_u128(id).digest());
+        let owner = u128::from_str_radix(&owner, 16)
+            .ok()
+            .map(|id| OwnerId::from_u128(id).digest());
         let label = (!label.is_empty()).then_some(label);
         let since = hex(&since).map(at);
         if role == "h" {
@@ -39,7 +41,12 @@ pub(crate) fn view(key: &LockKey, permits: Option<u32>, reply: Reply) -> LockVie
                 owner,
             });
         } else {
-            view.waiters.push(WaiterRecord { label, mode, since, owner });
+            view.waiters.push(WaiterRecord {
+                label,
+                mode,
+                since,
+                owner,
+            });
         }
     }
     if view.is_free() {

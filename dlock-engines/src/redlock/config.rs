@@ -71,8 +71,11 @@ impl RedLockEngine {
     /// Connects engine `name` (for error messages) to its masters; fails
     /// unless a majority answers.
     pub async fn connect(name: &str, config: &RedLockConfig) -> Result<Self, Error> {
-        let at = Connecting { name, kind: "redlock" };
-        config.client.label(&at)?;
+        let at = Connecting {
+            name,
+            kind: "redlock",
+        };
+        let label = config.client.label(&at)?;
         if config.masters.len() < 3 {
             return Err(at.bad(
                 "masters",
@@ -115,7 +118,9 @@ impl RedLockEngine {
                     include_str!("scripts/take.lua"),
                     include_str!("scripts/permits.lua")
                 ))),
+                records: Arc::new(Script::new(include_str!("scripts/records.lua"))),
             },
+            label,
         };
         let timeout = config.client.connect_timeout;
         let connected = engine

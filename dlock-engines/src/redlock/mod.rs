@@ -56,15 +56,18 @@
 
 mod config;
 mod permits;
+mod records;
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll as TaskPoll;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use dlock_core::BoxError;
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Request, async_trait};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Request, async_trait,
+};
+use dlock_core::{BoxError, LockKey, LockView};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use tokio::sync::OnceCell;
@@ -87,6 +90,7 @@ struct Scripts {
     renew: Arc<Script>,
     release: Arc<Script>,
     permits: Arc<Script>,
+    records: Arc<Script>,
 }
 
 /// The RedLock engine. See the [module docs](self).
@@ -114,6 +118,8 @@ pub struct RedLockEngine {
     fence_retention: Duration,
     scripts: Scripts,
     address: String,
+    /// Every hold's label.
+    label: String,
 }
 
 /// What one master said; `Err` for an error or no answer in time.
@@ -171,6 +177,16 @@ impl RedLockEngine {
         })
     }
 
+    /// What a hold's record says after its owner and token: when it was
+    /// asked for, in ms on this client's clock (the masters' differ), and
+    /// the label.
+    fn record_tail(&self) -> String {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        format!("{:x} {}", now.as_millis(), self.label)
+    }
+
     async fn attempt(&self, req: &Request) -> Result<Poll, EngineError> {
         let started = Instant::now();
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
@@ -181,11 +197,13 @@ impl RedLockEngine {
             self.on_all(
                 Call::Script(&self.scripts.acquire),
                 &[&key, &counter],
-                &[&owner, &px, &retention],
+                &[&owner, &px, &retention, &self.record_tail()],
             )
             .await
         } else {
-            self.on_all(Call::SetNx, &[&key], &[&owner, &px]).await
+            // Token 0 in the record: no token to show.
+            let record = format!("{owner} 0 {}", self.record_tail());
+            self.on_all(Call::SetNx, &[&key], &[&record, &px]).await
         };
         if self.majority(&answers) && started.elapsed() < req.lease {
             let Some(token) = self.token(req, &key, &format!("{key}:f"), &answers).await? else {
@@ -205,7 +223,13 @@ impl RedLockEngine {
     /// written back to a majority, checked against ownership. `None` if the
     /// write-back found no majority. `key` is what the owner holds,
     /// `counter` the fence counter beside it.
-    async fn token(&self, req: &Request, key: &str, counter: &str, answers: &[Answer]) -> Result<Option<u64>, EngineError> {
+    async fn token(
+        &self,
+        req: &Request,
+        key: &str,
+        counter: &str,
+        answers: &[Answer],
+    ) -> Result<Option<u64>, EngineError> {
         if !self.fence {
             return Ok(Some(req.owner.as_u128() as u64));
         }
@@ -254,6 +278,18 @@ enum Call<'a> {
 }
 
 impl Master {
+    /// The records script on this master (see `records.rs`); `None` if it
+    /// failed or did not answer in time.
+    async fn records(&self, script: &Script, key: &str, stem: &str, timeout: Duration) -> records::Reply {
+        let mut connection = self.connection(timeout).await.ok()?.clone();
+        let mut invocation = script.key(key);
+        invocation.arg(stem);
+        tokio::time::timeout(timeout, invocation.invoke_async(&mut connection))
+            .await
+            .ok()?
+            .ok()
+    }
+
     async fn connection(&self, timeout: Duration) -> Result<&ConnectionManager, BoxError> {
         self.connection
             .get_or_try_init(|| async {
@@ -380,7 +416,8 @@ impl Engine for RedLockEngine {
             } else {
                 Fencing::None
             },
-            records: Records::None,            ..Capabilities::FULL
+            records: Records::Listed,
+            ..Capabilities::FULL
         }
     }
 
@@ -435,6 +472,68 @@ impl Engine for RedLockEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    /// Every master's copies at once; a hold shows where a majority agree.
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let (record, stem) = match permits {
+            Some(_) => {
+                let keys = permits::Keys::of(key);
+                (keys.count, keys.stem)
+            }
+            None => (keys::prefix(key), String::new()),
+        };
+        let read_at = SystemTime::now();
+        let replies = futures_util::future::join_all(
+            self.masters
+                .iter()
+                .map(|m| m.records(&self.scripts.records, &record, &stem, self.master_timeout)),
+        )
+        .await;
+        if replies.iter().flatten().count() < self.quorum {
+            return Err(EngineError::failed(format!(
+                "fewer than a majority ({}) of the masters answered",
+                self.quorum
+            )));
+        }
+        Ok(records::view(key, permits, &replies, self.quorum, read_at))
+    }
+
+    /// `SCAN` on every master for the group's locks and semaphores, then
+    /// each one found inspected.
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let mut found = std::collections::BTreeSet::new();
+        for master in &self.masters {
+            let Ok(connection) = master.connection(self.master_timeout).await else {
+                continue;
+            };
+            for (tail, semaphore) in [("", false), (":s:n", true)] {
+                let pattern = keys::pattern(group, tail);
+                let keys = crate::redis::connection::scan_with(&pattern, |cmd| {
+                    let mut connection = connection.clone();
+                    async move { cmd.query_async(&mut connection).await }
+                })
+                .await
+                .map_err(EngineError::failed)?;
+                found.extend(
+                    keys.iter()
+                        .filter_map(|k| keys::name_in(k, group))
+                        .filter(|(_, rest)| *rest == tail)
+                        .map(|(name, _)| (name, semaphore)),
+                );
+            }
+        }
+        let mut views = Vec::new();
+        for (name, semaphore) in found {
+            let Ok(key) = LockKey::new(group, name.as_str()) else {
+                continue;
+            };
+            let view = self.inspect(&key, semaphore.then_some(0)).await?;
+            if !view.is_free() {
+                views.push(view);
+            }
+        }
+        Ok(views)
     }
 }
 

@@ -6,6 +6,7 @@
 //! request tries the slots from one its owner id picks on, so that
 //! requests spread; no queue, as for locks.
 
+use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, Poll, Request, RequestState};
 use tokio::time::Instant;
 
@@ -16,7 +17,7 @@ use crate::redis::keys;
 /// of a lock never hold at once, so the quorum's maximum is never handed
 /// out twice; holders of two slots may each read the same maximum from
 /// majorities that overlap on a master where they came in opposite order.
-fn per_slot(token: u64, slot: u32, count: u32) -> u64 {
+pub(super) fn per_slot(token: u64, slot: u32, count: u32) -> u64 {
     let unique = u128::from(token) * u128::from(count) + u128::from(slot);
     u64::try_from(unique).unwrap_or(u64::MAX)
 }
@@ -25,16 +26,16 @@ fn per_slot(token: u64, slot: u32, count: u32) -> u64 {
 type SlotState = RequestState<u32>;
 
 /// A semaphore's keys, the same on every master.
-struct Keys {
-    count: String,
+pub(super) struct Keys {
+    pub count: String,
     counter: String,
     /// The slots' keys are the stem and their number.
-    stem: String,
+    pub stem: String,
 }
 
 impl Keys {
-    fn of(req: &Request) -> Self {
-        let record = keys::record(&req.key, true);
+    pub fn of(key: &LockKey) -> Self {
+        let record = keys::record(key, true);
         Keys {
             count: format!("{record}:n"),
             counter: format!("{record}:f"),
@@ -50,7 +51,7 @@ impl Keys {
 impl RedLockEngine {
     /// Tries each slot in turn until a majority grants one.
     pub(super) async fn attempt_permit(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
-        let keys = Keys::of(req);
+        let keys = Keys::of(&req.key);
         let first = (req.owner.as_u128() % u128::from(count)) as u32;
         for slot in (0..count).map(|k| (first + k) % count) {
             *SlotState::of(req).lock() = Some(slot);
@@ -63,10 +64,17 @@ impl RedLockEngine {
                 }
             }
             self.permit_script(req, "release", &keys, slot).await;
-            let differs: Vec<i64> = answers.iter().filter_map(|a| a.as_ref().ok()).filter(|&&n| n < 0).map(|&n| -n).collect();
+            let differs: Vec<i64> = answers
+                .iter()
+                .filter_map(|a| a.as_ref().ok())
+                .filter(|&&n| n < 0)
+                .map(|&n| -n)
+                .collect();
             if differs.len() >= self.quorum {
                 let in_use = differs.into_iter().max().unwrap_or_default();
-                return Err(EngineError::PermitsDiffer { in_use: in_use as u32 });
+                return Err(EngineError::PermitsDiffer {
+                    in_use: in_use as u32,
+                });
             }
             if let Some(error) = self.unreachable(answers) {
                 return Err(error);
@@ -81,7 +89,7 @@ impl RedLockEngine {
         let Some(slot) = *SlotState::of(req).lock() else {
             return Ok(false);
         };
-        let answers = self.permit_script(req, op, &Keys::of(req), slot).await;
+        let answers = self.permit_script(req, op, &Keys::of(&req.key), slot).await;
         self.agreed(answers)
     }
 
@@ -92,7 +100,15 @@ impl RedLockEngine {
         self.on_all(
             Call::Script(&self.scripts.permits),
             &[&keys.count, &keys.slot(slot), &keys.counter],
-            &[op, &owner, &count, &px, &retention, &keys.stem],
+            &[
+                op,
+                &owner,
+                &count,
+                &px,
+                &retention,
+                &keys.stem,
+                &self.record_tail(),
+            ],
         )
         .await
     }

@@ -5,7 +5,8 @@
 -- ARGV[1]  'acquire', 'renew' or 'release'; ARGV[2] owner; ARGV[3] count;
 -- ARGV[4]  PX in ms; ARGV[5] fence retention in ms; ARGV[6] the slot keys'
 --          stem (`<stem><i>`: the slots of another count are not in KEYS,
---          which masters that are not a cluster allow)
+--          which masters that are not a cluster allow); ARGV[7] the
+--          record's tail (see take.lua)
 -- returns  acquire: the candidate token as take.lua, 0 if the slot is
 --          another's, -M if the semaphore is in use here with M permits;
 --          renew and release: 1 if the slot was ours, else 0
@@ -39,10 +40,10 @@ if op == 'acquire' then
   else
     keep_count()
   end
-  return take(KEYS[2], KEYS[3], owner, px, ARGV[5])
+  return take(KEYS[2], KEYS[3], owner, ARGV[7], px, ARGV[5])
 end
 
-if redis.call('GET', KEYS[2]) ~= owner then
+if string.sub(redis.call('GET', KEYS[2]) or '', 1, 32) ~= owner then
   return 0
 end
 if op == 'renew' then
