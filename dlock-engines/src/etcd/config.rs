@@ -29,8 +29,9 @@ pub struct EtcdConfig {
     /// process that died are free.
     #[serde(default = "default_session_ttl", with = "humantime_serde")]
     pub session_ttl: Duration,
-    /// `connect_timeout` bounds connecting and opening the first session
-    /// (`client_name` is refused: no names here).
+    /// `connect_timeout` bounds connecting and opening the first session;
+    /// `client_name` is the label in each key's value (else the process
+    /// label), which records show.
     #[serde(flatten)]
     pub client: ClientSettings,
     /// `username` (or `user`) and `password`, for clusters with
@@ -74,7 +75,7 @@ impl EtcdEngine {
     /// Connects engine `name` (for error messages) and grants its lease.
     pub async fn connect(name: &str, config: &EtcdConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "etcd" };
-        config.client.label(&at)?;
+        let label = config.client.label(&at)?;
         if config.endpoints.is_empty() || config.endpoints.iter().any(|e| e.trim().is_empty()) {
             return Err(at.bad("endpoints", "name at least one host:port, none empty"));
         }
@@ -127,6 +128,7 @@ impl EtcdEngine {
             root: config.root.trim_end_matches('/').to_owned(),
             key_numbers: KeyNumbers::default(),
             address,
+            label,
         })
     }
 }

@@ -20,15 +20,16 @@
 
 use etcd_client::KeyValue;
 
-use super::queue::READER;
+use super::queue::{READER, WRITER};
 
 /// A contender right behind a holder, as last read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Successor {
     pub key: Vec<u8>,
     pub created: i64,
-    /// The first line of its value: `dlock read <owner>`, `dlock write
-    /// <owner>`, or anything else for a key dlock did not write.
+    /// The first line of its value: `dlock read <owner> ...`, `dlock write
+    /// <owner> ...` (`queue.rs`), or anything else for a key dlock did not
+    /// write.
     pub line: Vec<u8>,
 }
 
@@ -38,7 +39,7 @@ impl Successor {
     }
 
     fn writer(&self) -> bool {
-        self.line.starts_with(b"dlock write ")
+        self.line.starts_with(WRITER)
     }
 }
 
@@ -75,7 +76,8 @@ pub(crate) fn targets(successors: &[Successor]) -> (&[Successor], &[Successor]) 
 
 /// A handed-over key's value: its first line, then the successors passed
 /// on, `<created>\t<key>\t<first line>` each. Keys hold no tab or newline
-/// (the lock's path escapes control characters).
+/// (the lock's path escapes control characters), nor do first lines (a
+/// label has no control character).
 pub(crate) fn value(line: &[u8], rest: &[Successor]) -> Vec<u8> {
     let mut value = line.to_vec();
     for s in rest {
@@ -133,7 +135,7 @@ mod tests {
     #[test]
     fn the_line_passed_on_reads_back() {
         let rest = [
-            s("/locks/g/n/1f-0", 9, "dlock read x"),
+            s("/locks/g/n/1f-0", 9, "dlock read x 1764166213000 web 1:42"),
             s("/locks/g/n/2a-3", 12, ""),
         ];
         let handed = value(b"dlock write me", &rest);

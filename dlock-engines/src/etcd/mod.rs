@@ -42,6 +42,7 @@
 //! root = "/locks"
 //! session_ttl = "10s"        # the lease; whole seconds
 //! connect_timeout = "5s"
+//! # client_name = "billing"  # the label records show; default <host>:<pid>
 //! # username = "dlock"       # etcd authentication (both or neither; `user` works too)
 //! # password = "secret"
 //! # endpoints = ["https://10.0.0.1:2379"]   # TLS, with feature `etcd-tls`
@@ -65,11 +66,13 @@ mod waiting;
 mod watches;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::session::Sessions;
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, async_trait,
+};
 use dlock_core::Mode;
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, async_trait};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse,
@@ -90,8 +93,24 @@ use watches::Watches;
 
 pub use config::{EtcdConfig, register};
 
-/// A request's key: none before it is put or once it is deleted.
-type State = RequestState<Contending>;
+/// A request's state over its whole life.
+struct Requested {
+    /// The client's clock when it first queued, in ms since the epoch (etcd
+    /// keeps no time). Its keys' values carry it unchanged, so that a put
+    /// repeated finds its own key by the value.
+    since: u64,
+    /// Its key: none before it is put or once it is deleted.
+    key: RequestState<Contending>,
+}
+
+fn requested(req: &Request) -> &Requested {
+    req.state_or_init(|| Requested {
+        since: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        key: RequestState::default(),
+    })
+}
 
 /// One request's key and place in line.
 struct Contending {
@@ -145,6 +164,8 @@ pub struct EtcdEngine {
     watches: Arc<Watches>,
     key_numbers: KeyNumbers,
     address: String,
+    /// The label this engine's keys carry (`client_name`).
+    label: String,
 }
 
 impl EtcdEngine {
@@ -161,6 +182,11 @@ impl EtcdEngine {
     fn prefix(&self, req: &Request) -> String {
         let tail = if req.permits.is_some() { "%permits/" } else { "/" };
         req.key.path(&self.root) + tail
+    }
+
+    /// The first line of this request's key's value, in `mode`.
+    fn value(&self, req: &Request, mode: Mode) -> Vec<u8> {
+        queue::value(mode, req.permits, req.owner, requested(req).since, &self.label)
     }
 
     /// Contenders ahead read per look: a page, or one more than a
@@ -187,7 +213,7 @@ impl EtcdEngine {
             let key = queue::contender_key(&prefix, session.lease, taken.number);
             match self.put(&session, &prefix, &key, req).await {
                 Ok((created, page)) => {
-                    *State::of(req).lock() = Some(Contending {
+                    *requested(req).key.lock() = Some(Contending {
                         key,
                         taken,
                         created,
@@ -229,7 +255,7 @@ impl EtcdEngine {
             (None, Mode::Write) => 2,
             (None, Mode::Read) => PAGE + 1,
         };
-        let value = queue::value(req.mode, req.permits, req.owner);
+        let value = self.value(req, req.mode);
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([
@@ -410,7 +436,7 @@ impl EtcdEngine {
     async fn admitted(&self, req: &Request) -> Result<(), EngineError> {
         let (session, key, created) =
             self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
-        let mut value = queue::value(req.mode, req.permits, req.owner);
+        let mut value = self.value(req, req.mode);
         value.extend_from_slice(queue::ADMITTED);
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
@@ -420,7 +446,8 @@ impl EtcdEngine {
 
     /// Runs `f` on this request's key.
     fn contending<R>(&self, req: &Request, f: impl FnOnce(&mut Contending) -> R) -> Result<R, EngineError> {
-        State::of(req)
+        requested(req)
+            .key
             .lock()
             .as_mut()
             .map(f)
@@ -431,7 +458,7 @@ impl EtcdEngine {
     /// right behind if it can (`handoff.rs`); `Ok(false)` if the key was
     /// already gone.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(contending) = State::of(req).lock().take() else {
+        let Some(contending) = requested(req).key.lock().take() else {
             return Ok(false);
         };
         let Contending {
@@ -646,11 +673,12 @@ impl Engine for EtcdEngine {
         else {
             return Ok(false);
         };
+        // The reader mark, keeping owner, since and label.
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
             .and_then([TxnOp::put(
                 key.as_str(),
-                queue::READER,
+                self.value(req, Mode::Read),
                 Some(PutOptions::new().with_ignore_lease()),
             )]);
         Ok(session.txn(txn).await?.succeeded())

@@ -7,19 +7,23 @@
 //! its place in line. etcd's Mutex names its key `<prefix><lease hex>`;
 //! dlock adds a number, `<prefix><lease hex>-<n>`, the lowest free among the
 //! engine's requests on the lock (`key_numbers.rs`), so two requests of one
-//! process never share a key. The value says `dlock read <owner id>` or
-//! `dlock write <owner id>`; a key whose value does not start with
-//! [`READER`], a Mutex's empty one included, is a writer. Both kinds sit under the same prefix, so a Mutex waits for
-//! dlock's readers too.
+//! process never share a key. The value's first line says `dlock read
+//! <owner id> <since> <label>` or `dlock write <owner id> <since> <label>`
+//! (`since`: the client's clock in ms since the epoch when the request first
+//! queued; the label last, as it may hold spaces; older dlock wrote the
+//! owner id alone); a key whose value does not start with [`READER`], a
+//! Mutex's empty one included, is a writer. Both kinds sit under the same
+//! prefix, so a Mutex waits for dlock's readers too.
 //!
 //! A semaphore is the prefix `<root>/<group>/<name>%permits/` (no escaped
 //! name ends so, and a Mutex never looks there), its keys named as a lock's,
-//! valued `dlock permit <count> <owner id>`. The first `count` keys by
-//! create revision hold; a waiter whose key is right behind them waits for
-//! any key ahead to go, and one further back for the key just ahead to go
-//! or be admitted (an admitted waiter with others behind rewrites its key,
-//! adding a line, to tell them). Each key's count was checked against the
-//! key just ahead when it was put, so every live key has the same one.
+//! valued `dlock permit <count> <owner id> <since> <label>`. The first
+//! `count` keys by create revision hold; a waiter whose key is right behind
+//! them waits for any key ahead to go, and one further back for the key
+//! just ahead to go or be admitted (an admitted waiter with others behind
+//! rewrites its key, adding a line, to tell them). Each key's count was
+//! checked against the key just ahead when it was put, so every live key
+//! has the same one.
 
 use dlock_core::Mode;
 use dlock_core::kit::OwnerId;
@@ -36,19 +40,22 @@ pub(crate) fn contender_key(prefix: &str, lease: i64, number: u32) -> String {
     format!("{prefix}{lease:x}-{number}")
 }
 
+/// How the value of a dlock writer's key starts.
+pub(crate) const WRITER: &[u8] = b"dlock write ";
+
 /// How the value of a dlock permit's key starts.
-const PERMIT: &[u8] = b"dlock permit ";
+pub(crate) const PERMIT: &[u8] = b"dlock permit ";
 
 /// The line a waiter admitted with others behind adds to its key's value.
 pub(crate) const ADMITTED: &[u8] = b"\nadmitted";
 
-/// The value of a request's key: its mode (or a semaphore's count) and
-/// owner id.
-pub(crate) fn value(mode: Mode, permits: Option<u32>, owner: OwnerId) -> Vec<u8> {
+/// The value of a request's key: its mode (or a semaphore's count), owner
+/// id, when it first queued (ms since the epoch) and its process's label.
+pub(crate) fn value(mode: Mode, permits: Option<u32>, owner: OwnerId, since: u64, label: &str) -> Vec<u8> {
     match (permits, mode) {
-        (Some(count), _) => format!("dlock permit {count} {owner}").into_bytes(),
-        (None, Mode::Read) => format!("dlock read {owner}").into_bytes(),
-        (None, Mode::Write) => format!("dlock write {owner}").into_bytes(),
+        (Some(count), _) => format!("dlock permit {count} {owner} {since} {label}").into_bytes(),
+        (None, Mode::Read) => format!("dlock read {owner} {since} {label}").into_bytes(),
+        (None, Mode::Write) => format!("dlock write {owner} {since} {label}").into_bytes(),
     }
 }
 
@@ -143,8 +150,8 @@ mod tests {
     #[test]
     fn writers_wait_for_the_one_ahead_readers_for_the_last_writer() {
         let (read, write) = (
-            value(Mode::Read, None, OwnerId::random()),
-            value(Mode::Write, None, OwnerId::random()),
+            value(Mode::Read, None, OwnerId::random(), 1, "a b"),
+            value(Mode::Write, None, OwnerId::random(), 1, "a b"),
         );
         let ahead = [kv("r2", &read, 9), kv("w", &write, 8), kv("r1", &read, 7)];
         let watch = |key: &str, created| Turn::Watch {
@@ -183,10 +190,18 @@ mod tests {
 
     #[test]
     fn a_permit_key_tells_its_count() {
-        let mut admitted = value(Mode::Write, Some(5), OwnerId::random());
+        let mut admitted = value(Mode::Write, Some(5), OwnerId::random(), 1, "host 7");
         assert_eq!(permits_of(&admitted), Some(5));
         admitted.extend_from_slice(ADMITTED);
         assert_eq!(permits_of(&admitted), Some(5));
-        assert_eq!(permits_of(&value(Mode::Write, None, OwnerId::random())), None);
+        assert_eq!(
+            permits_of(&value(Mode::Write, None, OwnerId::random(), 1, "host 7")),
+            None
+        );
+        // As older dlock wrote it.
+        assert_eq!(
+            permits_of(format!("dlock permit 5 {}", OwnerId::random()).as_bytes()),
+            Some(5)
+        );
     }
 }
