@@ -19,6 +19,11 @@
 //! rewrites the key's value to the reader mark; the key keeps its place,
 //! and the readers watching it wake.
 //!
+//! **Records** (`records.rs`): a key's value also carries its owner id,
+//! the client's clock when the request first queued, and the process's
+//! label (`client_name`); `inspect` reads a lock's prefix in one range,
+//! `list` the group's.
+//!
 //! A semaphore is a prefix beside the lock's, in the same shape, the first
 //! N keys holding (`queue.rs`).
 //!
@@ -57,6 +62,7 @@
 mod config;
 mod handoff;
 mod queue;
+mod records;
 /// The client crate, for tests and benchmarks that talk to etcd directly.
 pub use etcd_client;
 mod session;
@@ -72,7 +78,7 @@ use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
     Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, async_trait,
 };
-use dlock_core::Mode;
+use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
     TxnOp, TxnOpResponse, TxnResponse,
@@ -178,10 +184,15 @@ impl EtcdEngine {
         self.sessions.live(|| Session::open(&self.client, self.ttl)).await
     }
 
-    /// A lock's prefix, or a semaphore's beside it (`queue.rs`).
+    /// This request's lock's or semaphore's prefix.
     fn prefix(&self, req: &Request) -> String {
-        let tail = if req.permits.is_some() { "%permits/" } else { "/" };
-        req.key.path(&self.root) + tail
+        self.prefix_of(&req.key, req.permits)
+    }
+
+    /// A lock's prefix, or a semaphore's beside it (`queue.rs`).
+    fn prefix_of(&self, key: &LockKey, permits: Option<u32>) -> String {
+        let tail = if permits.is_some() { "%permits/" } else { "/" };
+        key.path(&self.root) + tail
     }
 
     /// The first line of this request's key's value, in `mode`.
@@ -611,7 +622,8 @@ impl Engine for EtcdEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            records: Records::None,            ..Capabilities::FULL
+            records: Records::Listed,
+            ..Capabilities::FULL
         }
     }
 
@@ -691,5 +703,15 @@ impl Engine for EtcdEngine {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         let session = self.contending(req, |c| c.session.clone()).ok()?;
         Some(Box::pin(session.ended()))
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let session = self.live().await?;
+        records::inspect(&session, key, permits, &self.prefix_of(key, permits)).await
+    }
+
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let session = self.live().await?;
+        records::list(&session, &self.root, group).await
     }
 }

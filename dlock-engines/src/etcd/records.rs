@@ -1,0 +1,309 @@
+//! Who holds and who waits, read back from the keys under a lock's prefix:
+//! holders by the same turn logic that grants (`queue.rs`), the rest
+//! waiting in create-revision order. etcd keeps no time, so `since` is the
+//! client's clock written into the value; the hold ends with its session's
+//! lease, so no lease end is shown.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use dlock_core::kit::{EngineError, OwnerId};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
+use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
+
+use super::handoff::first_line;
+use super::queue::{self, Contender, PERMIT, READER, Turn, WRITER};
+use super::session::Session;
+
+/// Keys read per round trip while listing a group.
+const LIST_PAGE: i64 = 512;
+
+/// Lock or semaphore `key`, read in one range on its `prefix`.
+pub(crate) async fn inspect(
+    session: &Session,
+    key: &LockKey,
+    permits: Option<u32>,
+    prefix: &str,
+) -> Result<LockView, EngineError> {
+    let oldest_first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let got = session
+        .retry(|| {
+            let mut client = session.kv();
+            let (prefix, options) = (prefix.to_owned(), oldest_first.clone());
+            async move { client.get(prefix, Some(options)).await }
+        })
+        .await?;
+    Ok(view(key, permits, got.kvs()))
+}
+
+/// Every lock and semaphore of `group` that someone holds or waits for,
+/// by name: one range on the group's prefix, a page per round trip.
+pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<Vec<LockView>, EngineError> {
+    let prefix =
+        group_prefix(root, group).ok_or_else(|| EngineError::failed("not a group dlock can name"))?;
+    // Past the prefix: it ends with `/`, and `0` comes right after.
+    let end = format!("{}0", &prefix[..prefix.len() - 1]);
+    let mut by_lock: BTreeMap<String, Vec<KeyValue>> = BTreeMap::new();
+    let (mut from, mut revision) = (prefix.clone().into_bytes(), 0);
+    loop {
+        // Every page at the first one's revision: one moment's view.
+        let options = GetOptions::new()
+            .with_range(end.clone())
+            .with_revision(revision)
+            .with_limit(LIST_PAGE);
+        let mut got = session
+            .retry(|| {
+                let mut client = session.kv();
+                let (from, options) = (from.clone(), options.clone());
+                async move { client.get(from, Some(options)).await }
+            })
+            .await?;
+        if revision == 0 {
+            revision = got.header().map_or(0, |h| h.revision());
+        }
+        let kvs = got.take_kvs();
+        if let Some(last) = kvs.last() {
+            from = last.key().to_vec();
+            from.push(0);
+        }
+        for kv in kvs {
+            // `<name>/<contender>`: a name's path has no `/`.
+            let rest = &kv.key()[prefix.len()..];
+            if let Some(slash) = rest.iter().position(|&b| b == b'/')
+                && let Ok(lock) = std::str::from_utf8(&rest[..slash])
+            {
+                by_lock.entry(lock.to_owned()).or_default().push(kv);
+            }
+        }
+        if !got.more() {
+            break;
+        }
+    }
+    let mut views: Vec<LockView> = by_lock
+        .iter_mut()
+        .filter_map(|(lock, kvs)| {
+            kvs.sort_by_key(KeyValue::create_revision);
+            listed(root, group, lock, kvs)
+        })
+        .collect();
+    views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
+    Ok(views)
+}
+
+/// What a key's first line says of its request. A field is `None` for a
+/// key dlock did not write (`etcdctl lock`'s is empty), or one written by
+/// an older dlock, which kept the owner id alone.
+#[derive(Debug, PartialEq, Eq)]
+struct Line {
+    mode: Mode,
+    owner: Option<String>,
+    since: Option<SystemTime>,
+    label: Option<String>,
+}
+
+impl Line {
+    fn read(value: &[u8]) -> Line {
+        let first = first_line(value);
+        let mut line = Line {
+            mode: if first.starts_with(READER) {
+                Mode::Read
+            } else {
+                Mode::Write
+            },
+            owner: None,
+            since: None,
+            label: None,
+        };
+        // `<owner> <since> <label>`, after the mode or a permit's count;
+        // without an owner id, not a line dlock wrote.
+        let Some(fields) = line_fields(first).and_then(|f| std::str::from_utf8(f).ok()) else {
+            return line;
+        };
+        let (owner, rest) = fields.split_once(' ').unwrap_or((fields, ""));
+        line.owner = owner_digest(owner);
+        if line.owner.is_some()
+            && let Some((since, label)) = rest.split_once(' ')
+        {
+            line.since = since
+                .parse()
+                .ok()
+                .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+            line.label = (!label.is_empty()).then(|| label.to_owned());
+        }
+        line
+    }
+}
+
+/// What follows the mode, or a permit's count, in a line dlock wrote.
+fn line_fields(line: &[u8]) -> Option<&[u8]> {
+    if let Some(rest) = line.strip_prefix(PERMIT) {
+        let space = rest.iter().position(|&b| b == b' ')?;
+        return Some(&rest[space + 1..]);
+    }
+    line.strip_prefix(READER).or_else(|| line.strip_prefix(WRITER))
+}
+
+/// The digest of an owner id written as 32 hex digits; the id itself goes
+/// no further than this function.
+fn owner_digest(hex: &str) -> Option<String> {
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let bits = u128::from_str_radix(hex, 16).ok()?;
+    Some(OwnerId::from_u128(bits).digest())
+}
+
+/// The view of lock or semaphore `key` from its keys, oldest first. A
+/// semaphore's count is the one its keys carry (they all agree, see
+/// `queue.rs`), else the one asked for.
+fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
+    let permits = permits.map(|asked| {
+        kvs.iter()
+            .find_map(|kv| Contender::from(kv).permits)
+            .unwrap_or(asked)
+    });
+    let latest_first: Vec<Contender> = kvs.iter().rev().map(Contender::from).collect();
+    let mut view = LockView {
+        group: key.group().to_owned(),
+        name: key.name().to_owned(),
+        permits,
+        holders: Vec::new(),
+        waiters: Vec::new(),
+    };
+    for (i, kv) in kvs.iter().enumerate() {
+        let ahead = &latest_first[kvs.len() - i..];
+        let line = Line::read(kv.value());
+        let turn = match permits {
+            Some(count) => queue::permit_turn(count, ahead),
+            None => queue::turn(line.mode, ahead, false),
+        };
+        if turn == Turn::Held {
+            view.holders.push(HolderRecord {
+                label: line.label,
+                mode: line.mode,
+                fence: Some(kv.create_revision() as u64),
+                since: line.since,
+                lease_ends: None,
+                owner: line.owner,
+            });
+        } else {
+            view.waiters.push(WaiterRecord {
+                label: line.label,
+                mode: line.mode,
+                since: line.since,
+                owner: line.owner,
+            });
+        }
+    }
+    view
+}
+
+/// The view of the keys found under `<group prefix><segment>/`, `segment`
+/// being a name as the lock's path escapes it, with `%permits` after it
+/// for a semaphore. `None` if no dlock lock has that prefix (a key put
+/// there by hand), or if no key says a semaphore's count.
+fn listed(root: &str, group: &str, segment: &str, kvs: &[KeyValue]) -> Option<LockView> {
+    let (escaped, semaphore) = match segment.strip_suffix("%permits") {
+        Some(escaped) => (escaped, true),
+        None => (segment, false),
+    };
+    let key = LockKey::new(group, unescape(escaped)?).ok()?;
+    // Only the escaping the path gives names this prefix: `%41` is not `A`.
+    if !key.path(root).ends_with(&format!("/{escaped}")) {
+        return None;
+    }
+    let permits = if semaphore {
+        Some(kvs.iter().find_map(|kv| Contender::from(kv).permits)?)
+    } else {
+        None
+    };
+    Some(view(&key, permits, kvs))
+}
+
+/// `<root>/<group>/`, as the locks' paths escape the group.
+fn group_prefix(root: &str, group: &str) -> Option<String> {
+    let path = LockKey::new(group, "-").ok()?.path(root);
+    Some(path.strip_suffix('-')?.to_owned())
+}
+
+/// Undoes the path's `%XX` escapes; `None` for text they cannot have made.
+fn unescape(text: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_tells_mode_owner_since_and_a_label_with_spaces() {
+        let owner = OwnerId::random();
+        let value = queue::value(Mode::Read, None, owner, 1_764_166_213_000, "web 1:42");
+        let line = Line::read(&value);
+        assert_eq!(line.mode, Mode::Read);
+        assert_eq!(line.owner, Some(owner.digest()));
+        assert_eq!(line.label.as_deref(), Some("web 1:42"));
+        assert_eq!(
+            line.since,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_166_213_000))
+        );
+        let mut permit = queue::value(Mode::Write, Some(3), owner, 5, "host:1");
+        permit.extend_from_slice(queue::ADMITTED);
+        let line = Line::read(&permit);
+        assert_eq!((line.mode, line.owner), (Mode::Write, Some(owner.digest())));
+        assert_eq!(line.label.as_deref(), Some("host:1"));
+    }
+
+    #[test]
+    fn what_a_line_cannot_tell_is_none() {
+        let none = |mode| Line {
+            mode,
+            owner: None,
+            since: None,
+            label: None,
+        };
+        // etcdctl lock, and a downgrade as older dlock wrote it.
+        assert_eq!(Line::read(b""), none(Mode::Write));
+        assert_eq!(Line::read(b"dlock read "), none(Mode::Read));
+        assert_eq!(Line::read(b"dlock write xyz 12 a"), none(Mode::Write));
+        // An older dlock's: the owner alone.
+        let owner = OwnerId::random();
+        let line = Line::read(format!("dlock permit 2 {owner}").as_bytes());
+        assert_eq!(
+            line,
+            Line {
+                owner: Some(owner.digest()),
+                ..none(Mode::Write)
+            }
+        );
+    }
+
+    #[test]
+    fn names_come_back_only_as_the_path_escapes_them() {
+        assert_eq!(unescape("a%2Fb%25").as_deref(), Some("a/b%"));
+        assert_eq!(unescape("%F0%9F%94%92").as_deref(), Some("🔒"));
+        assert_eq!(unescape("50%"), None);
+        assert_eq!(unescape("%zz"), None);
+        assert_eq!(unescape("%FF"), None);
+        assert_eq!(group_prefix("/locks", "a/b").as_deref(), Some("/locks/a%2Fb/"));
+        assert_eq!(group_prefix("/locks", "..").as_deref(), Some("/locks/%2E%2E/"));
+        assert!(listed("/locks", "g", "%41", &[]).is_none(), "`A` is not escaped");
+        assert!(listed("/locks", "g", "s%permits", &[]).is_none(), "no count");
+        let free = listed("/locks", "g", "a%2Fb", &[]).expect("a lock");
+        assert_eq!((free.name.as_str(), free.permits), ("a/b", None));
+    }
+}
