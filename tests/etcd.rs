@@ -1,10 +1,12 @@
 //! etcd-specific behaviour against real etcd on loopback: the real `etcdctl
 //! lock` and dlock exclude each other both ways under an exact counter; a
 //! key dlock did not write counts as a writer, and etcd's lock waits for
-//! dlock's readers; the two known failures of etcd's recipes (a waiter
-//! granted after its lease expired, etcd 11456; after it was revoked, etcd
-//! 16221) do not happen; one watch stream per engine and two watchers per
-//! waiter (the key ahead and its own); nothing left in etcd after the suite; clear errors.
+//! dlock's readers; records show an `etcdctl lock` holder without a label,
+//! dlock's with its `client_name`; the two known failures of etcd's recipes
+//! (a waiter granted after its lease expired, etcd 11456; after it was
+//! revoked, etcd 16221) do not happen; one watch stream per engine and two
+//! watchers per waiter (the key ahead and its own); nothing left in etcd
+//! after the suite; clear errors.
 
 #![cfg(feature = "etcd")]
 
@@ -270,6 +272,61 @@ async fn a_foreign_key_is_a_writer_and_etcd_lock_waits_for_dlock_readers() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = holder.wait();
+}
+
+/// Records: `etcdctl lock`'s key shows as a write holder with no label,
+/// owner or time (its value is empty); dlock's waiter behind it, and then
+/// its hold, carry the configured `client_name`, spaces and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_etcdctl_holder_shows_without_a_label_and_dlock_with_its_client_name() {
+    let endpoint = shared().server.address();
+    let named = EtcdConfig {
+        client: ClientSettings {
+            client_name: Some("billing worker 3".into()),
+            ..ClientSettings::default()
+        },
+        ..config(endpoint.clone())
+    };
+    let engine = EtcdEngine::connect("etcd", &named).await.expect("connect");
+    let lock = registry(Arc::new(engine)).locks("records").get("interop");
+    let prefix = "/locks/records/interop/";
+    let label = Some("billing worker 3".to_owned());
+
+    let mut holder = etcdctl(&endpoint)
+        .args(["lock", "/locks/records/interop", "sleep", "1.5"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    wait_for_keys(&endpoint, prefix, 1).await;
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await.expect("lock") }
+    });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    let view = lock.inspect().await.expect("inspect");
+    let ([foreign], [waiting]) = (view.holders.as_slice(), view.waiters.as_slice()) else {
+        panic!("etcdctl holding, dlock waiting: {view:?}");
+    };
+    assert_eq!(foreign.mode, dlock::Mode::Write, "{view:?}");
+    assert_eq!(
+        (&foreign.label, &foreign.owner, foreign.since, foreign.lease_ends),
+        (&None, &None, None, None),
+        "{view:?}"
+    );
+    assert!(foreign.fence.is_some(), "{view:?}");
+    assert_eq!(waiting.label, label, "{view:?}");
+
+    let guard = waiter.await.expect("waiter");
+    let _ = holder.wait();
+    let view = lock.inspect().await.expect("inspect");
+    let [mine] = view.holders.as_slice() else {
+        panic!("dlock holding: {view:?}");
+    };
+    assert_eq!(mine.label, label, "{view:?}");
+    assert_eq!(mine.owner, Some(guard.owner_digest()));
+    assert_eq!(mine.fence, Some(guard.fence()));
+    assert!(mine.since.is_some(), "{view:?}");
+    guard.release().await.expect("release");
 }
 
 /// etcd 16221: the read/write recipe granted a waiter whose lease had been
