@@ -31,8 +31,8 @@ pub struct ZooKeeperConfig {
     /// `user:password` for ZooKeeper digest authentication.
     #[serde(default)]
     pub digest: Option<String>,
-    /// `connect_timeout` bounds connecting and opening a session
-    /// (`client_name` is refused: no names here).
+    /// `connect_timeout` bounds connecting and opening a session;
+    /// `client_name` is the label this process's nodes carry.
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -70,7 +70,7 @@ impl ZooKeeperEngine {
     /// Connects engine `name` (for error messages) and opens its session.
     pub async fn connect(name: &str, config: &ZooKeeperConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "zookeeper" };
-        config.client.label(&at)?;
+        let label = config.client.label(&at)?;
         if config.connect.trim().is_empty() {
             return Err(at.bad("connect", "name at least one host:port"));
         }
@@ -97,6 +97,7 @@ impl ZooKeeperEngine {
             },
             keeper: Keeper::new(config.keeper_idle),
             address: config.connect.clone(),
+            label,
         })
     }
 }

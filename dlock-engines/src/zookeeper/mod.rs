@@ -26,6 +26,9 @@
 //! sessions and server restarts (zxids never go back while the data
 //! directory is kept).
 //!
+//! **Records**: a node's data names the process that made it, `dlock
+//! <label>` (its `client_name`), written once at create (`records.rs`).
+//!
 //! **Liveness** comes from the session, not a lease: every node lives as long
 //! as the engine's session. When the session ends (expired, or cut off for
 //! half the session timeout, before the server can expire it; see
@@ -58,16 +61,19 @@
 //! # digest = "user:password"  # digest auth; nodes then get creator-only ACLs
 //! ```
 
-mod keeper;
 mod config;
+mod keeper;
 mod nodes;
 mod permits;
+mod records;
 mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Expiry, LostSignal, Poll, Request, RequestState, Wake, Woken, async_trait};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, Wake, Woken, async_trait,
+};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher};
@@ -158,6 +164,8 @@ pub struct ZooKeeperEngine {
     acls: Acls<'static>,
     keeper: Arc<Keeper>,
     address: String,
+    /// What this process's nodes say it is called (see `records.rs`).
+    label: String,
 }
 
 impl ZooKeeperEngine {
@@ -228,12 +236,13 @@ impl ZooKeeperEngine {
         let client = &session.client;
         let prefix = format!("{path}/{}", nodes::node_prefix(req.owner, req.mode));
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
+        let data = records::data(&self.label, None);
         // A container parent can vanish between our creating it and using it.
         let mut vanished = 0;
         loop {
             let mut multi = client.new_multi_writer();
             multi
-                .add_create(&prefix, &[], &options)
+                .add_create(&prefix, &data, &options)
                 .map_err(EngineError::failed)?;
             multi.add_set_data(path, &[], None).map_err(EngineError::failed)?;
             let failed = match multi.commit().await {
@@ -246,7 +255,7 @@ impl ZooKeeperEngine {
                     }
                     // A parent that lets us create but not write: list instead.
                     if index == 1 && source == ZkError::NoAuth {
-                        return self.create_and_list(session, path, &prefix, &[], req).await;
+                        return self.create_and_list(session, path, &prefix, &data, req).await;
                     }
                     source
                 }
@@ -487,7 +496,8 @@ impl Engine for ZooKeeperEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            records: Records::None,            ..Capabilities::FULL
+            records: Records::None,
+            ..Capabilities::FULL
         }
     }
 
@@ -541,17 +551,19 @@ impl Engine for ZooKeeperEngine {
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        let (session, name) = match self.node(req, |n| (n.session.clone(), n.name.clone())) {
+        let (session, name, fence) = match self.node(req, |n| (n.session.clone(), n.name.clone(), n.fence)) {
             Ok(node) => node,
             Err(_) => return Ok(false),
         };
         let read = nodes::downgraded(&name).ok_or_else(|| EngineError::failed("not a write node"))?;
         let path = self.path(req);
         let options = CreateMode::Ephemeral.with_acls(self.acls);
+        // The read node's czxid is the swap's: its data keeps the guard's fence.
+        let data = records::data(&self.label, Some(fence));
         let mut retried = false;
         loop {
             let mut swap = session.client.new_multi_writer();
-            swap.add_create(&format!("{path}/{read}"), &[], &options)
+            swap.add_create(&format!("{path}/{read}"), &data, &options)
                 .map_err(EngineError::failed)?;
             swap.add_delete(&format!("{path}/{name}"), None)
                 .map_err(EngineError::failed)?;

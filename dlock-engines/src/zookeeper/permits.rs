@@ -13,10 +13,17 @@
 //! fewer, its own counted, it holds and lets the mutex go; otherwise it
 //! waits for the leases to change, keeping the mutex, so the line is FIFO.
 //!
-//! Curator keeps no count. A dlock lease's data is `dlock permits <N>`; a
-//! new one is checked against one other dlock lease, itself checked when it
-//! came, so every live dlock lease agrees. A Curator lease (its data an
-//! address) is counted, not checked.
+//! Curator keeps no count. A dlock lease's data is `dlock permits <N>`, then
+//! the holder's label on a line of its own; a new one is checked against
+//! one other dlock lease, itself checked when it came, so every live dlock
+//! lease agrees. A Curator lease (its data an address) is counted, not
+//! checked. A dlock node in the mutex line carries the same data, so that
+//! a waiter has its label and count to show too.
+//!
+//! The label cannot go on the first line: dlock before holder records read
+//! all of it after `dlock permits ` as the count, and takes a lease whose
+//! count does not parse for Curator's. Such a client counts a lease with a
+//! label, but checks no count against it.
 //!
 //! The fence is the lease's `czxid`; liveness is the session, as for locks.
 
@@ -44,6 +51,12 @@ struct Permit {
 
 /// How a dlock lease's data starts; the count follows.
 const DATA: &str = "dlock permits ";
+
+/// The data of this engine's semaphore nodes: the count, and on the next
+/// line the label (which has no control characters).
+fn data(count: u32, label: &str) -> Vec<u8> {
+    format!("{DATA}{count}\n{label}").into_bytes()
+}
 
 impl ZooKeeperEngine {
     fn semaphore_path(&self, req: &Request) -> String {
@@ -73,10 +86,11 @@ impl ZooKeeperEngine {
         }
         let locks = format!("{}/{SEMAPHORE_LOCKS}", self.semaphore_path(req));
         let prefix = format!("{locks}/{}", nodes::semaphore_node_prefix(req.owner, false));
+        let node_data = data(count, &self.label);
         let (session, (name, _, listed)) = self
             .on_live_session(|session| {
-                let (locks, prefix) = (&locks, &prefix);
-                async move { self.create_and_list(&session, locks, prefix, &[], req).await }
+                let (locks, prefix, node_data) = (&locks, &prefix, &node_data);
+                async move { self.create_and_list(&session, locks, prefix, node_data, req).await }
             })
             .await?;
         *PermitState::of(req).lock() = Some(Permit {
@@ -173,9 +187,8 @@ impl ZooKeeperEngine {
         leases: &str,
     ) -> Result<(String, u64, Vec<String>), EngineError> {
         let prefix = format!("{leases}/{}", nodes::semaphore_node_prefix(req.owner, true));
-        let data = format!("{DATA}{count}");
         let (lease, fence, listed) = self
-            .create_and_list(session, leases, &prefix, data.as_bytes(), req)
+            .create_and_list(session, leases, &prefix, &data(count, &self.label), req)
             .await?;
         self.permit(req, |p| p.lease = Some((lease.clone(), fence)))?;
         let listed = match listed {
@@ -188,8 +201,8 @@ impl ZooKeeperEngine {
         for other in listed.iter().filter(|&other| *other != lease) {
             let other = format!("{leases}/{other}");
             match session.retry(|| session.client.get_data(&other)).await {
-                Ok((data, _)) => match permits_of(&data) {
-                    Some(in_use) if in_use != count => {
+                Ok((data, _)) => match written(&data) {
+                    Some((in_use, _)) if in_use != count => {
                         self.permit_remove(req).await?;
                         return Err(EngineError::PermitsDiffer { in_use });
                     }
@@ -237,9 +250,15 @@ impl ZooKeeperEngine {
     }
 }
 
-/// The count in a dlock lease's data; `None` for a Curator lease.
-fn permits_of(data: &[u8]) -> Option<u32> {
-    std::str::from_utf8(data).ok()?.strip_prefix(DATA)?.parse().ok()
+/// The count and label in a dlock semaphore node's data; `None` for a
+/// Curator node. A lease of dlock before holder records has no label.
+fn written(data: &[u8]) -> Option<(u32, Option<&str>)> {
+    let text = std::str::from_utf8(data).ok()?;
+    let (first, label) = match text.split_once('\n') {
+        Some((first, label)) => (first, Some(label)),
+        None => (text, None),
+    };
+    Some((first.strip_prefix(DATA)?.parse().ok()?, label))
 }
 
 #[cfg(test)]
@@ -247,8 +266,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_dlock_lease_tells_its_count_and_a_curator_lease_does_not() {
-        assert_eq!(permits_of(format!("{DATA}5").as_bytes()), Some(5));
-        assert_eq!(permits_of(b"10.1.2.3"), None);
+    fn a_dlock_lease_tells_its_count_and_label_and_a_curator_lease_does_not() {
+        assert_eq!(written(&data(5, "billing 7")), Some((5, Some("billing 7"))));
+        assert_eq!(written(format!("{DATA}5").as_bytes()), Some((5, None)));
+        assert_eq!(written(b"10.1.2.3"), None);
     }
 }
