@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::kit::ClientSettings;
-use dlock::{Error, Registry, Settings};
+use dlock::{Error, LockView, Mode, Registry, Settings};
 use dlock_testkit::fixtures::zookeeper::{curator_classpath, four_letter, zookeeper};
 use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
 use dlock_testkit::server::TestServer;
@@ -237,6 +237,120 @@ async fn curator_and_dlock_permits_exclude_each_other_both_ways() {
         "dlock took a permit that Curator holds"
     );
     second.release().await.expect("release");
+    assert_eq!(curator.say("release"), "released");
+}
+
+/// An engine whose nodes say `label`.
+async fn labelled(label: &str) -> Registry {
+    let config = ZooKeeperConfig {
+        client: ClientSettings {
+            client_name: Some(label.to_owned()),
+            ..ClientSettings::default()
+        },
+        ..config(server().address())
+    };
+    registry(Arc::new(
+        ZooKeeperEngine::connect("zk", &config).await.expect("connect"),
+    ))
+}
+
+/// Inspects `lock` until `done` says the view is as expected, for 5 s.
+async fn inspect_until(lock: &dlock::Lock, done: impl Fn(&LockView) -> bool) -> LockView {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let view = lock.inspect().await.expect("inspect");
+        if done(&view) || Instant::now() > deadline {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Curator's write lock (an `InterProcessMutex`) shows as a writer with no
+/// label or owner (its node's data is Curator's address), a dlock waiter
+/// and then holder behind it with its `client_name`, spaces and all; a
+/// downgraded hold shows as a reader with its fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_show_curators_writer_unlabelled_and_dlocks_by_client_name() {
+    let dlock = labelled("billing 7").await;
+    let lock = dlock.locks("interop").get("records");
+    let mut curator = Curator::start("/locks/interop/records");
+
+    assert_eq!(curator.say("write 5000"), "held");
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    let view = inspect_until(&lock, |v| v.waiters.len() == 1).await;
+    let ([holder], [waiter]) = (view.holders.as_slice(), view.waiters.as_slice()) else {
+        panic!("Curator's writer and dlock's waiter expected: {view:?}");
+    };
+    assert_eq!(
+        (holder.mode, holder.label.as_deref(), holder.owner.as_deref()),
+        (Mode::Write, None, None),
+        "{view:?}"
+    );
+    assert!(holder.fence.is_some() && holder.since.is_some(), "{view:?}");
+    let curators = holder.fence;
+    assert_eq!(
+        (waiter.mode, waiter.label.as_deref()),
+        (Mode::Write, Some("billing 7"))
+    );
+
+    assert_eq!(curator.say("release"), "released");
+    let write = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("dlock's writer was not admitted after Curator released")
+        .expect("task")
+        .expect("lock");
+    let view = lock.inspect().await.expect("inspect");
+    let [holder] = view.holders.as_slice() else {
+        panic!("dlock's writer expected: {view:?}");
+    };
+    assert_eq!(holder.label.as_deref(), Some("billing 7"));
+    assert_eq!(holder.owner, Some(write.owner_digest()));
+    assert_eq!(holder.fence, Some(write.fence()));
+    assert!(holder.fence > curators, "{view:?}");
+    write.release().await.expect("release");
+
+    // Released with a read held inside (in one task): the write node becomes
+    // a read node, whose own czxid is the swap's; the record keeps the
+    // hold's fence.
+    let write = lock.lock().await.expect("lock");
+    let read = lock.read().await.expect("read");
+    write.release().await.expect("downgrade");
+    let view = lock.inspect().await.expect("inspect");
+    let [holder] = view.holders.as_slice() else {
+        panic!("dlock's reader expected: {view:?}");
+    };
+    assert_eq!((holder.mode, holder.fence), (Mode::Read, Some(read.fence())));
+    assert_eq!(holder.label.as_deref(), Some("billing 7"));
+    read.release().await.expect("release");
+    assert!(lock.inspect().await.expect("inspect").is_free());
+}
+
+/// A Curator lease and a dlock permit of one semaphore: both show as
+/// holders, Curator's unlabelled, and the count is dlock's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_show_curators_lease_beside_a_dlock_permit() {
+    let dlock = labelled("reports").await;
+    let semaphore = dlock.locks("interop").semaphore("records", 3);
+    let mut curator = Curator::start("/locks/interop/records%permits");
+    assert_eq!(curator.say("permit 3 5000"), "held");
+    let permit = semaphore.acquire().await.expect("acquire");
+    let view = semaphore.inspect().await.expect("inspect");
+    assert_eq!(view.permits, Some(3), "{view:?}");
+    let labels: Vec<_> = view.holders.iter().map(|h| h.label.as_deref()).collect();
+    assert_eq!(labels, [None, Some("reports")], "{view:?}");
+    assert_eq!(view.holders[1].owner, Some(permit.owner_digest()));
+    assert_eq!(view.holders[1].fence, Some(permit.fence()));
+    assert!(view.waiters.is_empty(), "{view:?}");
+    let listed = dlock.locks("interop").list().await.expect("list");
+    assert!(
+        listed.iter().any(|v| v.name == "records" && v.permits == Some(3)),
+        "{listed:?}"
+    );
+    permit.release().await.expect("release");
     assert_eq!(curator.say("release"), "released");
 }
 

@@ -28,6 +28,8 @@
 //!
 //! **Records**: a node's data names the process that made it, `dlock
 //! <label>` (its `client_name`), written once at create (`records.rs`).
+//! `inspect` reads a lock's or semaphore's nodes back in two round trips,
+//! `list` a group's in three (`inspect.rs`).
 //!
 //! **Liveness** comes from the session, not a lease: every node lives as long
 //! as the engine's session. When the session ends (expired, or cut off for
@@ -62,6 +64,7 @@
 //! ```
 
 mod config;
+mod inspect;
 mod keeper;
 mod nodes;
 mod permits;
@@ -72,8 +75,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, Wake, Woken, async_trait,
+    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, Wake, Woken,
+    async_trait,
 };
+use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher};
@@ -496,7 +501,7 @@ impl Engine for ZooKeeperEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             expiry: Expiry::Session,
-            records: Records::None,
+            records: Records::Listed,
             ..Capabilities::FULL
         }
     }
@@ -601,5 +606,13 @@ impl Engine for ZooKeeperEngine {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         let (session, _) = self.held_node(req)?;
         Some(Box::pin(session.ended()))
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        self.view(key, permits).await
+    }
+
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        self.views(group).await
     }
 }

@@ -25,6 +25,26 @@ pub(crate) fn protected_prefix(owner: OwnerId) -> String {
     )
 }
 
+/// The `_c_<uuid>-` a node's name starts with, if it has one.
+pub(crate) fn protection(name: &str) -> Option<&str> {
+    let prefix = name.get(..3 + 36 + 1)?;
+    let uuid = &prefix[3..39];
+    let dashes = uuid.char_indices().all(|(at, c)| match at {
+        8 | 13 | 18 | 23 => c == '-',
+        _ => c.is_ascii_hexdigit(),
+    });
+    (prefix.starts_with("_c_") && prefix.ends_with('-') && dashes).then_some(prefix)
+}
+
+/// The digest of the owner id a node's name carries (see
+/// [`OwnerId::digest`]): the id itself goes no further than this.
+pub(crate) fn owner_digest(name: &str) -> Option<String> {
+    let uuid: String = protection(name)?[3..39].chars().filter(|&c| c != '-').collect();
+    u128::from_str_radix(&uuid, 16)
+        .ok()
+        .map(|bits| OwnerId::from_u128(bits).digest())
+}
+
 /// The name passed to a sequential create: ZooKeeper appends the sequence.
 pub(crate) fn node_prefix(owner: OwnerId, mode: Mode) -> String {
     let kind = match mode {
@@ -71,6 +91,37 @@ impl<'a> Contender<'a> {
     }
 }
 
+/// A place in a lock's line, as [`line`] gives it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    /// Where the node is among the children listed.
+    pub at: usize,
+    pub mode: Mode,
+    /// Whether it holds: a writer first in line, a reader with no writer
+    /// ahead, as [`turn`] decides.
+    pub held: bool,
+}
+
+/// The read/write lock nodes among `children`, first in line first.
+pub(crate) fn line(children: &[String]) -> Vec<Place> {
+    let mut line: Vec<(Contender<'_>, usize)> = children
+        .iter()
+        .enumerate()
+        .filter_map(|(at, c)| Some((Contender::parse(c)?, at)))
+        .collect();
+    line.sort_unstable();
+    let mut writer_ahead = false;
+    line.iter()
+        .enumerate()
+        .map(|(rank, (c, at))| {
+            let held = if c.writer { rank == 0 } else { !writer_ahead };
+            writer_ahead |= c.writer;
+            let mode = if c.writer { Mode::Write } else { Mode::Read };
+            Place { at: *at, mode, held }
+        })
+        .collect()
+}
+
 /// ZooKeeper numbers children with the parent's 32-bit child version printed
 /// as `%010d`, so after 2^31 - 1 it goes on at -2^31 ("-2147483648").
 /// Curator compares the text, which puts those first; read as unsigned they
@@ -82,6 +133,10 @@ fn sequence_order(seq: i64) -> u64 {
         seq as u64
     }
 }
+
+/// What a semaphore's path adds to its lock's: `%` is escaped in names, so
+/// no lock's path ends so.
+pub(crate) const SEMAPHORE: &str = "%permits";
 
 /// The children of a semaphore's path, in Curator's
 /// `InterProcessSemaphoreV2`: its internal mutex, and the leases.
@@ -98,13 +153,9 @@ pub(crate) fn semaphore_node_prefix(owner: OwnerId, lease: bool) -> String {
 /// internal mutex): the `lock-` nodes by sequence, each waiting for the
 /// one just ahead.
 pub(crate) fn mutex_turn<'a>(children: &'a [String], ours: &str) -> Turn<'a> {
-    let order = |name: &str| {
-        let at = name.rfind("lock-")?;
-        name[at + "lock-".len()..].parse().ok().map(sequence_order)
-    };
     let mut line: Vec<(u64, &'a str)> = children
         .iter()
-        .filter_map(|c| Some((order(c)?, c.as_str())))
+        .filter_map(|c| Some((semaphore_order(c, false)?, c.as_str())))
         .collect();
     line.sort_unstable();
     match line.iter().position(|&(_, name)| name == ours) {
@@ -112,6 +163,14 @@ pub(crate) fn mutex_turn<'a>(children: &'a [String], ours: &str) -> Turn<'a> {
         Some(0) => Turn::Held,
         Some(at) => Turn::Watch(line[at - 1].1),
     }
+}
+
+/// Where a node of a semaphore's mutex line (`lock-`) or of its leases
+/// (`lease-`) comes, by its sequence.
+pub(crate) fn semaphore_order(name: &str, lease: bool) -> Option<u64> {
+    let marker = if lease { "lease-" } else { "lock-" };
+    let at = name.rfind(marker)?;
+    name[at + marker.len()..].parse().ok().map(sequence_order)
 }
 
 /// Whose turn it is, for the node `ours` among `children`.
@@ -241,6 +300,37 @@ mod tests {
     }
 
     #[test]
+    fn the_line_holds_whom_turn_lets_hold() {
+        let kids = names(&[
+            "_c_c-__WRIT__0000000003",
+            "_c_a-__READ__0000000001",
+            "not-a-lock-node",
+            "_c_b-__READ__0000000002",
+            "_c_d-__READ__0000000004",
+        ]);
+        let line = line(&kids);
+        let order: Vec<_> = line.iter().map(|p| (p.at, p.mode)).collect();
+        assert_eq!(
+            order,
+            [(1, Mode::Read), (3, Mode::Read), (0, Mode::Write), (4, Mode::Read)]
+        );
+        for place in line {
+            let held = turn(&kids, &kids[place.at]) == Turn::Held;
+            assert_eq!(place.held, held, "{place:?}");
+        }
+    }
+
+    #[test]
+    fn a_nodes_owner_shows_as_its_digest() {
+        let owner = OwnerId::random();
+        let name = format!("{}0000000001", node_prefix(owner, Mode::Read));
+        assert_eq!(owner_digest(&name), Some(owner.digest()));
+        assert_eq!(protection(&name), Some(protected_prefix(owner).as_str()));
+        assert_eq!(owner_digest("_c_not-a-uuid-__READ__0000000001"), None);
+        assert_eq!(owner_digest("lock-0000000001"), None);
+    }
+
+    #[test]
     fn a_semaphores_mutex_line_goes_by_sequence() {
         let owner = OwnerId::random();
         let prefix = semaphore_node_prefix(owner, false);
@@ -253,5 +343,7 @@ mod tests {
             Turn::Watch("_c_b-lock-0000000002")
         );
         assert_eq!(mutex_turn(&kids, "_c_z-lock-0000000009"), Turn::Gone);
+        assert_eq!(semaphore_order("_c_a-lease--2147483648", true), Some(1 << 31));
+        assert_eq!(semaphore_order("_c_a-lease-0000000007", false), None);
     }
 }

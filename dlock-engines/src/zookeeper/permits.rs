@@ -32,7 +32,7 @@ use std::sync::Arc;
 use dlock_core::kit::{EngineError, Poll, Request, RequestState};
 use zookeeper_client::Error as ZkError;
 
-use super::nodes::{self, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, Turn};
+use super::nodes::{self, SEMAPHORE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, Turn};
 use super::session::Session;
 use super::{Watching, ZooKeeperEngine, delete};
 
@@ -60,7 +60,7 @@ fn data(count: u32, label: &str) -> Vec<u8> {
 
 impl ZooKeeperEngine {
     fn semaphore_path(&self, req: &Request) -> String {
-        format!("{}%permits", self.path(req))
+        format!("{}{SEMAPHORE}", self.path(req))
     }
 
     fn permit<R>(&self, req: &Request, f: impl FnOnce(&mut Permit) -> R) -> Result<R, EngineError> {
@@ -90,7 +90,10 @@ impl ZooKeeperEngine {
         let (session, (name, _, listed)) = self
             .on_live_session(|session| {
                 let (locks, prefix, node_data) = (&locks, &prefix, &node_data);
-                async move { self.create_and_list(&session, locks, prefix, node_data, req).await }
+                async move {
+                    self.create_and_list(&session, locks, prefix, node_data, req)
+                        .await
+                }
             })
             .await?;
         *PermitState::of(req).lock() = Some(Permit {
@@ -252,7 +255,7 @@ impl ZooKeeperEngine {
 
 /// The count and label in a dlock semaphore node's data; `None` for a
 /// Curator node. A lease of dlock before holder records has no label.
-fn written(data: &[u8]) -> Option<(u32, Option<&str>)> {
+pub(super) fn written(data: &[u8]) -> Option<(u32, Option<&str>)> {
     let text = std::str::from_utf8(data).ok()?;
     let (first, label) = match text.split_once('\n') {
         Some((first, label)) => (first, Some(label)),
