@@ -395,8 +395,9 @@ impl ZooKeeperEngine {
                     return Ok(Poll::Held(fence));
                 }
                 Turn::Gone => {
+                    // Its name carries the owner id: the lock's path only.
                     return Err(EngineError::failed(format!(
-                        "{path}/{name} vanished while queued"
+                        "this request's node under {path} vanished while queued"
                     )));
                 }
                 Turn::Watch(ahead) => format!("{path}/{ahead}"),
@@ -465,8 +466,10 @@ fn created(answers: &[MultiWriteResult]) -> Result<(String, u64, Option<Vec<Stri
         MultiWriteResult::SetData { stat: parent },
     ] = answers
     else {
+        // Not the answers themselves: the created path carries the owner id.
         return Err(EngineError::failed(format!(
-            "unexpected answer to create: {answers:?}"
+            "unexpected answer to create: {} results",
+            answers.len()
         )));
     };
     let name = path.rsplit('/').next().unwrap_or_default().to_owned();

@@ -138,7 +138,8 @@ impl ZooKeeperEngine {
                     .await
                     .map_err(|e| session.failed(e))?;
                 if !children.contains(&lease) {
-                    return Err(EngineError::failed(format!("{leases}/{lease} vanished while waiting")));
+                    let gone = format!("this request's lease under {leases} vanished while waiting");
+                    return Err(EngineError::failed(gone));
                 }
                 if children.len() <= count as usize {
                     self.let_go_of_mutex(req).await?;
@@ -159,7 +160,10 @@ impl ZooKeeperEngine {
                     .map_err(|e| session.failed(e))?,
             };
             match nodes::mutex_turn(&children, &queued) {
-                Turn::Gone => return Err(EngineError::failed(format!("{locks}/{queued} vanished while queued"))),
+                Turn::Gone => {
+                    let gone = format!("this request's node under {locks} vanished while queued");
+                    return Err(EngineError::failed(gone));
+                }
                 Turn::Watch(ahead) => {
                     let Some(watching) = Watching::on(&session, &format!("{locks}/{ahead}")).await? else {
                         continue; // Gone already: look again.
