@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{EngineError, OwnerId};
+use dlock_core::kit::{EngineError, OwnerId, percent_unescape};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
@@ -209,7 +209,7 @@ fn listed(root: &str, group: &str, segment: &str, kvs: &[KeyValue]) -> Option<Lo
         Some(escaped) => (escaped, true),
         None => (segment, false),
     };
-    let key = LockKey::new(group, unescape(escaped)?).ok()?;
+    let key = LockKey::new(group, percent_unescape(escaped)?).ok()?;
     // Only the escaping the path gives names this prefix: `%41` is not `A`.
     if !key.path(root).ends_with(&format!("/{escaped}")) {
         return None;
@@ -226,23 +226,6 @@ fn listed(root: &str, group: &str, segment: &str, kvs: &[KeyValue]) -> Option<Lo
 fn group_prefix(root: &str, group: &str) -> Option<String> {
     let path = LockKey::new(group, "-").ok()?.path(root);
     Some(path.strip_suffix('-')?.to_owned())
-}
-
-/// Undoes the path's `%XX` escapes; `None` for text they cannot have made.
-fn unescape(text: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        if b == b'%' {
-            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(b);
-            rest = tail;
-        }
-    }
-    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
@@ -294,11 +277,6 @@ mod tests {
 
     #[test]
     fn names_come_back_only_as_the_path_escapes_them() {
-        assert_eq!(unescape("a%2Fb%25").as_deref(), Some("a/b%"));
-        assert_eq!(unescape("%F0%9F%94%92").as_deref(), Some("🔒"));
-        assert_eq!(unescape("50%"), None);
-        assert_eq!(unescape("%zz"), None);
-        assert_eq!(unescape("%FF"), None);
         assert_eq!(group_prefix("/locks", "a/b").as_deref(), Some("/locks/a%2Fb/"));
         assert_eq!(group_prefix("/locks", "..").as_deref(), Some("/locks/%2E%2E/"));
         assert!(listed("/locks", "g", "%41", &[]).is_none(), "`A` is not escaped");

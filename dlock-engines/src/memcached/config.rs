@@ -16,8 +16,8 @@ pub struct MemcachedConfig {
     /// Connections kept open; requests on one connection wait for each other.
     #[serde(default = "default_connections")]
     pub connections: usize,
-    /// `connect_timeout` bounds opening each connection (`client_name` is
-    /// refused: no names here).
+    /// `connect_timeout` bounds opening each connection; `client_name` is
+    /// the label its holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
 }

@@ -25,8 +25,8 @@ pub struct MysqlConfig {
     /// A waiter that does not poll within this is dropped from the queue.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
-    /// `connect_timeout` bounds the first connection at startup (`client_name`
-    /// is refused: no names here).
+    /// `connect_timeout` bounds the first connection at startup;
+    /// `client_name` is the label its holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
 }

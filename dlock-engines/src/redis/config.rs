@@ -35,7 +35,8 @@ pub struct RedisConfig {
     #[serde(default = "default_replicas_ack_timeout", with = "humantime_serde")]
     pub replicas_ack_timeout: Duration,
     /// `connect_timeout` bounds connecting, and each command's connection
-    /// and response in the client (`client_name` is refused: no names here).
+    /// and response in the client; `client_name` is the label its holder
+    /// records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
     /// For `rediss://`: the CA that signed the server's certificate

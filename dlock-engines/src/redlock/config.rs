@@ -29,8 +29,8 @@ pub struct RedLockConfig {
     /// see the [module docs](super).
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
     pub fence_retention: Duration,
-    /// `connect_timeout` bounds connecting to each master (`client_name`
-    /// is refused: no names here).
+    /// `connect_timeout` bounds connecting to each master; `client_name`
+    /// is the label its holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
 }

@@ -6,7 +6,7 @@
 //! follower has caught up with its leader before answering: a hold made
 //! through another member shows at once.
 
-use dlock_core::kit::EngineError;
+use dlock_core::kit::{EngineError, percent_unescape};
 use dlock_core::{LockKey, LockView};
 use zookeeper_client::{Error as ZkError, MultiReadResult};
 
@@ -92,7 +92,7 @@ impl ZooKeeperEngine {
             Some(escaped) => (escaped, true),
             None => (child, false),
         };
-        let key = LockKey::new(group, unescape(escaped)?).ok()?;
+        let key = LockKey::new(group, percent_unescape(escaped)?).ok()?;
         let path = key.path(&self.root);
         if path.strip_prefix(dir)?.strip_prefix('/')? != escaped {
             return None;
@@ -198,24 +198,6 @@ async fn read_all(
     session.retry(read).await.map_err(|e| session.failed(e))
 }
 
-/// The text an escaped path part stands for (`LockKey::path` writes a
-/// byte as `%XX`); `None` if it is no such escape.
-fn unescape(part: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(part.len());
-    let mut rest = part.as_bytes();
-    while let Some((&byte, tail)) = rest.split_first() {
-        rest = tail;
-        if byte == b'%' {
-            let hex = std::str::from_utf8(rest.get(..2)?).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &rest[2..];
-        } else {
-            bytes.push(byte);
-        }
-    }
-    String::from_utf8(bytes).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,10 +207,7 @@ mod tests {
         for name in ["plain", "a/b%c", "..", "naïve 🔒", "\u{1}"] {
             let path = LockKey::new("g", name).unwrap().path("");
             let escaped = path.rsplit('/').next().unwrap();
-            assert_eq!(unescape(escaped).as_deref(), Some(name), "{escaped}");
+            assert_eq!(percent_unescape(escaped).as_deref(), Some(name), "{escaped}");
         }
-        assert_eq!(unescape("100%"), None);
-        assert_eq!(unescape("%zz"), None);
-        assert_eq!(unescape("%FF"), None, "not UTF-8");
     }
 }
