@@ -65,8 +65,8 @@ mod queue;
 mod records;
 /// The client crate, for tests and benchmarks that talk to etcd directly.
 pub use etcd_client;
-mod session;
 mod key_numbers;
+mod session;
 mod tls;
 mod waiting;
 mod watches;
@@ -80,8 +80,8 @@ use dlock_core::kit::{
 };
 use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 
 use handoff::Successor;
@@ -92,8 +92,8 @@ const WATCH_TRUSTED: Duration = Duration::from_secs(2);
 
 /// Contenders behind a holder read with each look, for a handoff.
 const BEHIND: i64 = 16;
-use session::Session;
 use key_numbers::{KeyNumber, KeyNumbers};
+use session::Session;
 use waiting::{Ahead, Signal, Watched, Watching};
 use watches::Watches;
 
@@ -427,7 +427,8 @@ impl EtcdEngine {
                             created: c.created,
                         };
                         let session = c.session.clone();
-                        let watching = Watching::start(self.watches.clone(), session, own, ahead, page.revision);
+                        let watching =
+                            Watching::start(self.watches.clone(), session, own, ahead, page.revision);
                         let wake = watching.wake(c.created as u64, req.lease);
                         c.watch = Some(watching);
                         wake
@@ -451,7 +452,11 @@ impl EtcdEngine {
         value.extend_from_slice(queue::ADMITTED);
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
-            .and_then([TxnOp::put(key.as_str(), value, Some(PutOptions::new().with_ignore_lease()))]);
+            .and_then([TxnOp::put(
+                key.as_str(),
+                value,
+                Some(PutOptions::new().with_ignore_lease()),
+            )]);
         session.txn(txn).await.map(drop)
     }
 

@@ -54,7 +54,9 @@ impl Ahead {
     /// A read of what is ahead of `own`, for the gap before the watch.
     fn read(&self, own: &Watched) -> TxnOp {
         match self {
-            Ahead::Key { watched, .. } => TxnOp::get(watched.key.clone(), Some(GetOptions::new().with_keys_only())),
+            Ahead::Key { watched, .. } => {
+                TxnOp::get(watched.key.clone(), Some(GetOptions::new().with_keys_only()))
+            }
             Ahead::Deletes { prefix, count } => TxnOp::get(
                 prefix.clone(),
                 Some(
@@ -94,7 +96,13 @@ impl Drop for Watching {
 
 impl Watching {
     /// Watches `own` and `ahead`, both read at revision `seen`.
-    pub fn start(watches: Arc<Watches>, session: Arc<Session>, own: Watched, ahead: Ahead, seen: i64) -> Watching {
+    pub fn start(
+        watches: Arc<Watches>,
+        session: Arc<Session>,
+        own: Watched,
+        ahead: Ahead,
+        seen: i64,
+    ) -> Watching {
         let (tell, signal) = watch::channel(Signal::Waiting);
         let task = tokio::spawn(async move {
             let said = wait(&watches, &session, &own, &ahead, seen).await;
@@ -120,13 +128,7 @@ impl Watching {
     }
 }
 
-async fn wait(
-    watches: &Watches,
-    session: &Session,
-    own: &Watched,
-    ahead: &Ahead,
-    seen: i64,
-) -> Signal {
+async fn wait(watches: &Watches, session: &Session, own: &Watched, ahead: &Ahead, seen: i64) -> Signal {
     let (key, prefix, no_put) = ahead.watch();
     let (mine, before) = tokio::join!(
         watches.watch(own.key.clone(), false, false),
@@ -180,7 +182,10 @@ fn handed(event: Option<Event>, own: &Watched) -> Signal {
 /// Reads the own key and what is ahead; says what changed since `seen`,
 /// if anything did.
 async fn read_gap(session: &Session, own: &Watched, ahead: &Ahead, seen: i64) -> Option<Signal> {
-    let read = Txn::new().and_then([TxnOp::get(own.key.clone(), Some(GetOptions::new())), ahead.read(own)]);
+    let read = Txn::new().and_then([
+        TxnOp::get(own.key.clone(), Some(GetOptions::new())),
+        ahead.read(own),
+    ]);
     let Ok(answer) = session.txn(read).await else {
         return Some(Signal::Retry);
     };

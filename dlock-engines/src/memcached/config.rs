@@ -36,7 +36,10 @@ pub fn register(kinds: &mut Kinds) {
 impl MemcachedEngine {
     /// Connects engine `name` (for error messages).
     pub async fn connect(name: &str, config: &MemcachedConfig) -> Result<Self, Error> {
-        let at = Connecting { name, kind: "memcached" };
+        let at = Connecting {
+            name,
+            kind: "memcached",
+        };
         config.client.label(&at)?;
         if config.address.trim().is_empty() {
             return Err(at.bad("address", "name the server as host:port"));
@@ -44,7 +47,11 @@ impl MemcachedEngine {
         if config.connections == 0 {
             return Err(at.bad("connections", "must be at least 1"));
         }
-        let pool = Pool::new(config.address.clone(), config.connections, config.client.connect_timeout);
+        let pool = Pool::new(
+            config.address.clone(),
+            config.connections,
+            config.client.connect_timeout,
+        );
         let unavailable = |source: std::io::Error| at.unreachable(&config.address, source);
         // One round trip proves the server speaks the meta protocol.
         let replies = pool.call(b"mn\r\n", 1).await.map_err(unavailable)?;

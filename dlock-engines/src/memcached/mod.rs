@@ -57,7 +57,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dlock_core::LockKey;
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Request, async_trait, percent_escape};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Request, async_trait,
+    percent_escape,
+};
 
 use wire::{Pool, Reply};
 
@@ -280,7 +283,8 @@ impl Engine for MemcachedEngine {
             fairness: Fairness::None,
             fencing: Fencing::BestEffort,
             lease_unit: Duration::from_secs(1),
-            records: Records::None,            ..Capabilities::FULL
+            records: Records::None,
+            ..Capabilities::FULL
         }
     }
 

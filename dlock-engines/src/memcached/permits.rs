@@ -52,25 +52,47 @@ impl MemcachedEngine {
     pub(super) async fn take_permit(&self, req: &Request, n: u32) -> Result<Poll, EngineError> {
         let permit = Permit::of(req);
         let (count, ttl) = (permit.count_key(), ttl(req.lease));
-        let mut command = format!("ms {count} {} T{ttl} ME\r\n{n}\r\nmg {count} v T{ttl}\r\n", n.to_string().len());
+        let mut command = format!(
+            "ms {count} {} T{ttl} ME\r\n{n}\r\nmg {count} v T{ttl}\r\n",
+            n.to_string().len()
+        );
         for slot in 0..n {
             let _ = write!(command, "mg {}#{slot} v\r\n", permit.base);
         }
         let replies = self.call(command.as_bytes(), 2 + n as usize).await?;
         let count = |value: &[u8]| std::str::from_utf8(value).ok()?.parse::<u32>().ok();
-        let slot_count = |slot: &Reply| slot.value.as_deref().and_then(|v| count(v.rsplit(|b| *b == 0).next()?));
-        if let Some(in_use) = replies[2..].iter().filter_map(slot_count).find(|in_use| *in_use != n) {
+        let slot_count = |slot: &Reply| {
+            slot.value
+                .as_deref()
+                .and_then(|v| count(v.rsplit(|b| *b == 0).next()?))
+        };
+        if let Some(in_use) = replies[2..]
+            .iter()
+            .filter_map(slot_count)
+            .find(|in_use| *in_use != n)
+        {
             return Err(EngineError::PermitsDiffer { in_use });
         }
-        if let Some(in_use) = replies[1].value.as_deref().and_then(count).filter(|in_use| *in_use != n) {
+        if let Some(in_use) = replies[1]
+            .value
+            .as_deref()
+            .and_then(count)
+            .filter(|in_use| *in_use != n)
+        {
             self.recount(permit, n, in_use, ttl).await?;
         }
-        let free: Vec<usize> = (0..n as usize).filter(|slot| replies[2 + slot].code() == "EN").collect();
+        let free: Vec<usize> = (0..n as usize)
+            .filter(|slot| replies[2 + slot].code() == "EN")
+            .collect();
         let waiting = || Ok(Poll::Waiting(Box::pin(std::future::pending())));
         if free.is_empty() {
             return waiting();
         }
-        let key = format!("{}#{}", permit.base, free[(req.owner.as_u128() % free.len() as u128) as usize]);
+        let key = format!(
+            "{}#{}",
+            permit.base,
+            free[(req.owner.as_u128() % free.len() as u128) as usize]
+        );
         let mut command = format!("ms {key} {} T{ttl} ME c\r\n", permit.value.len()).into_bytes();
         command.extend_from_slice(&permit.value);
         command.extend_from_slice(format!("\r\nma {FENCE_KEY} v\r\n").as_bytes());
@@ -99,11 +121,17 @@ impl MemcachedEngine {
         for slot in n..in_use {
             let _ = write!(command, "mg {}#{slot}\r\n", permit.base);
         }
-        let replies = self.call(command.as_bytes(), in_use.saturating_sub(n) as usize).await?;
+        let replies = self
+            .call(command.as_bytes(), in_use.saturating_sub(n) as usize)
+            .await?;
         if replies.iter().any(|slot| slot.code() != "EN") {
             return Err(EngineError::PermitsDiffer { in_use });
         }
-        let command = format!("ms {} {} T{ttl}\r\n{n}\r\n", permit.count_key(), n.to_string().len());
+        let command = format!(
+            "ms {} {} T{ttl}\r\n{n}\r\n",
+            permit.count_key(),
+            n.to_string().len()
+        );
         self.call(command.as_bytes(), 1).await.map(drop)
     }
 
@@ -119,7 +147,8 @@ impl MemcachedEngine {
 /// key, which starts `dlock:`.
 fn base_key(key: &LockKey) -> String {
     let mut readable = String::from("dlock-sem:");
-    let escape = |text: &str, out: &mut String| dlock_core::kit::percent_escape(text, |c| matches!(c, ':' | '#'), out);
+    let escape =
+        |text: &str, out: &mut String| dlock_core::kit::percent_escape(text, |c| matches!(c, ':' | '#'), out);
     escape(key.group(), &mut readable);
     readable.push(':');
     escape(key.name(), &mut readable);

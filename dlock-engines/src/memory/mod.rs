@@ -6,8 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Request, Wake, Woken,
+    async_trait, process_label,
+};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
-use dlock_core::kit::{Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Request, Wake, Woken, async_trait, process_label};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
@@ -386,7 +389,10 @@ impl Engine for MemoryEngine {
             permits,
             ..LockState::default()
         };
-        let state = locks.by_key.get(&(key.clone(), permits.is_some())).unwrap_or(&idle);
+        let state = locks
+            .by_key
+            .get(&(key.clone(), permits.is_some()))
+            .unwrap_or(&idle);
         Ok(self.view(key, state, now, wall))
     }
 
@@ -410,7 +416,11 @@ impl MemoryEngine {
     /// holders whose lease has not run out, and its waiters. (The state is
     /// left as it is: expiring holders is for the calls that wake waiters.)
     fn view(&self, key: &LockKey, state: &LockState, now: Instant, wall: SystemTime) -> LockView {
-        let live = state.writer.iter().chain(&state.shared).filter(|h| h.expires > now);
+        let live = state
+            .writer
+            .iter()
+            .chain(&state.shared)
+            .filter(|h| h.expires > now);
         let holders = live.map(|h| HolderRecord {
             label: Some(self.label.clone()),
             mode: h.mode,
@@ -447,7 +457,11 @@ pub fn register(kinds: &mut dlock_core::kit::Kinds) {
         let mut engine = MemoryEngine::new();
         if let Some(label) = settings.client_name {
             dlock_core::kit::check_label(&label).map_err(|problem| {
-                dlock_core::kit::Connecting { name: &name, kind: "memory" }.bad("client_name", problem)
+                dlock_core::kit::Connecting {
+                    name: &name,
+                    kind: "memory",
+                }
+                .bad("client_name", problem)
             })?;
             engine.label = label;
         }

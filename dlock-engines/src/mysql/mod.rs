@@ -71,7 +71,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::Mode;
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, LostSignal, Poll, Request, Waiters, Wake, Woken, async_trait};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, LostSignal, Poll, Records, Request, Waiters, Wake, Woken, async_trait,
+};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};
 
@@ -356,7 +358,8 @@ impl Engine for MysqlEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
-            records: Records::None,            ..Capabilities::FULL
+            records: Records::None,
+            ..Capabilities::FULL
         }
     }
 

@@ -79,16 +79,31 @@ impl MysqlEngine {
     pub(super) async fn permit_acquire(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
         let range = Range::of(&req.key, count);
         let (live, live_params) = range.live("o");
-        let other_count = format!("NOT EXISTS (SELECT 1 FROM dlock_queue o WHERE {live} AND o.lock_key <> ?)");
+        let other_count =
+            format!("NOT EXISTS (SELECT 1 FROM dlock_queue o WHERE {live} AND o.lock_key <> ?)");
         let mut agreeing = live_params.clone();
         agreeing.push(range.key.to_value());
-        let row = |held: u8, lease| vec![range.key.to_value(), range.name.to_value(), owner(req), held.to_value(), micros(lease)];
+        let row = |held: u8, lease| {
+            vec![
+                range.key.to_value(),
+                range.name.to_value(),
+                owner(req),
+                held.to_value(),
+                micros(lease),
+            ]
+        };
         let take = format!(
             "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
              SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND FROM DUAL \
              WHERE {other_count} AND (SELECT COUNT(*) FROM dlock_queue o WHERE {live}) < ?"
         );
-        let params = [row(1, req.lease), agreeing.clone(), live_params, vec![count.to_value()]].concat();
+        let params = [
+            row(1, req.lease),
+            agreeing.clone(),
+            live_params,
+            vec![count.to_value()],
+        ]
+        .concat();
         if self.run(&take, params).await?.0 == 1 {
             return self.drawn().await.map(Poll::Held);
         }
@@ -99,7 +114,12 @@ impl MysqlEngine {
             "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
              SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND FROM DUAL WHERE {other_count}"
         );
-        if self.run(&join, [row(0, self.waiter_ttl), agreeing].concat()).await?.0 == 0 {
+        if self
+            .run(&join, [row(0, self.waiter_ttl), agreeing].concat())
+            .await?
+            .0
+            == 0
+        {
             return self.permit_refused(&range).await;
         }
         Mine::of(req).line().refreshed = Instant::now();
@@ -112,7 +132,10 @@ impl MysqlEngine {
         let (live, mut params) = range.live("o");
         params.push(range.key.to_value());
         let other: Option<Vec<u8>> = self
-            .first(&format!("SELECT o.lock_key FROM dlock_queue o WHERE {live} AND o.lock_key <> ? LIMIT 1"), params)
+            .first(
+                &format!("SELECT o.lock_key FROM dlock_queue o WHERE {live} AND o.lock_key <> ? LIMIT 1"),
+                params,
+            )
             .await?;
         match other.as_deref().and_then(count_of) {
             Some(in_use) => Err(EngineError::PermitsDiffer { in_use }),

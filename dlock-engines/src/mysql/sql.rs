@@ -12,8 +12,8 @@
 //! hold read the lock's rows with shared next-key locks (REPEATABLE READ,
 //! set on every connection) before inserting into the same range.
 
-use dlock_core::{LockKey, Mode};
 use dlock_core::kit::EngineError;
+use dlock_core::{LockKey, Mode};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 

@@ -49,7 +49,10 @@ impl PostgresEngine {
     /// Connects engine `name` (for error messages): checks the settings,
     /// makes the fence sequence if missing, and opens one connection.
     pub async fn connect(name: &str, config: &PostgresConfig) -> Result<Self, Error> {
-        let at = Connecting { name, kind: "postgres" };
+        let at = Connecting {
+            name,
+            kind: "postgres",
+        };
         if config.max_connections < 2 {
             return Err(at.bad(
                 "max_connections",

@@ -72,7 +72,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Records, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Records, Request, async_trait};
 use dlock_core::{LockKey, Mode};
 
 use permits::Permit;

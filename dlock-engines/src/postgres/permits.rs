@@ -104,7 +104,12 @@ fn mix(base: i64, n: u64) -> i64 {
 }
 
 /// One step of a permit request: through the turnstile, then a slot.
-pub(super) async fn step(pool: Arc<Pool>, permit: &Permit, req: &Request, count: u32) -> Result<Poll, EngineError> {
+pub(super) async fn step(
+    pool: Arc<Pool>,
+    permit: &Permit,
+    req: &Request,
+    count: u32,
+) -> Result<Poll, EngineError> {
     if let Some(slot) = &*permit.slot() {
         return Ok(Poll::Held(slot.fence));
     }
@@ -236,6 +241,9 @@ mod tests {
         let distinct: std::collections::HashSet<_> = all.iter().collect();
         assert_eq!(distinct.len(), all.len());
         // Pinned: a release that changed them would let old and new processes both hold.
-        assert_eq!((keys.turnstile, keys.slot(0)), (-49630903256997328, -1970744826303425587));
+        assert_eq!(
+            (keys.turnstile, keys.slot(0)),
+            (-49630903256997328, -1970744826303425587)
+        );
     }
 }

@@ -121,7 +121,11 @@ impl Pool {
     pub async fn count_in_use(&self, number: i32, count: u32) -> Result<Option<u32>, EngineError> {
         let conn = self.look().await?;
         let count = count as i32;
-        let row = conn.0.client.query_one(&conn.0.statements.count_in_use, &[&number, &count]).await;
+        let row = conn
+            .0
+            .client
+            .query_one(&conn.0.statements.count_in_use, &[&number, &count])
+            .await;
         let in_use: Option<i64> = row.map_err(failed)?.get(0);
         Ok(in_use.map(|n| n as u32))
     }
@@ -171,7 +175,8 @@ impl Pool {
                 continue;
             }
             let opened = self.open_one_more(used).await;
-            let marked = opened.unwrap_or_else(|_| Err(EngineError::failed("opening a connection: its task ended")))?;
+            let marked = opened
+                .unwrap_or_else(|_| Err(EngineError::failed("opening a connection: its task ended")))?;
             return Ok(Some(marked.keep()));
         }
     }
@@ -190,13 +195,19 @@ impl Pool {
             let limit = config.get_connect_timeout().copied().unwrap_or(OPEN_TAKES);
             let conn = match tokio::time::timeout(limit, open(&config, &fence, &changed)).await {
                 Ok(conn) => conn,
-                Err(_) => Err(EngineError::failed(format!("opening a connection took over {limit:?}"))),
+                Err(_) => Err(EngineError::failed(format!(
+                    "opening a connection took over {limit:?}"
+                ))),
             };
             let marked = conn.map(|conn| {
                 let mut list = lock(&conns);
                 conn.book().mark(used);
                 list.open.push(conn.clone());
-                Marked { conn, used, kept: false }
+                Marked {
+                    conn,
+                    used,
+                    kept: false,
+                }
             });
             // Sent back unless the pick was given up; a `Marked` nobody
             // keeps gives its mark back when dropped.
@@ -250,57 +261,57 @@ fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
 /// Opens one connection: session settings that could end a wait or a hold
 /// behind dlock's back are reset, and the statements prepared.
 async fn open(config: &Config, fence: &str, pool_changed: &Arc<Notify>) -> Result<Arc<Conn>, EngineError> {
-        let (client, connection) = config.connect(NoTls).await.map_err(failed)?;
-        let (closed_tx, closed) = watch::channel(None);
-        let changed = pool_changed.clone();
-        let end = Arc::new(Notify::new());
-        let ended = end.clone();
-        tokio::spawn(async move {
-            let cause = tokio::select! {
-                done = connection => match done {
-                    Err(e) if e.code() == Some(&SqlState::IDLE_SESSION_TIMEOUT) => Closed::LeaseRanOut,
-                    _ => Closed::Dropped,
-                },
-                // Dropping the connection closes the socket: the server
-                // ends the session, and with it anything it holds.
-                () = ended.notified() => Closed::Dropped,
-            };
-            closed_tx.send_replace(Some(cause));
-            changed.notify_waiters();
-        });
-        let marker = format!("{:x}", OwnerId::random().as_u128());
-        client
-            .batch_execute(&format!(
-                "SET idle_session_timeout = 0; SET lock_timeout = 0; SET statement_timeout = 0; \
+    let (client, connection) = config.connect(NoTls).await.map_err(failed)?;
+    let (closed_tx, closed) = watch::channel(None);
+    let changed = pool_changed.clone();
+    let end = Arc::new(Notify::new());
+    let ended = end.clone();
+    tokio::spawn(async move {
+        let cause = tokio::select! {
+            done = connection => match done {
+                Err(e) if e.code() == Some(&SqlState::IDLE_SESSION_TIMEOUT) => Closed::LeaseRanOut,
+                _ => Closed::Dropped,
+            },
+            // Dropping the connection closes the socket: the server
+            // ends the session, and with it anything it holds.
+            () = ended.notified() => Closed::Dropped,
+        };
+        closed_tx.send_replace(Some(cause));
+        changed.notify_waiters();
+    });
+    let marker = format!("{:x}", OwnerId::random().as_u128());
+    client
+        .batch_execute(&format!(
+            "SET idle_session_timeout = 0; SET lock_timeout = 0; SET statement_timeout = 0; \
                  SET idle_in_transaction_session_timeout = 0; SET dlock.session = '{marker}'"
-            ))
-            .await
-            .map_err(failed)?;
-        let row = client
-            .query_one(
-                "SELECT pg_backend_pid(), current_setting('dlock.session', true)",
-                &[],
-            )
-            .await
-            .map_err(failed)?;
-        if row.get::<_, Option<String>>(1).as_deref() != Some(marker.as_str()) {
-            return Err(EngineError::failed(
-                "the connection does not keep its session from one statement to the next \
+        ))
+        .await
+        .map_err(failed)?;
+    let row = client
+        .query_one(
+            "SELECT pg_backend_pid(), current_setting('dlock.session', true)",
+            &[],
+        )
+        .await
+        .map_err(failed)?;
+    if row.get::<_, Option<String>>(1).as_deref() != Some(marker.as_str()) {
+        return Err(EngineError::failed(
+            "the connection does not keep its session from one statement to the next \
                  (PgBouncer in transaction pooling mode?): advisory locks need a direct connection \
                  or session pooling",
-            ));
-        }
-        let statements = Statements::prepare(&client, fence).await.map_err(failed)?;
-        Ok(Arc::new(Conn {
-            pid: row.get(0),
-            client,
-            statements,
-            book: Mutex::default(),
-            order: tokio::sync::Mutex::new(()),
-            closed,
-            end,
-            changed: pool_changed.clone(),
-        }))
+        ));
+    }
+    let statements = Statements::prepare(&client, fence).await.map_err(failed)?;
+    Ok(Arc::new(Conn {
+        pid: row.get(0),
+        client,
+        statements,
+        book: Mutex::default(),
+        order: tokio::sync::Mutex::new(()),
+        closed,
+        end,
+        changed: pool_changed.clone(),
+    }))
 }
 
 /// A connection picked for a read-only statement: it counts as looking

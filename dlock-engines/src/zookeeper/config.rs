@@ -69,7 +69,10 @@ pub fn register(kinds: &mut Kinds) {
 impl ZooKeeperEngine {
     /// Connects engine `name` (for error messages) and opens its session.
     pub async fn connect(name: &str, config: &ZooKeeperConfig) -> Result<Self, Error> {
-        let at = Connecting { name, kind: "zookeeper" };
+        let at = Connecting {
+            name,
+            kind: "zookeeper",
+        };
         let label = config.client.label(&at)?;
         if config.connect.trim().is_empty() {
             return Err(at.bad("connect", "name at least one host:port"));

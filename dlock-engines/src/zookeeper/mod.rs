@@ -81,7 +81,9 @@ use dlock_core::kit::{
 use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use zookeeper_client::{Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher};
+use zookeeper_client::{
+    Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher,
+};
 
 use keeper::Keeper;
 use nodes::Turn;
@@ -437,7 +439,9 @@ impl ZooKeeperEngine {
         match req.permits {
             Some(_) => self.lease_node(req),
             None => self
-                .node(req, |n| (n.session.clone(), format!("{}/{}", self.path(req), n.name)))
+                .node(req, |n| {
+                    (n.session.clone(), format!("{}/{}", self.path(req), n.name))
+                })
                 .ok(),
         }
     }

@@ -312,7 +312,12 @@ mod tests {
         let order: Vec<_> = line.iter().map(|p| (p.at, p.mode)).collect();
         assert_eq!(
             order,
-            [(1, Mode::Read), (3, Mode::Read), (0, Mode::Write), (4, Mode::Read)]
+            [
+                (1, Mode::Read),
+                (3, Mode::Read),
+                (0, Mode::Write),
+                (4, Mode::Read)
+            ]
         );
         for place in line {
             let held = turn(&kids, &kids[place.at]) == Turn::Held;
@@ -336,7 +341,11 @@ mod tests {
         let prefix = semaphore_node_prefix(owner, false);
         assert!(prefix.starts_with("_c_") && prefix.ends_with("-lock-"));
         assert!(semaphore_node_prefix(owner, true).ends_with("-lease-"));
-        let kids = names(&["_c_b-lock-0000000002", "_c_a-lock-0000000003", "_c_c-lock-0000000001"]);
+        let kids = names(&[
+            "_c_b-lock-0000000002",
+            "_c_a-lock-0000000003",
+            "_c_c-lock-0000000001",
+        ]);
         assert_eq!(mutex_turn(&kids, "_c_c-lock-0000000001"), Turn::Held);
         assert_eq!(
             mutex_turn(&kids, "_c_a-lock-0000000003"),

@@ -73,7 +73,9 @@ impl ZooKeeperEngine {
 
     /// The session and path of this request's lease, once it has one.
     pub(super) fn lease_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
-        let (session, (lease, _)) = self.permit(req, |p| Some((p.session.clone(), p.lease.clone()?))).ok()??;
+        let (session, (lease, _)) = self
+            .permit(req, |p| Some((p.session.clone(), p.lease.clone()?)))
+            .ok()??;
         let path = format!("{}/{SEMAPHORE_LEASES}/{lease}", self.semaphore_path(req));
         Some((session, path))
     }
@@ -124,7 +126,12 @@ impl ZooKeeperEngine {
     /// Where this request stands: in the mutex's line (`listed`: its
     /// children, if just read), or holding the mutex and waiting for a
     /// lease to go, or holding a permit.
-    async fn permit_look(&self, req: &Request, count: u32, mut listed: Option<Vec<String>>) -> Result<Poll, EngineError> {
+    async fn permit_look(
+        &self,
+        req: &Request,
+        count: u32,
+        mut listed: Option<Vec<String>>,
+    ) -> Result<Poll, EngineError> {
         let path = self.semaphore_path(req);
         let leases = format!("{path}/{SEMAPHORE_LEASES}");
         loop {
