@@ -2,14 +2,20 @@
 //! an engine can tell it. Every record names a holder by its process's
 //! label and a short digest of its owner id, never the id itself, which is
 //! what renews and releases a hold.
+//!
+//! A view serializes to the JSON the `dlock` command prints and the admin
+//! page serves: modes as `"read"` / `"write"`, times as milliseconds since
+//! the Unix epoch, a field the engine cannot tell as `null`.
 
 use std::time::SystemTime;
+
+use serde::{Serialize, Serializer};
 
 use crate::Mode;
 use crate::kit::OwnerId;
 
 /// A lock or semaphore as its engine saw it at one moment.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LockView {
     /// The lock's group.
     pub group: String,
@@ -35,35 +41,53 @@ impl LockView {
 /// another client of the same layout (Curator on ZooKeeper, `etcdctl lock`
 /// on etcd) carries no dlock label or owner; a dlock hold always has its
 /// label, fence, since and owner digest.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HolderRecord {
     /// The holding process's label: its `client_name`, by default
     /// `<host name>:<pid>`.
     pub label: Option<String>,
     /// Read or write; a permit is `Write`.
+    #[serde(serialize_with = "mode_word")]
     pub mode: Mode,
     /// The hold's fencing token.
     pub fence: Option<u64>,
     /// When it was granted, by the server's clock where it has one.
+    #[serde(serialize_with = "millis")]
     pub since: Option<SystemTime>,
     /// When its lease ends unless renewed; `None` where the hold ends with
     /// a session or connection instead.
+    #[serde(serialize_with = "millis")]
     pub lease_ends: Option<SystemTime>,
     /// A short digest of the owner id (see [`OwnerId::digest`]).
     pub owner: Option<String>,
 }
 
 /// One waiting request; `None` as for [`HolderRecord`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WaiterRecord {
     /// The waiting process's label.
     pub label: Option<String>,
     /// What it waits for.
+    #[serde(serialize_with = "mode_word")]
     pub mode: Mode,
     /// When it joined the line.
+    #[serde(serialize_with = "millis")]
     pub since: Option<SystemTime>,
     /// A short digest of the owner id.
     pub owner: Option<String>,
+}
+
+fn mode_word<S: Serializer>(mode: &Mode, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(mode.as_str())
+}
+
+/// Milliseconds since the Unix epoch: what a script or a page reads.
+fn millis<S: Serializer>(time: &Option<SystemTime>, out: S) -> Result<S::Ok, S::Error> {
+    let ms = time.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
+    match ms {
+        Some(ms) => out.serialize_some(&(ms.as_millis() as u64)),
+        None => out.serialize_none(),
+    }
 }
 
 impl OwnerId {

@@ -1,0 +1,136 @@
+//! The `dlock` command as a process against a real Redis: what it shows of
+//! holds made elsewhere, and the exit codes scripts test.
+
+#![cfg(all(feature = "cli", feature = "redis"))]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use dlock::{Config, Registry};
+use dlock_testkit::fixtures::redis::redis_args;
+use dlock_testkit::server::{TestServer, free_port};
+
+/// A config file for the Redis at `url`, labelled `billing 7`.
+fn config_file(tag: &str, body: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("dlock-cli-{tag}-{}.toml", std::process::id()));
+    std::fs::write(&path, body).expect("write config");
+    path
+}
+
+fn redis_config(url: &str) -> String {
+    format!(
+        "[defaults]\nclient_name = \"billing 7\"\n[engines.main]\nkind = \"redis\"\nurl = \"{url}\"\nconnect_timeout = \"2s\"\n[groups.order]\n"
+    )
+}
+
+fn dlock(config: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("run dlock")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn show_and_locks_tell_who_holds_and_who_waits() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let text = redis_config(&format!("redis://{}", server.address()));
+    let path = config_file("show", &text);
+    // The holder and the waiter as two processes would be: a registry each.
+    let config = Config::parse(&text, []).expect("config");
+    let (holding, waiting) = (
+        Registry::build(&config, &dlock::engines::kinds())
+            .await
+            .expect("registry"),
+        Registry::build(&config, &dlock::engines::kinds())
+            .await
+            .expect("registry"),
+    );
+    // A name a page would take for markup comes back as it was written.
+    let name = "<img src=x onerror=alert(1)>";
+    let lock = holding
+        .locks("order")
+        .get(name)
+        .with_lease(Duration::from_secs(30));
+    let guard = lock.lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let lock = waiting.locks("order").get(name);
+        async move { lock.lock().await.expect("waiter").release().await }
+    });
+    // Queued within seconds, or the test fails rather than hangs.
+    for _ in 0..500 {
+        if !lock.inspect().await.expect("inspect").waiters.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let shown = dlock(&path, &["show", &format!("order/{name}"), "--json"]);
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
+    let view = &json[0];
+    assert_eq!(
+        (view["group"].as_str(), view["name"].as_str()),
+        (Some("order"), Some(name))
+    );
+    let holder = &view["holders"][0];
+    assert_eq!(holder["label"], "billing 7");
+    assert_eq!(holder["mode"], "write");
+    assert_eq!(holder["fence"], guard.fence());
+    assert_eq!(holder["owner"], guard.owner_digest());
+    assert!(
+        holder["since"].as_u64().is_some() && holder["lease_ends"].as_u64().is_some(),
+        "{holder}"
+    );
+    assert_eq!(view["waiters"][0]["label"], "billing 7");
+    assert!(
+        !stdout(&shown).contains(&guard.owner_digest().repeat(4)),
+        "never the id"
+    );
+
+    let listed = dlock(&path, &["locks", "order"]);
+    assert_eq!(listed.status.code(), Some(0), "{listed:?}");
+    let table = stdout(&listed);
+    assert!(
+        table.contains(name) && table.contains("billing 7") && table.contains("waiter 1"),
+        "{table}"
+    );
+    let (everywhere, order) = (
+        dlock(&path, &["locks", "--json"]),
+        dlock(&path, &["locks", "order", "--json"]),
+    );
+    assert_eq!(stdout(&everywhere), stdout(&order), "the config's one group");
+
+    guard.release().await.expect("release");
+    waiter.await.expect("task").expect("release");
+    let free = dlock(&path, &["show", &format!("order/{name}")]);
+    assert_eq!(free.status.code(), Some(3), "a free lock: {free:?}");
+    let none = dlock(&path, &["locks", "order", "--json"]);
+    assert_eq!((none.status.code(), stdout(&none).trim()), (Some(3), "[]"));
+}
+
+#[test]
+fn errors_name_what_is_wrong_and_exit_as_documented() {
+    let address = format!("127.0.0.1:{}", free_port());
+    let unreachable = config_file("unreachable", &redis_config(&format!("redis://{address}")));
+    let out = dlock(&unreachable, &["locks", "order"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("redis") && stderr.contains(&address), "{stderr}");
+
+    let bad = config_file("bad", "[defaults]\nlease = \"1ms\"\n");
+    let out = dlock(&bad, &["locks", "order"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("defaults.lease"));
+
+    let out = dlock(&bad, &["show", "no-slash"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = dlock(&bad, &["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2), "usage");
+}
