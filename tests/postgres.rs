@@ -2,8 +2,9 @@
 //! pool bound with 1,000 holds and with more waiters than connections, a
 //! cancelled wait leaves the server's queue, a dropped connection fires
 //! `lost` for every hold on it, the fence survives a crash, nothing is left
-//! in `pg_locks` after the conformance suite, and bad settings, a failed
-//! login, a missing privilege and an unreachable server are clear errors.
+//! in `pg_locks` or the record table after the conformance suite, and bad
+//! settings, a failed login, a missing privilege and an unreachable server
+//! are clear errors.
 
 #![cfg(feature = "postgres")]
 
@@ -368,6 +369,8 @@ async fn no_advisory_lock_is_left_after_the_suite() {
         assert!(Instant::now() < deadline, "left in pg_locks: {left}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let live_rows = server.psql("SELECT count(*) FROM dlock_holds WHERE pid IN (SELECT pid FROM pg_stat_activity)");
+    assert_eq!(live_rows, "0", "a record row of a live session is left");
     drop(engines);
 }
 
@@ -460,6 +463,21 @@ async fn a_missing_privilege_is_named_with_the_fix() {
         "grant USAGE ON SEQUENCE",
     );
     server.psql("GRANT USAGE ON SEQUENCE locks.dlock_fence TO weak");
+    expect_refusal(
+        PostgresEngine::connect("pg", &weak).await.err(),
+        "cannot create the record table \"locks\".dlock_holds; grant CREATE on schema locks",
+    );
+    // A role that may create it makes it on connecting; then a grant is missing.
+    let strong = PostgresConfig {
+        schema: "locks".to_owned(),
+        ..config(server, "strong", 2)
+    };
+    drop(PostgresEngine::connect("pg", &strong).await.expect("connect as the owner"));
+    expect_refusal(
+        PostgresEngine::connect("pg", &weak).await.err(),
+        "may not SELECT, INSERT, UPDATE, DELETE on \"locks\".dlock_holds; grant SELECT",
+    );
+    server.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON locks.dlock_holds TO weak");
     let engine = PostgresEngine::connect("pg", &weak)
         .await
         .expect("connect once granted");

@@ -20,12 +20,13 @@ pub struct PostgresConfig {
     /// Connections kept at most; holds share them, each waiter blocks one.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
-    /// Where the fence sequence `dlock_fence` lives.
+    /// Where the fence sequence `dlock_fence` and the record table
+    /// `dlock_holds` live.
     #[serde(default = "default_schema")]
     pub schema: String,
-    /// `connect_timeout` bounds opening each connection; `client_name` is
-    /// the sessions' `application_name` (else the URL's, else the process
-    /// label).
+    /// `connect_timeout` bounds opening each connection; `client_name`
+    /// labels the records (else the process label), and is the sessions'
+    /// `application_name` (else the URL's, else the label).
     #[serde(flatten)]
     pub client: ClientSettings,
 }
@@ -47,7 +48,8 @@ pub fn register(kinds: &mut Kinds) {
 
 impl PostgresEngine {
     /// Connects engine `name` (for error messages): checks the settings,
-    /// makes the fence sequence if missing, and opens one connection.
+    /// makes the fence sequence and the record table if missing, and
+    /// opens one connection.
     pub async fn connect(name: &str, config: &PostgresConfig) -> Result<Self, Error> {
         let at = Connecting {
             name,
@@ -72,8 +74,8 @@ impl PostgresEngine {
         }
         let address = address_of(&pg);
         let unavailable = |e: EngineError| at.unreachable(&address, e);
-        let fence = objects::fence_sequence(&pg, &config.schema, &at.field("schema"), unavailable).await?;
-        let pool = Arc::new(Pool::new(pg, fence, config.max_connections));
+        let objects = objects::make(&pg, &config.schema, &at.field("schema"), unavailable).await?;
+        let pool = Arc::new(Pool::new(pg, objects, label, config.max_connections));
         pool.open_one().await.map_err(unavailable)?;
         Ok(PostgresEngine { pool, address })
     }

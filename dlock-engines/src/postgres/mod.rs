@@ -25,6 +25,12 @@
 //! logs ahead of the values it hands out and resumes past them. The engine
 //! creates the sequence on first use, or says which privilege is missing.
 //!
+//! **Records.** The statement that takes a lock also writes the hold's row
+//! in the UNLOGGED table `<schema>.dlock_holds` (group, name, fence, owner
+//! digest, label, time granted), and the one that lets it go deletes it:
+//! no round trip more. A request about to wait in the server's queue
+//! writes its row first. The table is made on first use, like the sequence.
+//!
 //! **Lease.** An advisory lock lives as long as its session, and a stopped
 //! process (SIGSTOP, a long pause, a hung VM) keeps its TCP connection open,
 //! so a plain advisory lock can be held forever (madelson/DistributedLock
@@ -65,6 +71,7 @@ mod config;
 mod objects;
 mod permits;
 mod pool;
+mod records;
 mod sql;
 mod waiter;
 
@@ -77,6 +84,7 @@ use dlock_core::{LockKey, Mode};
 
 use permits::Permit;
 use pool::{Conn, Pool};
+use records::Tag;
 use waiter::{Stage, Waiter, Want};
 
 pub use config::{PostgresConfig, register};
@@ -180,7 +188,7 @@ fn advisory_key(key: &LockKey) -> i64 {
 /// requests already waits for the key; if busy and allowed to wait, a waiter.
 async fn acquire(pool: Arc<Pool>, hold: Arc<Hold>, want: Want, req: &Request) -> Result<Poll, EngineError> {
     if !pool.waiting.any(&want.key)
-        && let Some((conn, fence)) = pool.take_now(want.key, want.mode, want.lease_ms).await?
+        && let Some((conn, fence)) = pool.take_now(&want).await?
     {
         hold.set(Place::Held {
             conn,
@@ -355,6 +363,7 @@ fn want(req: &Request) -> Want {
         key: advisory_key(&req.key),
         mode: req.mode,
         lease_ms: req.lease.as_millis().max(1) as u64,
+        tag: Tag::of(req),
     }
 }
 

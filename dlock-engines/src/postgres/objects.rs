@@ -1,75 +1,164 @@
-//! The engine's one database object, the fence sequence: made on first use,
-//! or a startup error that says which privilege is missing.
+//! The engine's database objects, the fence sequence and the record
+//! table: made on first use, or a startup error that says which privilege
+//! is missing.
 
 use dlock_core::Error;
 use dlock_core::kit::EngineError;
 
 use super::pool::failed;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls};
 
-/// Makes `<schema>.dlock_fence` if missing and checks that this role may
-/// use it; returns it as a quoted SQL literal for the statements.
-pub(super) async fn fence_sequence(
+/// The objects' names, quoted for the statements.
+pub(super) struct Objects {
+    /// The fence sequence, as a SQL literal for `nextval`.
+    pub fence: String,
+    /// The record table, as a SQL name.
+    pub holds: String,
+}
+
+/// The record table: a row per hold or waiting request, keyed by its
+/// advisory key and session. UNLOGGED, since a row counts only while its
+/// session holds or waits (`pg_locks` tells), and no session outlives a
+/// crash; the primary key is its only index, for every lookup.
+const HOLDS: &str = "(key int8, pid int4, grp text NOT NULL, name text NOT NULL, permits int4, \
+     fence int8, owner text NOT NULL, label text NOT NULL, \
+     since timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (key, pid))";
+
+/// Makes `<schema>.dlock_fence` and `<schema>.dlock_holds` if missing, and
+/// checks that this role may use them.
+pub(super) async fn make(
     config: &Config,
     schema: &str,
     field: &str,
     unavailable: impl Fn(EngineError) -> Error,
-) -> Result<String, Error> {
+) -> Result<Objects, Error> {
     let (client, connection) = config.connect(NoTls).await.map_err(|e| unavailable(failed(e)))?;
     tokio::spawn(connection);
-    let sequence = format!("{}.dlock_fence", quote_ident(schema));
-    let refused = |what: String, e: &tokio_postgres::Error| {
-        let why = e
-            .as_db_error()
-            .map_or_else(|| e.to_string(), |db| db.message().to_owned());
-        Error::config(field, format!("{what}: {why}"))
-    };
     let failed = |e: tokio_postgres::Error| unavailable(failed(e));
-    let exists: bool = client
-        .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&sequence])
-        .await
-        .map_err(failed)?
-        .get(0);
-    if !exists {
-        // CREATE needs the privilege even when the sequence exists, so only
-        // a missing one is created.
-        match client
-            .batch_execute(&format!("CREATE SEQUENCE IF NOT EXISTS {sequence}"))
-            .await
-        {
-            Ok(()) => {}
-            // Another process made it at the same moment.
-            Err(e) if matches!(e.code(), Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE) =>
-                {}
-            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                return Err(refused(
-                    format!(
-                        "cannot create the fence sequence {sequence}; grant CREATE on schema {schema} to this role, \
-                         or have its owner run `CREATE SEQUENCE {sequence}; GRANT USAGE ON SEQUENCE {sequence} TO <role>`"
-                    ),
-                    &e,
-                ));
-            }
-            Err(e) if e.code() == Some(&SqlState::INVALID_SCHEMA_NAME) => {
-                return Err(refused(format!("schema {schema} does not exist"), &e));
-            }
-            Err(e) => return Err(failed(e)),
-        }
-    }
+    let at = Schema {
+        client: &client,
+        schema,
+        field,
+        failed,
+    };
+    let sequence = format!("{}.dlock_fence", quote_ident(schema));
+    at.create_if_missing(
+        &sequence,
+        &format!("the fence sequence {sequence}"),
+        &format!("CREATE SEQUENCE {sequence}"),
+        &format!("GRANT USAGE ON SEQUENCE {sequence} TO <role>"),
+    )
+    .await?;
     match client
         .query_one("SELECT nextval($1::text::regclass)", &[&sequence])
         .await
     {
-        Ok(_) => Ok(quote_literal(&sequence)),
-        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Err(refused(
-            format!(
-                "this role may not take values from {sequence}; grant USAGE ON SEQUENCE {sequence} to it"
-            ),
-            &e,
-        )),
-        Err(e) => Err(failed(e)),
+        Ok(_) => {}
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            return Err(refused(
+                field,
+                format!(
+                    "this role may not take values from {sequence}; grant USAGE ON SEQUENCE {sequence} to it"
+                ),
+                &e,
+            ));
+        }
+        Err(e) => return Err(failed(e)),
     }
+    let holds = format!("{}.dlock_holds", quote_ident(schema));
+    at.create_if_missing(
+        &holds,
+        &format!("the record table {holds}"),
+        &format!("CREATE UNLOGGED TABLE {holds} {HOLDS}"),
+        &format!("GRANT {RIGHTS} ON {holds} TO <role>"),
+    )
+    .await?;
+    let missing: Option<String> = client
+        .query_one(
+            "SELECT string_agg(p, ', ') FROM unnest(string_to_array($2, ', ')) AS p \
+             WHERE NOT has_table_privilege($1, p)",
+            &[&holds, &RIGHTS],
+        )
+        .await
+        .map_err(failed)?
+        .get(0);
+    if let Some(missing) = missing {
+        return Err(Error::config(
+            field,
+            format!("this role may not {missing} on {holds}; grant {RIGHTS} ON {holds} to it"),
+        ));
+    }
+    Ok(Objects {
+        fence: quote_literal(&sequence),
+        holds,
+    })
+}
+
+/// What the engine does with the record table.
+const RIGHTS: &str = "SELECT, INSERT, UPDATE, DELETE";
+
+/// Where the objects go.
+struct Schema<'a, F> {
+    client: &'a Client,
+    schema: &'a str,
+    /// The setting named in errors.
+    field: &'a str,
+    /// The error for a failure that is the server's, not the settings'.
+    failed: F,
+}
+
+impl<F: Fn(tokio_postgres::Error) -> Error> Schema<'_, F> {
+    /// Runs `create` unless `name` (`what`, in messages) exists; refused,
+    /// says to grant CREATE, or to have the owner run it and `grant`.
+    async fn create_if_missing(
+        &self,
+        name: &str,
+        what: &str,
+        create: &str,
+        grant: &str,
+    ) -> Result<(), Error> {
+        let exists: bool = self
+            .client
+            .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])
+            .await
+            .map_err(&self.failed)?
+            .get(0);
+        if exists {
+            // CREATE needs the privilege even when the object exists, so
+            // only a missing one is created.
+            return Ok(());
+        }
+        match self.client.batch_execute(create).await {
+            Ok(()) => Ok(()),
+            // Another process made it at the same moment.
+            Err(e) if matches!(e.code(), Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE) => {
+                Ok(())
+            }
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Err(refused(
+                self.field,
+                format!(
+                    "cannot create {what}; grant CREATE on schema {} to this role, or have its owner run `{create}; {grant}`",
+                    self.schema
+                ),
+                &e,
+            )),
+            Err(e) if e.code() == Some(&SqlState::INVALID_SCHEMA_NAME) => Err(refused(
+                self.field,
+                format!("schema {} does not exist", self.schema),
+                &e,
+            )),
+            Err(e) => Err((self.failed)(e)),
+        }
+    }
+}
+
+/// A config error on `field`: `what`, and the server's reason.
+fn refused(field: &str, what: String, e: &tokio_postgres::Error) -> Error {
+    let why = e
+        .as_db_error()
+        .map_or_else(|| e.to_string(), |db| db.message().to_owned());
+    Error::config(field, format!("{what}: {why}"))
 }
 
 /// `"name"`, with inner quotes doubled.
@@ -77,9 +166,15 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// `'text'`, with inner quotes doubled.
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+/// `'text'`, with inner quotes doubled; `E'...'` with backslashes doubled
+/// too if it has any, whatever `standard_conforming_strings` says.
+pub(super) fn quote_literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if text.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
 }
 
 #[cfg(test)]
@@ -91,5 +186,6 @@ mod tests {
         assert_eq!(quote_ident("public"), "\"public\"");
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
         assert_eq!(quote_literal("\"it's\".x"), "'\"it''s\".x'");
+        assert_eq!(quote_literal("a\\'b"), "E'a\\\\''b'");
     }
 }

@@ -20,6 +20,7 @@ use dlock_core::kit::{EngineError, Poll, Request, Woken};
 use dlock_core::{LockKey, Mode};
 
 use super::pool::{Conn, Pool};
+use super::records::Tag;
 use super::waiter::{Stage, Waiter, Want};
 use super::{Hold, Place, acquire, advisory_key, answer};
 
@@ -125,6 +126,7 @@ pub(super) async fn step(
             key: keys.turnstile,
             mode: Mode::Write,
             lease_ms,
+            tag: Tag::of(req),
         };
         let poll = match waiter {
             None if req.try_once => acquire(pool.clone(), permit.turnstile.clone(), want, req).await?,
@@ -160,9 +162,16 @@ pub(super) async fn step(
         let_turnstile_go(permit, &keys).await?;
         return Err(EngineError::PermitsDiffer { in_use });
     }
+    let mut want = Want {
+        key: 0,
+        mode: Mode::Write,
+        lease_ms,
+        tag: Tag::of(req),
+    };
     for slot in 0..count {
-        let key = keys.slot(slot);
-        if let Some((conn, fence)) = pool.take_now(key, Mode::Write, lease_ms).await? {
+        want.key = keys.slot(slot);
+        let key = want.key;
+        if let Some((conn, fence)) = pool.take_now(&want).await? {
             if let Err(e) = conn.count(keys.number, count, true).await {
                 conn.give_back(key, Mode::Write).await?;
                 return Err(e);

@@ -19,9 +19,12 @@ use dlock_core::Mode;
 use dlock_core::kit::{EngineError, OwnerId, Waiters};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Config, NoTls};
 
-use super::sql::Statements;
+use super::objects::Objects;
+use super::sql::{Statements, TAKE_PARAMS};
+use super::waiter::Want;
 
 /// How long a cancelled wait's answer may take before its session is
 /// ended instead: a cancel takes effect in milliseconds, even on a busy
@@ -40,8 +43,9 @@ pub(super) enum Closed {
 
 pub(super) struct Pool {
     config: Arc<Config>,
-    /// The fence sequence, as a quoted SQL literal.
-    fence: Arc<str>,
+    objects: Arc<Objects>,
+    /// What every row of this process says it is.
+    label: Arc<str>,
     max: usize,
     conns: Arc<Mutex<Conns>>,
     /// A connection opened, closed, stopped waiting or let a key go.
@@ -71,10 +75,11 @@ enum Use {
 }
 
 impl Pool {
-    pub fn new(config: Config, fence: String, max: usize) -> Self {
+    pub fn new(config: Config, objects: Objects, label: String, max: usize) -> Self {
         Pool {
             config: Arc::new(config),
-            fence: fence.into(),
+            objects: Arc::new(objects),
+            label: label.into(),
             max,
             conns: Arc::default(),
             changed: Arc::new(Notify::new()),
@@ -87,21 +92,18 @@ impl Pool {
         lock(&self.conns)
     }
 
-    /// Tries `key` once on a connection that may take it: the connection
+    /// Tries `want` once on a connection that may take it: the connection
     /// and the fence if granted.
-    pub async fn take_now(
-        &self,
-        key: i64,
-        mode: Mode,
-        lease_ms: u64,
-    ) -> Result<Option<(Arc<Conn>, u64)>, EngineError> {
+    pub async fn take_now(&self, want: &Want) -> Result<Option<(Arc<Conn>, u64)>, EngineError> {
         let conn = self
-            .pick(Use::Take(key))
+            .pick(Use::Take(want.key))
             .await?
             .expect("a take waits for a connection");
-        let mut unbooked = Unbooked::new(&conn, key, mode);
-        let fence = conn.try_take(key, mode, lease_ms).await;
-        unbooked.booked = true;
+        let mut unbooked = Unbooked::new(&conn, want.key, want.mode);
+        let fence = conn.try_take(want).await;
+        // A failed statement may have taken the lock all the same (an
+        // advisory lock outlives its statement's error): let it go then.
+        unbooked.booked = fence.is_ok();
         Ok(fence.map_err(failed)?.map(|fence| (conn, fence)))
     }
 
@@ -187,13 +189,13 @@ impl Pool {
     /// adds it: a connect, authentication included, costs too much to throw
     /// away. The whole open is bounded by the connect timeout.
     fn open_one_more(&self, used: Use) -> oneshot::Receiver<Result<Marked, EngineError>> {
-        let (config, fence) = (self.config.clone(), self.fence.clone());
+        let (config, objects, label) = (self.config.clone(), self.objects.clone(), self.label.clone());
         let (conns, changed) = (self.conns.clone(), self.changed.clone());
         let (answer, opened) = oneshot::channel();
         tokio::spawn(async move {
             let _counted = Opening(conns.clone(), changed.clone());
             let limit = config.get_connect_timeout().copied().unwrap_or(OPEN_TAKES);
-            let conn = match tokio::time::timeout(limit, open(&config, &fence, &changed)).await {
+            let conn = match tokio::time::timeout(limit, open(&config, &objects, &label, &changed)).await {
                 Ok(conn) => conn,
                 Err(_) => Err(EngineError::failed(format!(
                     "opening a connection took over {limit:?}"
@@ -259,8 +261,14 @@ fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
 }
 
 /// Opens one connection: session settings that could end a wait or a hold
-/// behind dlock's back are reset, and the statements prepared.
-async fn open(config: &Config, fence: &str, pool_changed: &Arc<Notify>) -> Result<Arc<Conn>, EngineError> {
+/// behind dlock's back are reset, rows of sessions gone are swept, and the
+/// statements prepared.
+async fn open(
+    config: &Config,
+    objects: &Objects,
+    label: &str,
+    pool_changed: &Arc<Notify>,
+) -> Result<Arc<Conn>, EngineError> {
     let (client, connection) = config.connect(NoTls).await.map_err(failed)?;
     let (closed_tx, closed) = watch::channel(None);
     let changed = pool_changed.clone();
@@ -280,10 +288,14 @@ async fn open(config: &Config, fence: &str, pool_changed: &Arc<Notify>) -> Resul
         changed.notify_waiters();
     });
     let marker = format!("{:x}", OwnerId::random().as_u128());
+    // Only rows of pids no backend has: a live pid's rows are its own to
+    // overwrite or delete.
     client
         .batch_execute(&format!(
             "SET idle_session_timeout = 0; SET lock_timeout = 0; SET statement_timeout = 0; \
-                 SET idle_in_transaction_session_timeout = 0; SET dlock.session = '{marker}'"
+                 SET idle_in_transaction_session_timeout = 0; SET dlock.session = '{marker}'; \
+                 DELETE FROM {} WHERE pid NOT IN (SELECT pid FROM pg_stat_activity)",
+            objects.holds
         ))
         .await
         .map_err(failed)?;
@@ -301,9 +313,12 @@ async fn open(config: &Config, fence: &str, pool_changed: &Arc<Notify>) -> Resul
                  or session pooling",
         ));
     }
-    let statements = Statements::prepare(&client, fence).await.map_err(failed)?;
+    let pid = row.get(0);
+    let statements = Statements::prepare(&client, objects, pid, label)
+        .await
+        .map_err(failed)?;
     Ok(Arc::new(Conn {
-        pid: row.get(0),
+        pid,
         client,
         statements,
         book: Mutex::default(),
@@ -515,31 +530,45 @@ impl Conn {
         }
     }
 
-    /// `pg_try_advisory_lock[_shared]` on a connection picked for this key.
-    async fn try_take(
+    /// Runs a take statement for `want`, with the session's new timeout if
+    /// it sets one: the fence if granted.
+    async fn on_want(
         &self,
-        key: i64,
-        mode: Mode,
-        lease_ms: u64,
+        statement: &tokio_postgres::Statement,
+        want: &Want,
+        timeout: Option<u64>,
     ) -> Result<Option<u64>, tokio_postgres::Error> {
+        let tag = &want.tag;
+        let (group, name, permits) = (tag.key.group(), tag.key.name(), tag.permits.map(|n| n as i32));
+        let ms = timeout.unwrap_or_default().to_string();
+        let params: [&(dyn ToSql + Sync); TAKE_PARAMS + 1] =
+            [&want.key, &group, &name, &permits, &tag.owner, &ms];
+        let count = TAKE_PARAMS + usize::from(timeout.is_some());
+        let row = self.client.query_opt(statement, &params[..count]).await?;
+        Ok(row.and_then(|row| row.get::<_, Option<i64>>(0)).map(|f| f as u64))
+    }
+
+    /// `pg_try_advisory_lock[_shared]` on a connection picked for this key.
+    async fn try_take(&self, want: &Want) -> Result<Option<u64>, tokio_postgres::Error> {
         let _order = self.order.lock().await;
         let (current, wanted) = {
             let book = self.book();
-            (book.timeout, book.timeout_with(Some(lease_ms)))
+            (book.timeout, book.timeout_with(Some(want.lease_ms)))
         };
         let setting = wanted != current;
-        let statement = self.statements.try_take(mode, setting);
-        let answer = self.on_key(statement, key, setting.then_some(wanted)).await;
-        let fence: Option<i64> = self.rebook(|book| {
-            book.trying.remove(&key);
-            let fence: Option<i64> = answer?.get(0);
+        let statement = self.statements.try_take(want.mode, setting);
+        let answer = self.on_want(statement, want, setting.then_some(wanted)).await;
+        self.rebook(|book| {
+            // A failure keeps the key marked until it is let go (`Unbooked`),
+            // so that no other take of it runs here meanwhile.
+            let fence = answer?;
+            book.trying.remove(&want.key);
             if fence.is_some() {
-                book.held.insert(key, lease_ms);
+                book.held.insert(want.key, want.lease_ms);
                 book.timeout = wanted;
             }
-            Ok::<_, tokio_postgres::Error>(fence)
-        })?;
-        Ok(fence.map(|f| f as u64))
+            Ok(fence)
+        })
     }
 
     /// `pg_advisory_lock[_shared]` on a connection picked for waiting: in
@@ -557,17 +586,20 @@ impl Conn {
     /// session stays marked waiting, so nothing else runs on it, and ends;
     /// that lets go of a grant too, and a statement still in the server's
     /// queue ends once granted.
+    ///
+    /// The request's row is written first, so that records show it in line.
     pub async fn wait_take(
         &self,
-        key: i64,
-        mode: Mode,
-        lease_ms: u64,
+        want: &Want,
         stop: impl Future<Output = ()>,
     ) -> Result<Option<u64>, tokio_postgres::Error> {
+        let (key, mode, lease_ms) = (want.key, want.mode, want.lease_ms);
         let _order = self.order.lock().await;
-        let lease = lease_ms.to_string();
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&key, &lease];
-        let answer = self.client.query_one(self.statements.wait_take(mode), &params);
+        if let Err(e) = self.on_want(&self.statements.line_up, want, None).await {
+            self.rebook(|book| book.waiting = false);
+            return Err(e);
+        }
+        let answer = self.on_want(self.statements.wait_take(mode), want, Some(lease_ms));
         tokio::pin!(answer);
         let answer = tokio::select! {
             // The statement first: polled, it is sent before any cancel.
@@ -594,11 +626,11 @@ impl Conn {
             }
         };
         match answer {
-            Ok(row) => Ok(self.rebook(|book| {
+            Ok(fence) => Ok(self.rebook(|book| {
                 book.waiting = false;
                 book.held.insert(key, lease_ms);
                 book.timeout = lease_ms;
-                Some(row.get::<_, i64>(0) as u64)
+                fence
             })),
             // Whether the lock was taken before the error is unknown.
             Err(e) => {

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 
 use super::pool::{Conn, Pool};
+use super::records::Tag;
 use super::{Hold, Place};
 
 /// Where a waiting request is.
@@ -46,6 +47,8 @@ pub(super) struct Want {
     pub key: i64,
     pub mode: Mode,
     pub lease_ms: u64,
+    /// What its row in the record table says.
+    pub tag: Tag,
 }
 
 impl Waiter {
@@ -146,7 +149,7 @@ async fn run(
         // Every connection holds something and no more may open: try now
         // and then instead, until a connection frees up.
         stage.send_replace(Stage::Lined);
-        match pool.take_now(want.key, want.mode, want.lease_ms).await {
+        match pool.take_now(want).await {
             Ok(Some((conn, fence))) => return granted(hold, want, conn, fence),
             Ok(None) => {}
             Err(e) => return Stage::Failed(e.to_string().into()),
@@ -173,7 +176,7 @@ async fn queue_on(
 ) -> Option<Stage> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut stop_tx = Some(stop_tx);
-    let taking = conn.wait_take(want.key, want.mode, want.lease_ms, async move {
+    let taking = conn.wait_take(want, async move {
         let _ = stop_rx.await;
     });
     let seen_asleep = async {
