@@ -1,10 +1,10 @@
 //! postgres-specific behaviour against a real PostgreSQL on loopback: the
 //! pool bound with 1,000 holds and with more waiters than connections, a
 //! cancelled wait leaves the server's queue, a dropped connection fires
-//! `lost` for every hold on it, the fence survives a crash, nothing is left
-//! in `pg_locks` or the record table after the conformance suite, and bad
-//! settings, a failed login, a missing privilege and an unreachable server
-//! are clear errors.
+//! `lost` for every hold on it, records name the client and drop a session
+//! gone, the fence survives a crash, nothing is left in `pg_locks` or the
+//! record table after the conformance suite, and bad settings, a failed
+//! login, a missing privilege and an unreachable server are clear errors.
 
 #![cfg(feature = "postgres")]
 
@@ -234,6 +234,54 @@ async fn a_dropped_connection_fires_lost_for_every_hold_on_it() {
         .await
         .expect("lock after the drop");
     again.release().await.expect("release");
+}
+
+/// A hold's record carries the configured `client_name`; once its session
+/// is gone (the backend terminated) the hold no longer shows, though its
+/// row stays in the table until a new connection sweeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_name_the_client_and_never_show_a_session_gone() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let mut named = config(server, "records", 2);
+    named.client.client_name = Some("billing".to_owned());
+    let holding = PostgresEngine::connect("pg", &named).await.expect("connect");
+    let registry =
+        Registry::with_engine("pg", Arc::new(holding), Settings::default()).expect("registry");
+    // Its one connection is open already, so looking sweeps nothing.
+    let looking = engine(server, "looking", 2).await;
+    let key = LockKey::new("g", "stale").expect("key");
+    let guard = registry.locks("g").get("stale").lock().await.expect("lock");
+    let view = looking.inspect(&key, None).await.expect("inspect");
+    let [holder] = view.holders.as_slice() else {
+        panic!("one holder expected: {view:?}");
+    };
+    assert_eq!(holder.label.as_deref(), Some("billing"), "{view:?}");
+    assert_eq!(
+        (holder.fence, holder.owner.clone()),
+        (Some(guard.fence()), Some(guard.owner_digest()))
+    );
+
+    let killed = server.psql(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'billing'",
+    );
+    assert_eq!(killed, "1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let view = looking.inspect(&key, None).await.expect("inspect");
+        if view.is_free() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the hold still shows: {view:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed = looking.list("g").await.expect("list");
+    assert!(listed.is_empty(), "{listed:?}");
+    let rows = "SELECT count(*) FROM dlock_holds";
+    assert_eq!(server.psql(rows), "1", "the stale row is still there");
+    drop(engine(server, "sweeping", 2).await);
+    assert_eq!(server.psql(rows), "0", "a new connection swept it");
+    drop(guard);
 }
 
 /// Sessions killed over and over while waiters wait, in four processes'

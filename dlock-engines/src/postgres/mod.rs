@@ -29,7 +29,9 @@
 //! in the UNLOGGED table `<schema>.dlock_holds` (group, name, fence, owner
 //! digest, label, time granted), and the one that lets it go deletes it:
 //! no round trip more. A request about to wait in the server's queue
-//! writes its row first. The table is made on first use, like the sequence.
+//! writes its row first. `inspect` and `list` read `pg_locks` joined with
+//! the rows, so a row counts only while its session holds or waits. The
+//! table is made on first use, like the sequence. See `records.rs`.
 //!
 //! **Lease.** An advisory lock lives as long as its session, and a stopped
 //! process (SIGSTOP, a long pause, a hung VM) keeps its TCP connection open,
@@ -80,7 +82,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Records, Request, async_trait};
-use dlock_core::{LockKey, Mode};
+use dlock_core::{LockKey, LockView, Mode};
 
 use permits::Permit;
 use pool::{Conn, Pool};
@@ -233,7 +235,7 @@ impl Engine for PostgresEngine {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            records: Records::None,
+            records: Records::Listed,
             ..Capabilities::FULL
         }
     }
@@ -347,6 +349,14 @@ impl Engine for PostgresEngine {
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         Some(Box::pin(held_conn(req)?.dropped()))
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        records::inspect(&self.pool, key, permits).await
+    }
+
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        records::list(&self.pool, group).await
     }
 }
 

@@ -72,15 +72,15 @@ impl Permit {
 }
 
 /// A semaphore's advisory keys.
-struct Keys {
-    turnstile: i64,
+pub(super) struct Keys {
+    pub turnstile: i64,
     /// The first number of the count's two-number lock.
     number: i32,
     base: i64,
 }
 
 impl Keys {
-    fn of(key: &LockKey) -> Self {
+    pub fn of(key: &LockKey) -> Self {
         let base = advisory_key(key);
         Keys {
             turnstile: mix(base, 0),
@@ -89,7 +89,7 @@ impl Keys {
         }
     }
 
-    fn slot(&self, slot: u32) -> i64 {
+    pub fn slot(&self, slot: u32) -> i64 {
         mix(self.base, u64::from(slot) + 1)
     }
 }

@@ -20,9 +20,10 @@ use dlock_core::kit::{EngineError, OwnerId, Waiters};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, Row};
 
 use super::objects::Objects;
+use super::records::Query;
 use super::sql::{Statements, TAKE_PARAMS};
 use super::waiter::Want;
 
@@ -130,6 +131,17 @@ impl Pool {
             .await;
         let in_use: Option<i64> = row.map_err(failed)?.get(0);
         Ok(in_use.map(|n| n as u32))
+    }
+
+    /// The rows of a records statement.
+    pub async fn records(&self, query: Query<'_>) -> Result<Vec<Row>, EngineError> {
+        let conn = self.look().await?;
+        let statements = &conn.0.statements;
+        let rows = match query {
+            Query::Keys(keys) => conn.0.client.query(&statements.inspect, &[&keys]).await,
+            Query::Group(group) => conn.0.client.query(&statements.list, &[&group]).await,
+        };
+        rows.map_err(failed)
     }
 
     /// Whether backend `pid` sleeps in a lock queue.

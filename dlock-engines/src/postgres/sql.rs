@@ -55,7 +55,22 @@ pub(super) struct Statements {
     /// The greatest other count `$2` held with semaphore number `$1` in
     /// this database, if any.
     pub count_in_use: Statement,
+    /// Every hold and wait on the keys `$1`, with its row if it has one
+    /// (see `records.rs` for the columns).
+    pub inspect: Statement,
+    /// Every hold and wait with a row of group `$1`.
+    pub list: Statement,
 }
+
+/// This database's advisory locks of the one-number form, each with its
+/// key as `pg_advisory_lock` takes it.
+const ADVISORY: &str = "(SELECT (classid::int8 << 32) | objid::int8 AS key, pid, granted, mode, waitstart \
+     FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
+     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS l";
+
+/// What `records.rs` reads of a lock and its row `h`.
+const SEEN: &str = "l.key, l.granted, l.mode = 'ShareLock', h.fence, h.owner, \
+     coalesce(h.since, l.waitstart) AS since, h.name, h.permits";
 
 fn index(mode: Mode) -> usize {
     match mode {
@@ -122,6 +137,19 @@ impl Statements {
              AND granted AND classid = $1::int4::oid AND objid <> $2::int4::oid \
              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
                 .to_owned(),
+            // A hold with no row (another client's, or one being granted)
+            // is named by its session's application_name.
+            format!(
+                "SELECT {SEEN}, coalesce(h.label, a.application_name) FROM {ADVISORY} \
+                 LEFT JOIN {holds} AS h ON h.key = l.key AND h.pid = l.pid \
+                 LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid \
+                 WHERE l.key = ANY($1) ORDER BY l.granted DESC, since, l.pid"
+            ),
+            // A row counts only while its session holds or waits.
+            format!(
+                "SELECT {SEEN}, h.label FROM {holds} AS h JOIN {ADVISORY} ON l.key = h.key AND l.pid = h.pid \
+                 WHERE h.grp = $1 ORDER BY l.granted DESC, since, l.pid"
+            ),
         ];
         let prepared = futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
         let mut s = prepared.into_iter();
@@ -139,6 +167,8 @@ impl Statements {
             count_take: next(),
             count_give: next(),
             count_in_use: next(),
+            inspect: next(),
+            list: next(),
         })
     }
 
