@@ -1,5 +1,6 @@
-//! The mysql engine's settings, and connecting: the table made if missing
-//! and this user's rights on it checked.
+//! The mysql engine's settings, and connecting: the tables made if missing,
+//! a table of an older dlock given the columns for records, and this user's
+//! rights on them checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,10 +49,11 @@ pub fn register(kinds: &mut Kinds) {
 
 impl MysqlEngine {
     /// Connects engine `name` (for error messages): checks the settings,
-    /// makes the table if missing, and checks this user may use it.
+    /// makes the tables if missing, adds the columns for records to a table
+    /// an older dlock made, and checks this user may use them.
     pub async fn connect(name: &str, config: &MysqlConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "mysql" };
-        config.client.label(&at)?;
+        let label = config.client.label(&at)?;
         let opts = Opts::from_url(&config.url).map_err(|e| {
             at.bad(
                 "url",
@@ -93,22 +95,50 @@ impl MysqlEngine {
             }
             _ => unavailable(e),
         };
-        let exists: Option<u64> = conn.query_first(sql::TABLE_EXISTS).await.map_err(unavailable)?;
-        if exists != Some(1) {
-            conn.query_drop(sql::CREATE_TABLE).await.map_err(|e| {
-                refused(
-                    &format!(
-                        "cannot create table dlock_queue in database {database}; grant CREATE on `{database}`.* \
-                         to this user, or have an administrator run the CREATE TABLE in the mysql engine's docs"
-                    ),
-                    e,
-                )
-            })?;
+        let exists: Option<(Option<u64>, Option<u64>)> =
+            conn.query_first(sql::TABLES).await.map_err(unavailable)?;
+        let (queue, gate_table) = exists.unwrap_or_default();
+        for (table, exists, create) in [
+            ("dlock_queue", queue, sql::CREATE_TABLE),
+            ("dlock_gates", gate_table, sql::CREATE_GATES),
+        ] {
+            if exists != Some(1) {
+                conn.query_drop(create).await.map_err(|e| {
+                    refused(
+                        &format!(
+                            "cannot create table {table} in database {database}; grant CREATE on `{database}`.* \
+                             to this user, or have an administrator run the CREATE TABLE in the mysql engine's docs"
+                        ),
+                        e,
+                    )
+                })?;
+            }
         }
-        for (what, statement) in sql::PRIVILEGE_CHECKS {
+        let present: Vec<String> = conn.query(sql::COLUMNS).await.map_err(unavailable)?;
+        let missing: Vec<_> = sql::RECORD_COLUMNS
+            .iter()
+            .filter(|(column, _)| !present.iter().any(|p| p == column))
+            .collect();
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|(column, _)| *column).collect();
+            let adds: Vec<&str> = missing.iter().map(|(_, add)| *add).collect();
+            let alter = format!("ALTER TABLE dlock_queue {}", adds.join(", "));
+            let fix = format!(
+                "the mysql engine's table dlock_queue, made by an older dlock, lacks the columns {} for \
+                 records, and this user may not add them; grant ALTER on `{database}`.dlock_queue to this \
+                 user, or have an administrator run: {alter}",
+                names.join(", ")
+            );
+            match conn.query_drop(&alter).await {
+                // 1060: another process starting at once added them first.
+                Err(mysql_async::Error::Server(e)) if e.code == 1060 => {}
+                altered => altered.map_err(|e| refused(&fix, e))?,
+            }
+        }
+        for (table, what, statement) in sql::PRIVILEGE_CHECKS {
             conn.query_drop(statement)
                 .await
-                .map_err(|e| refused(&format!("this user may not use table dlock_queue ({what})"), e))?;
+                .map_err(|e| refused(&format!("this user may not use table {table} ({what})"), e))?;
         }
         drop(conn);
         let shared = Arc::new(Shared {
@@ -121,6 +151,7 @@ impl MysqlEngine {
             shared,
             address,
             waiter_ttl: config.waiter_ttl,
+            label: label.into(),
         })
     }
 }

@@ -48,6 +48,11 @@ impl Session {
         sql::exec(&mut self.conn, statement, params).await
     }
 
+    /// The server's id of this session, which `IS_USED_LOCK` answers.
+    pub fn id(&self) -> u32 {
+        self.conn.id()
+    }
+
     /// Lets the gate of `key` go; true if this session held it.
     async fn give(&mut self, key: &LockKey) -> Result<bool, EngineError> {
         Ok(self.one(sql::GIVE_GATE, key).await? == Some(1))
@@ -171,9 +176,10 @@ impl Sessions {
     }
 
     /// One grant through the table: `statement` runs while a session holds
-    /// the gate, and commits before the gate is let go. The token if it
-    /// changed a row; `None` if the gate was busy or the grant refused. On
-    /// an error the session is dropped: closing it lets the gate go.
+    /// the gate, and commits before the gate is let go; its first parameter
+    /// is the token, then `params`. The token if it changed a row; `None`
+    /// if the gate was busy or the grant refused. On an error the session
+    /// is dropped: closing it lets the gate go.
     pub async fn grant(
         &self,
         req: &Request,
@@ -186,6 +192,7 @@ impl Sessions {
             self.give_back(session);
             return Ok(None);
         };
+        let params = std::iter::once(fence.to_value()).chain(params).collect();
         let (changed, _) = session.exec(statement, params).await?;
         self.let_go(session, &req.key).await?;
         Ok((changed > 0).then_some(fence))

@@ -44,6 +44,14 @@
 //! **Semaphores** are rows of the same table, under keys of their own
 //! (`permits.rs`).
 //!
+//! **Records** (`records.rs`): a row also keeps its fence, the time it was
+//! granted (or queued) and its label (`client_name`); the columns are added
+//! at startup to a table an older dlock made (the ALTER privilege, once).
+//! A write hold taken at once has no row: it writes its record to
+//! `dlock_gates` only once it has lasted 50 ms (`gate_records.rs`), so the
+//! uncontended cycle writes nothing more than before, and `inspect` and
+//! `list` wait that long for young holds.
+//!
 //! **Wake-up.** MySQL has no notifications: waiters poll on the core's
 //! schedule, one indexed statement each time. A release in this process
 //! wakes this process's waiters for that lock at once.
@@ -60,22 +68,27 @@
 //! max_connections = 10
 //! waiter_ttl = "3s"
 //! connect_timeout = "5s"
+//! # client_name = "billing"  # the label records show; default <host>:<pid>
 //! ```
 
 mod config;
 mod gate;
+mod gate_records;
 mod permits;
+mod records;
 mod sql;
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::Mode;
 use dlock_core::kit::{
     Capabilities, Engine, EngineError, LostSignal, Poll, Records, Request, Waiters, Wake, Woken, async_trait,
 };
+use dlock_core::{LockKey, LockView, Mode};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};
+
+use gate_records::{Hold, Record};
 
 use sql::{key_and_name, mode_code};
 
@@ -127,6 +140,8 @@ pub struct MysqlEngine {
     shared: Arc<Shared>,
     address: String,
     waiter_ttl: Duration,
+    /// What this engine's rows and records say made them (`client_name`).
+    label: Arc<str>,
 }
 
 struct Shared {
@@ -140,8 +155,16 @@ struct Shared {
 /// What a request remembers.
 struct Mine {
     line: Mutex<Line>,
-    /// The session of a write hold taken at once, holding the gate.
-    gate: Mutex<Option<gate::Session>>,
+    /// A write hold taken at once.
+    gate: Mutex<Option<GateHold>>,
+}
+
+/// A write hold taken at once: the session holding the gate, the token,
+/// and its record, written once it lasts.
+struct GateHold {
+    session: gate::Session,
+    fence: u64,
+    record: Record,
 }
 
 struct Line {
@@ -170,14 +193,14 @@ impl Mine {
         self.line.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The gate session of a write hold taken at once, taken out of the request.
-    fn take_gate(req: &Request) -> Option<gate::Session> {
+    /// A write hold taken at once, taken out of the request.
+    fn take_gate(req: &Request) -> Option<GateHold> {
         let waiting = req.state::<Mine>()?;
         waiting.gate.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    fn keep_gate(req: &Request, session: gate::Session) {
-        *Mine::of(req).gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
+    fn keep_gate(req: &Request, hold: GateHold) {
+        *Mine::of(req).gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(hold);
     }
 }
 
@@ -209,6 +232,7 @@ impl MysqlEngine {
             owner(req),
             mode.clone(),
             micros(req.lease),
+            self.label(),
             key.to_value(),
             name.to_value(),
             mode,
@@ -217,8 +241,7 @@ impl MysqlEngine {
         if self.run(&sql::take_now(), params).await?.0 == 0 {
             return Ok(None);
         }
-        let fence: Option<Option<u64>> = self.first(sql::CONFIRM, vec![gate]).await?;
-        if let Some(fence) = fence.flatten() {
+        if let (1, Some(fence)) = self.run(sql::CONFIRM, vec![owner(req), gate]).await? {
             return Ok(Some(fence));
         }
         self.run(sql::FORGET, vec![owner(req)]).await?;
@@ -243,8 +266,41 @@ impl MysqlEngine {
         let Some((session, fence)) = self.shared.gates.hold(req, params).await? else {
             return Ok(None);
         };
-        Mine::keep_gate(req, session);
+        let hold = Hold {
+            gate: gate::name(&req.key),
+            conn: session.id(),
+            key: key.to_vec(),
+            name: name.clone(),
+            owner: req.owner,
+            fence,
+            label: self.label.clone(),
+        };
+        let record = Record::later(self.shared.pool.clone(), hold);
+        Mine::keep_gate(
+            req,
+            GateHold {
+                session,
+                fence,
+                record,
+            },
+        );
         Ok(Some(fence))
+    }
+
+    /// Lets a write hold taken at once go: its record first, if written.
+    async fn let_go(&self, req: &Request, hold: GateHold) -> Result<bool, EngineError> {
+        let mut session = hold.session;
+        if hold.record.stop().await {
+            session
+                .exec(sql::UNRECORD_GATE, vec![gate::name(&req.key).to_value()])
+                .await?;
+        }
+        self.shared.gates.let_go(session, &req.key).await
+    }
+
+    /// The label, as a statement's parameter.
+    fn label(&self) -> Value {
+        self.label.as_bytes().to_value()
     }
 
     /// Wakes when this process lets the lock go (or downgrades it), or
@@ -274,6 +330,7 @@ impl MysqlEngine {
             owner(req),
             mode_code(req.mode).to_value(),
             micros(self.waiter_ttl),
+            self.label(),
         ];
         self.run(&sql::enqueue(), params).await?;
         Mine::of(req).line().refreshed = Instant::now();
@@ -333,6 +390,7 @@ async fn sweep(shared: Weak<Shared>) {
         let Some(shared) = shared.upgrade() else { return };
         if let Ok(mut conn) = shared.pool.get_conn().await {
             let _ = conn.exec_drop(sql::sweep(), ()).await;
+            let _ = conn.exec_drop(sql::SWEEP_GATES, ()).await;
         }
     }
 }
@@ -358,7 +416,7 @@ impl Engine for MysqlEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
-            records: Records::None,
+            records: Records::Listed,
             ..Capabilities::FULL
         }
     }
@@ -437,8 +495,8 @@ impl Engine for MysqlEngine {
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
         self.stop_waiting(req);
-        if let Some(session) = Mine::take_gate(req) {
-            self.shared.gates.let_go(session, &req.key).await?;
+        if let Some(hold) = Mine::take_gate(req) {
+            self.let_go(req, hold).await?;
         }
         self.run(sql::FORGET, vec![owner(req)]).await?;
         self.shared.waiting.wake(&wake_key(req));
@@ -448,10 +506,13 @@ impl Engine for MysqlEngine {
     /// A gate hold: a statement on its session, which also keeps the
     /// session from idling out; a row: its expiry moved on.
     async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        if let Some(mut session) = Mine::take_gate(req) {
-            let holds = session.holds(&req.key).await;
+        if let Some(mut hold) = Mine::take_gate(req) {
+            let holds = hold.session.holds(&req.key).await;
             if holds {
-                Mine::keep_gate(req, session);
+                Mine::keep_gate(req, hold);
+            } else {
+                // Its record, if written, shows nothing once the gate is gone.
+                hold.record.stop().await;
             }
             return Ok(holds);
         }
@@ -464,10 +525,17 @@ impl Engine for MysqlEngine {
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
         let (key, name) = key_and_name(&req.key);
         let downgraded = match Mine::take_gate(req) {
-            Some(mut session) => {
-                let params = vec![key.to_value(), name.to_value(), owner(req), micros(req.lease)];
-                session.exec(&sql::hold_read(), params).await?;
-                self.shared.gates.let_go(session, &req.key).await?;
+            Some(mut hold) => {
+                let params = vec![
+                    key.to_value(),
+                    name.to_value(),
+                    owner(req),
+                    micros(req.lease),
+                    hold.fence.to_value(),
+                    self.label(),
+                ];
+                hold.session.exec(&sql::hold_read(), params).await?;
+                self.let_go(req, hold).await?;
                 true
             }
             None => self.run(&sql::downgrade(), vec![owner(req)]).await?.0 == 1,
@@ -478,9 +546,9 @@ impl Engine for MysqlEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         let key = wake_key(req);
-        if let Some(session) = Mine::take_gate(req) {
+        if let Some(hold) = Mine::take_gate(req) {
             // A failed statement means the session is gone, and the gate with it.
-            let released = self.shared.gates.let_go(session, &req.key).await.unwrap_or(false);
+            let released = self.let_go(req, hold).await.unwrap_or(false);
             self.shared.waiting.wake(&key);
             return Ok(released);
         }
@@ -497,5 +565,13 @@ impl Engine for MysqlEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        records::inspect(&self.shared.pool, key, permits).await
+    }
+
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        records::list(&self.shared.pool, group).await
     }
 }

@@ -25,18 +25,18 @@ const NOW: &str = "UTC_TIMESTAMP(6)";
 
 /// Where a semaphore's rows are: the key for `count`, the range of every
 /// count's keys, and the full name when the key is a hash.
-struct Range {
-    key: Vec<u8>,
-    low: Vec<u8>,
-    high: Vec<u8>,
-    name: Option<Vec<u8>>,
+pub(super) struct Range {
+    pub key: Vec<u8>,
+    pub low: Vec<u8>,
+    pub high: Vec<u8>,
+    pub name: Option<Vec<u8>>,
 }
 
 impl Range {
     /// A readable key is 0x03, the group's length, the group, the name's
     /// length (2 bytes), the name; a hashed one 0x04 and the 128-bit stable
     /// hash. Then the count. Never a lock's key (0x01 or 0x02).
-    fn of(key: &LockKey, count: u32) -> Self {
+    pub fn of(key: &LockKey, count: u32) -> Self {
         let (group, name) = (key.group().as_bytes(), key.name().as_bytes());
         let mut stem = vec![3, group.len() as u8];
         stem.extend_from_slice(group);
@@ -68,7 +68,7 @@ impl Range {
 }
 
 /// The count in a semaphore row's key.
-fn count_of(key: &[u8]) -> Option<u32> {
+pub(super) fn count_of(key: &[u8]) -> Option<u32> {
     let tail: [u8; 4] = key.get(key.len().checked_sub(4)?..)?.try_into().ok()?;
     Some(u32::from_be_bytes(tail))
 }
@@ -90,11 +90,12 @@ impl MysqlEngine {
                 owner(req),
                 held.to_value(),
                 micros(lease),
+                self.label(),
             ]
         };
         let take = format!(
-            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND FROM DUAL \
+            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
+             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ? FROM DUAL \
              WHERE {other_count} AND (SELECT COUNT(*) FROM dlock_queue o WHERE {live}) < ?"
         );
         let params = [
@@ -105,14 +106,14 @@ impl MysqlEngine {
         ]
         .concat();
         if self.run(&take, params).await?.0 == 1 {
-            return self.drawn().await.map(Poll::Held);
+            return self.drawn(req).await.map(Poll::Held);
         }
         if req.try_once {
             return self.permit_refused(&range).await;
         }
         let join = format!(
-            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND FROM DUAL WHERE {other_count}"
+            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
+             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ? FROM DUAL WHERE {other_count}"
         );
         if self
             .run(&join, [row(0, self.waiter_ttl), agreeing].concat())
@@ -168,15 +169,15 @@ impl MysqlEngine {
         };
         if blockers < u64::from(count) {
             let turn = format!(
-                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-                 SELECT me.lock_key, me.name, me.owner, 0, 1, {NOW} + INTERVAL ? MICROSECOND \
+                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
+                 SELECT me.lock_key, me.name, me.owner, 0, 1, {NOW} + INTERVAL ? MICROSECOND, {NOW}, me.label \
                  FROM dlock_queue me WHERE {mine} \
                    AND (SELECT COUNT(*) FROM dlock_queue other WHERE {blocking}) < ?"
             );
             let params = vec![micros(req.lease), owner(req), count.to_value()];
             if self.run(&turn, params).await?.0 > 0 {
                 self.stop_waiting(req);
-                return self.drawn().await.map(Poll::Held);
+                return self.drawn(req).await.map(Poll::Held);
             }
         }
         if Mine::of(req).line().refreshed.elapsed() >= self.waiter_ttl / 3 {
@@ -189,11 +190,15 @@ impl MysqlEngine {
         Ok(Poll::Waiting(self.wake(&range.low, look_again(ahead))))
     }
 
-    /// A fencing token, drawn once the grant committed: later grants draw
-    /// greater ones.
-    async fn drawn(&self) -> Result<u64, EngineError> {
-        let fence: Option<u64> = self.first("SELECT UUID_SHORT()", Vec::new()).await?;
-        fence.ok_or_else(|| EngineError::failed("UUID_SHORT() answered nothing"))
+    /// A fencing token, drawn once the grant committed (later grants draw
+    /// greater ones), and kept in the row for records.
+    async fn drawn(&self, req: &Request) -> Result<u64, EngineError> {
+        match self.run(super::sql::DRAW, vec![owner(req)]).await? {
+            (1, Some(fence)) => Ok(fence),
+            _ => Err(EngineError::failed(
+                "the permit's row was gone before its token was drawn",
+            )),
+        }
     }
 
     /// Where this process's waiters for the semaphore are woken.

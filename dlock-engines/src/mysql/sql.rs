@@ -20,7 +20,9 @@ use mysql_async::{Conn, Value};
 /// The one table: a row per request, waiting (`held = 0`) or holding, in
 /// ticket order. `expires` is a holder's lease end, or a waiter's liveness
 /// end. `lock_key` is the name, or its hash when it would not fit the index;
-/// `name` then keeps the full name, and every lookup compares it.
+/// `name` then keeps the full name, and every lookup compares it. `fence`,
+/// `since` and `label` are for records only: NULL in rows of older dlock
+/// versions, which name their columns and never set them.
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     ticket BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     lock_key VARBINARY(255) NOT NULL,
@@ -29,27 +31,89 @@ pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     mode TINYINT UNSIGNED NOT NULL,
     held TINYINT UNSIGNED NOT NULL,
     expires DATETIME(6) NOT NULL,
+    fence BIGINT UNSIGNED NULL,
+    since DATETIME(6) NULL,
+    label VARBINARY(255) NULL,
     PRIMARY KEY (ticket),
     UNIQUE KEY by_owner (owner),
     KEY by_lock (lock_key, ticket),
     KEY by_expiry (expires)
 ) ENGINE = InnoDB";
 
-pub const TABLE_EXISTS: &str = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'dlock_queue'";
+/// Whether each table exists: `dlock_queue`, `dlock_gates`.
+pub const TABLES: &str = "SELECT SUM(table_name = 'dlock_queue'), SUM(table_name = 'dlock_gates') \
+     FROM information_schema.tables WHERE table_schema = DATABASE()";
+
+/// The columns for records, and how a table made by an older dlock gets
+/// them (instant on MySQL 8.0.29+ and MariaDB 10.3+).
+pub const RECORD_COLUMNS: [(&str, &str); 3] = [
+    ("fence", "ADD COLUMN fence BIGINT UNSIGNED NULL"),
+    ("since", "ADD COLUMN since DATETIME(6) NULL"),
+    ("label", "ADD COLUMN label VARBINARY(255) NULL"),
+];
+
+/// Which of the record columns `dlock_queue` has.
+pub const COLUMNS: &str = "SELECT column_name FROM information_schema.columns \
+     WHERE table_schema = DATABASE() AND table_name = 'dlock_queue' AND column_name IN ('fence', 'since', 'label')";
 
 /// Statements that touch no row but need each privilege the engine uses,
 /// so that a missing one shows at startup.
-pub const PRIVILEGE_CHECKS: [(&str, &str); 3] = [
+pub const PRIVILEGE_CHECKS: [(&str, &str, &str); 5] = [
     (
+        "dlock_queue",
         "INSERT and SELECT",
-        "INSERT INTO dlock_queue (lock_key, owner, mode, held, expires) \
-         SELECT lock_key, owner, mode, held, expires FROM dlock_queue WHERE FALSE",
+        "INSERT INTO dlock_queue (lock_key, owner, mode, held, expires, fence, since, label) \
+         SELECT lock_key, owner, mode, held, expires, fence, since, label FROM dlock_queue WHERE FALSE",
     ),
-    ("UPDATE", "UPDATE dlock_queue SET mode = mode WHERE FALSE"),
-    ("DELETE", "DELETE FROM dlock_queue WHERE FALSE"),
+    (
+        "dlock_queue",
+        "UPDATE",
+        "UPDATE dlock_queue SET mode = mode WHERE FALSE",
+    ),
+    ("dlock_queue", "DELETE", "DELETE FROM dlock_queue WHERE FALSE"),
+    (
+        "dlock_gates",
+        "INSERT and SELECT",
+        "REPLACE INTO dlock_gates SELECT * FROM dlock_gates WHERE FALSE",
+    ),
+    ("dlock_gates", "DELETE", "DELETE FROM dlock_gates WHERE FALSE"),
 ];
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// The records of write holds taken at once (which have no row in
+/// `dlock_queue`), one per gate, written only by holds that last (see
+/// `gate_records.rs`). A row counts only while session `conn` holds `gate`,
+/// so a row left behind by a closed session shows nothing. `owner` is the
+/// owner id's digest: nothing here needs the id.
+pub const CREATE_GATES: &str = "CREATE TABLE IF NOT EXISTS dlock_gates (
+    gate VARBINARY(64) NOT NULL,
+    conn BIGINT UNSIGNED NOT NULL,
+    lock_key VARBINARY(255) NOT NULL,
+    name LONGBLOB NULL,
+    owner CHAR(8) CHARACTER SET ascii NOT NULL,
+    fence BIGINT UNSIGNED NOT NULL,
+    since DATETIME(6) NOT NULL,
+    label VARBINARY(255) NOT NULL,
+    PRIMARY KEY (gate)
+) ENGINE = InnoDB";
+
+/// A lasting write hold's record, written only while its session holds the
+/// gate. Params: gate, conn, key, name, owner digest, fence, µs since it
+/// was taken, label, gate, conn.
+pub fn record_gate() -> String {
+    format!(
+        "REPLACE INTO dlock_gates (gate, conn, lock_key, name, owner, fence, since, label) \
+         SELECT ?, ?, ?, ?, ?, ?, {NOW} - INTERVAL ? MICROSECOND, ? FROM DUAL WHERE IS_USED_LOCK(?) = ?"
+    )
+}
+
+/// Removes this session's record of a gate, before it lets the gate go.
+/// Param: gate.
+pub const UNRECORD_GATE: &str = "DELETE FROM dlock_gates WHERE gate = ? AND conn = CONNECTION_ID()";
+
+/// Removes records whose session no longer holds their gate (it closed).
+pub const SWEEP_GATES: &str = "DELETE FROM dlock_gates WHERE NOT (IS_USED_LOCK(gate) <=> conn) LIMIT 1000";
 
 /// A write hold taken at once, on a gate session: the gate, if free and
 /// no live row (holder or waiter) exists for the lock. Params: gate, key,
@@ -77,38 +141,46 @@ pub const GIVE_GATE: &str = "SELECT RELEASE_LOCK(?)";
 pub const HOLDS_GATE: &str = "SELECT IS_USED_LOCK(?) = CONNECTION_ID()";
 
 /// A read hold, made by a write hold taken at once that downgrades (it
-/// holds the gate meanwhile). Params: key, name, owner, lease µs.
+/// holds the gate meanwhile), keeping its fence. Params: key, name, owner,
+/// lease µs, fence, label.
 pub fn hold_read() -> String {
     format!(
-        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-         VALUES (?, ?, ?, 1, 1, {NOW} + INTERVAL ? MICROSECOND)"
+        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, fence, since, label) \
+         VALUES (?, ?, ?, 1, 1, {NOW} + INTERVAL ? MICROSECOND, ?, {NOW}, ?)"
     )
 }
 
 /// Takes the lock at once if no live request conflicts, holder or waiter
 /// (so a newcomer never passes the queue), and the gate looks free. Params:
-/// key, name, owner, mode, lease µs, key, name, mode, gate. Inserts one row
-/// or none; a row counts only once `CONFIRM` finds the gate free.
+/// key, name, owner, mode, lease µs, label, key, name, mode, gate. Inserts
+/// one row or none; a row counts only once `CONFIRM` finds the gate free.
 pub fn take_now() -> String {
     format!(
-        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-         SELECT ?, ?, ?, ?, 1, {NOW} + INTERVAL ? MICROSECOND FROM DUAL \
+        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
+         SELECT ?, ?, ?, ?, 1, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ? FROM DUAL \
          WHERE NOT EXISTS (SELECT 1 FROM dlock_queue \
            WHERE lock_key = ? AND name <=> ? AND expires > {NOW} AND (mode = 0 OR ? = 0)) \
          AND IS_FREE_LOCK(?) = 1"
     )
 }
 
-/// After `take_now` committed a row: the token if the gate is free, so any
+/// After `take_now` committed a row: if the gate is free, so that any
 /// later taker of the gate reads the row (and one that held it meanwhile
-/// has let it go); NULL if it is taken: the row is withdrawn. Param: gate.
-pub const CONFIRM: &str = "SELECT IF(IS_FREE_LOCK(?) = 1, UUID_SHORT(), NULL)";
+/// has let it go), the token is drawn into the row and comes back as the
+/// insert id (`LAST_INSERT_ID(expr)`); no row changed if the gate is taken:
+/// the row is withdrawn. Params: owner, gate.
+pub const CONFIRM: &str =
+    "UPDATE dlock_queue SET fence = LAST_INSERT_ID(UUID_SHORT()) WHERE owner = ? AND IS_FREE_LOCK(?) = 1";
 
-/// Joins the queue. Params: key, name, owner, mode, liveness µs.
+/// A permit's token, drawn into its row once the grant committed, back as
+/// the insert id. Param: owner.
+pub const DRAW: &str = "UPDATE dlock_queue SET fence = LAST_INSERT_ID(UUID_SHORT()) WHERE owner = ?";
+
+/// Joins the queue. Params: key, name, owner, mode, liveness µs, label.
 pub fn enqueue() -> String {
     format!(
-        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-         VALUES (?, ?, ?, ?, 0, {NOW} + INTERVAL ? MICROSECOND)"
+        "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
+         VALUES (?, ?, ?, ?, 0, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ?)"
     )
 }
 
@@ -129,12 +201,13 @@ pub fn line() -> String {
 
 /// A live waiter whose turn has come (no live conflicting holder, no live
 /// conflicting waiter ahead) becomes a holder: REPLACE swaps its row for a
-/// held one. Params: lease µs, owner. Affects 2 rows when granted, none
+/// held one, with the token drawn with the gate and the time granted.
+/// Params: fence, lease µs, owner. Affects 2 rows when granted, none
 /// otherwise. Run under the gate.
 pub fn take_turn() -> String {
     format!(
-        "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires) \
-         SELECT me.lock_key, me.name, me.owner, me.mode, 1, {NOW} + INTERVAL ? MICROSECOND \
+        "REPLACE INTO dlock_queue (fence, lock_key, name, owner, mode, held, expires, since, label) \
+         SELECT ?, me.lock_key, me.name, me.owner, me.mode, 1, {NOW} + INTERVAL ? MICROSECOND, {NOW}, me.label \
          FROM dlock_queue me \
          WHERE me.owner = ? AND me.held = 0 AND me.expires > {NOW} \
            AND NOT EXISTS (SELECT 1 FROM dlock_queue other \
