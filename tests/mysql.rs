@@ -2,9 +2,10 @@
 //! taken before the table is read, writers on the gate and readers in the
 //! table never overlap, a dead waiter
 //! never blocks the line, `queue = "local"` sends one waiter per lock, odd
-//! keys stay apart, the table is empty once leases have run out, and bad
-//! settings, a failed login, a missing privilege and an unreachable server
-//! are clear errors.
+//! keys stay apart, the table is empty once leases have run out, a table
+//! made by an older dlock gets the columns for records, records carry the
+//! configured label, and bad settings, a failed login, a missing privilege
+//! and an unreachable server are clear errors.
 
 #![cfg(feature = "mysql")]
 
@@ -403,4 +404,106 @@ async fn a_missing_privilege_is_named_with_the_fix() {
     let req = request("k");
     assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
     assert!(engine.release(&req).await.expect("release"));
+}
+
+/// A table made by an older dlock, without the columns for records, gets
+/// them at startup; its rows still count (an old client's read hold keeps
+/// a writer out, and shows as a holder with what it stored), and new holds
+/// carry the configured `client_name`, a write hold taken at once too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_older_table_gets_the_record_columns_and_records_carry_the_label() {
+    let fixture = Mysql::start();
+    let server = &fixture.server;
+    server.sql(&format!(
+        "CREATE TABLE {DATABASE}.dlock_queue (
+            ticket BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+            lock_key VARBINARY(255) NOT NULL,
+            name LONGBLOB NULL,
+            owner BINARY(16) NOT NULL,
+            mode TINYINT UNSIGNED NOT NULL,
+            held TINYINT UNSIGNED NOT NULL,
+            expires DATETIME(6) NOT NULL,
+            PRIMARY KEY (ticket),
+            UNIQUE KEY by_owner (owner),
+            KEY by_lock (lock_key, ticket),
+            KEY by_expiry (expires)
+        ) ENGINE = InnoDB;
+        INSERT INTO {DATABASE}.dlock_queue (lock_key, owner, mode, held, expires)
+        VALUES (CONCAT(0x01, 0x02, 'my', 'old'), REPEAT(0x07, 16), 1, 1, UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)"
+    ));
+    let labelled = MysqlConfig {
+        client: ClientSettings {
+            client_name: Some("billing-7".to_owned()),
+            ..ClientSettings::with_timeout(Duration::from_secs(2))
+        },
+        ..config(server)
+    };
+    let engine: Arc<dyn Engine> = Arc::new(
+        MysqlEngine::connect("my", &labelled)
+            .await
+            .expect("connect: adds the columns"),
+    );
+    let columns = server.sql(&format!(
+        "SELECT GROUP_CONCAT(column_name ORDER BY column_name) FROM information_schema.columns \
+         WHERE table_schema = '{DATABASE}' AND table_name = 'dlock_queue' AND column_name IN ('fence', 'since', 'label')"
+    ));
+    assert_eq!(columns, "fence,label,since");
+
+    let mut writer = request("old");
+    writer.try_once = true;
+    assert!(
+        matches!(engine.acquire(&writer).await, Ok(Poll::Waiting(_))),
+        "the old client's read hold keeps a writer out"
+    );
+    let reader = Request::new(
+        LockKey::new("my", "old").expect("key"),
+        Mode::Read,
+        Duration::from_secs(30),
+    );
+    let Ok(Poll::Held(fence)) = engine.acquire(&reader).await else {
+        panic!("a reader shares the old client's read hold");
+    };
+    let view = engine
+        .inspect(&LockKey::new("my", "old").expect("key"), None)
+        .await
+        .expect("inspect");
+    let old_owner = dlock::kit::OwnerId::from_u128(u128::from_be_bytes([7; 16])).digest();
+    let [old, new] = view.holders.as_slice() else {
+        panic!("two readers expected: {view:?}");
+    };
+    assert_eq!((old.mode, old.owner.as_ref()), (Mode::Read, Some(&old_owner)));
+    assert_eq!(
+        (old.label.as_ref(), old.fence, old.since),
+        (None, None, None),
+        "{view:?}"
+    );
+    assert_eq!(new.label.as_deref(), Some("billing-7"));
+    assert_eq!(
+        (new.fence, new.owner.clone()),
+        (Some(fence), Some(reader.owner.digest()))
+    );
+    assert!(engine.release(&reader).await.expect("release"));
+
+    // A write hold taken at once: the gate, and its record once it lasts.
+    let gated = request("gated");
+    let Ok(Poll::Held(fence)) = engine.acquire(&gated).await else {
+        panic!("the gate hold");
+    };
+    assert_eq!(
+        rows(server, "WHERE lock_key LIKE '%gated'"),
+        0,
+        "a gate hold has no row"
+    );
+    let view = engine.inspect(&gated.key, None).await.expect("inspect");
+    let [holder] = view.holders.as_slice() else {
+        panic!("one holder expected: {view:?}");
+    };
+    assert_eq!(holder.label.as_deref(), Some("billing-7"));
+    assert_eq!(
+        (holder.fence, holder.owner.clone()),
+        (Some(fence), Some(gated.owner.digest()))
+    );
+    assert!(engine.release(&gated).await.expect("release"));
+    let left = server.sql(&format!("SELECT COUNT(*) FROM {DATABASE}.dlock_gates"));
+    assert_eq!(left, "0", "a released hold's record is gone");
 }
