@@ -95,9 +95,13 @@ impl Locks {
             return Err(group.unsupported("listing a group's locks".to_owned()));
         }
         let until = Instant::now() + group.settings.call_timeout;
-        within(until, group.engine.list(&group.name))
+        let mut views = within(until, group.engine.list(&group.name))
             .await
-            .map_err(|error| group.listing_error(error))
+            .map_err(|error| group.listing_error(error))?;
+        // Whatever order an engine found them in, and free ones it kept.
+        views.retain(|view| !view.is_free());
+        views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
+        Ok(views)
     }
 
     /// The semaphore named `name` in this group, admitting `permits`

@@ -466,8 +466,10 @@ pub trait Engine: Send + Sync + 'static {
         Err(EngineError::failed("this engine keeps no records"))
     }
 
-    /// Every lock and semaphore of `group` that someone holds or waits for.
-    /// Called only if [`Capabilities::records`] is [`Records::Listed`].
+    /// Every lock and semaphore of `group` that someone holds or waits for,
+    /// in any order; free ones may be among them (the core leaves them out
+    /// and sorts the rest by name). Called only if
+    /// [`Capabilities::records`] is [`Records::Listed`].
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let _ = group;
         Err(EngineError::failed("this engine cannot list its locks"))

@@ -81,15 +81,11 @@ pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<V
             break;
         }
     }
-    let mut views: Vec<LockView> = by_lock
-        .iter_mut()
-        .filter_map(|(lock, kvs)| {
-            kvs.sort_by_key(KeyValue::create_revision);
-            listed(root, group, lock, kvs)
-        })
-        .collect();
-    views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
-    Ok(views)
+    let views = by_lock.iter_mut().filter_map(|(lock, kvs)| {
+        kvs.sort_by_key(KeyValue::create_revision);
+        listed(root, group, lock, kvs)
+    });
+    Ok(views.collect())
 }
 
 /// What a key's first line says of its request. A field is `None` for a

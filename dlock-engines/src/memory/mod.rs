@@ -399,15 +399,12 @@ impl Engine for MemoryEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let locks = self.locks();
         let (now, wall) = (Instant::now(), SystemTime::now());
-        let mut views: Vec<LockView> = locks
+        let views = locks
             .by_key
             .iter()
             .filter(|((key, _), _)| key.group() == group)
-            .map(|((key, _), state)| self.view(key, state, now, wall))
-            .filter(|view| !view.is_free())
-            .collect();
-        views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
-        Ok(views)
+            .map(|((key, _), state)| self.view(key, state, now, wall));
+        Ok(views.collect())
     }
 }
 

@@ -473,12 +473,6 @@ impl Engine for RedisEngine {
         let views = keys
             .iter()
             .map(|(key, semaphore)| self.inspect(key, semaphore.then_some(0)));
-        let mut views: Vec<LockView> = futures_util::future::try_join_all(views)
-            .await?
-            .into_iter()
-            .filter(|view| !view.is_free())
-            .collect();
-        views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
-        Ok(views)
+        futures_util::future::try_join_all(views).await
     }
 }

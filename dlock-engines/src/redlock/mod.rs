@@ -528,10 +528,7 @@ impl Engine for RedLockEngine {
             let Ok(key) = LockKey::new(group, name.as_str()) else {
                 continue;
             };
-            let view = self.inspect(&key, semaphore.then_some(0)).await?;
-            if !view.is_free() {
-                views.push(view);
-            }
+            views.push(self.inspect(&key, semaphore.then_some(0)).await?);
         }
         Ok(views)
     }

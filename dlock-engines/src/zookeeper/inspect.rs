@@ -78,10 +78,8 @@ impl ZooKeeperEngine {
                         .map(|count| records::semaphore_view(key, count, leases, locks))
                 }
             };
-            // An empty container waits for the server to reap it.
-            views.extend(view.filter(|v| !v.is_free()));
+            views.extend(view);
         }
-        views.sort_by(|a, b| (&a.name, a.permits).cmp(&(&b.name, b.permits)));
         Ok(views)
     }
 
