@@ -2,7 +2,8 @@
 //! user of locks needs. Implement [`Engine`], declare its [`Capabilities`],
 //! register its kind in [`Kinds`], and connect with [`Connecting`] and the
 //! shared settings. [`session`] and [`Waiters`] serve engines whose holds
-//! live on a server session, or that wake their own waiters.
+//! live on a server session, or that wake their own waiters; [`Deferred`]
+//! those that record a hold only once it has lasted.
 //!
 //! # The protocol
 //!
@@ -39,6 +40,7 @@
 //! conformance suite runs or skips its cases by them.
 
 mod connecting;
+mod deferred;
 mod engine;
 mod kinds;
 pub mod session;
@@ -46,6 +48,7 @@ mod waiters;
 
 pub use crate::config::{LABEL_MAX, check_label};
 pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem, process_label};
+pub use deferred::{Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,

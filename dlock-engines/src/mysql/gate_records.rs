@@ -9,22 +9,13 @@
 //! of records wait for young holds (`records.rs`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use dlock_core::kit::OwnerId;
+use dlock_core::kit::{Deferred, OwnerId, RECORD_AFTER};
 use mysql_async::Pool;
 use mysql_async::prelude::ToValue;
-use tokio::task::JoinHandle;
 
 use super::{micros, sql};
-
-/// How long a write hold taken at once lasts before it writes its record.
-pub const RECORD_AFTER: Duration = Duration::from_millis(50);
-
-const WAITING: u8 = 0;
-const WRITING: u8 = 1;
-const STOPPED: u8 = 2;
 
 /// What a record says of a hold.
 pub struct Hold {
@@ -39,60 +30,41 @@ pub struct Hold {
 }
 
 /// The record of one hold, to be written once it has lasted.
-pub struct Record {
-    phase: Arc<AtomicU8>,
-    task: JoinHandle<bool>,
-}
+pub struct Record(Deferred);
 
 impl Record {
     /// Writes the record of `hold`, taken now, [`RECORD_AFTER`] from now,
     /// unless stopped before; the statement checks that the session still
     /// holds the gate.
     pub fn later(pool: Pool, hold: Hold) -> Record {
-        let phase = Arc::new(AtomicU8::new(WAITING));
         let taken = Instant::now();
-        let task = tokio::spawn({
-            let phase = phase.clone();
-            async move {
-                tokio::time::sleep(RECORD_AFTER).await;
-                if phase
-                    .compare_exchange(WAITING, WRITING, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_err()
-                {
-                    return false;
-                }
-                let Ok(mut conn) = pool.get_conn().await else {
-                    return false;
-                };
-                let params = vec![
-                    hold.gate.to_value(),
-                    hold.conn.to_value(),
-                    hold.key.to_value(),
-                    hold.name.to_value(),
-                    hold.owner.digest().to_value(),
-                    hold.fence.to_value(),
-                    micros(taken.elapsed()),
-                    hold.label.as_bytes().to_value(),
-                    hold.gate.to_value(),
-                    hold.conn.to_value(),
-                ];
-                // A failed statement may still have written: removing is harmless.
-                match sql::exec(&mut conn, &sql::record_gate(), params).await {
-                    Ok((written, _)) => written > 0,
-                    Err(_) => true,
-                }
+        Record(Deferred::after(RECORD_AFTER, async move {
+            let Ok(mut conn) = pool.get_conn().await else {
+                return false;
+            };
+            let params = vec![
+                hold.gate.to_value(),
+                hold.conn.to_value(),
+                hold.key.to_value(),
+                hold.name.to_value(),
+                hold.owner.digest().to_value(),
+                hold.fence.to_value(),
+                micros(taken.elapsed()),
+                hold.label.as_bytes().to_value(),
+                hold.gate.to_value(),
+                hold.conn.to_value(),
+            ];
+            // A failed statement may still have written: removing is harmless.
+            match sql::exec(&mut conn, &sql::record_gate(), params).await {
+                Ok((written, _)) => written > 0,
+                Err(_) => true,
             }
-        });
-        Record { phase, task }
+        }))
     }
 
     /// Stops it: whether it was written, and so must be removed. A hold
     /// that ends before [`RECORD_AFTER`] neither waits nor writes.
     pub async fn stop(self) -> bool {
-        if self.phase.swap(STOPPED, Ordering::SeqCst) == WAITING {
-            self.task.abort();
-            return false;
-        }
-        self.task.await.unwrap_or(true)
+        self.0.stop().await
     }
 }

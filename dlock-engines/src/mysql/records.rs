@@ -7,19 +7,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{EngineError, OwnerId};
+use dlock_core::kit::{EngineError, OwnerId, RECORD_WAIT};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};
 
 use super::gate;
-use super::gate_records::RECORD_AFTER;
 use super::permits::{Range, count_of};
 use super::sql::key_and_name;
-
-/// How long a reader waits for a young write hold taken at once to write
-/// its record: the hold's wait, and time to spare for the write.
-const RECORD_WAIT: Duration = RECORD_AFTER.saturating_mul(3);
 
 /// A row's columns, as [`Row`] reads them; a `DATETIME(6)` (which holds
 /// UTC) as microseconds since the epoch.
@@ -104,7 +99,7 @@ impl GateHolder {
 }
 
 /// Lock or semaphore `key`. A lock whose gate is held with no record (a
-/// hold younger than [`RECORD_AFTER`], or a grant through the table in
+/// hold younger than `kit::RECORD_AFTER`, or a grant through the table in
 /// progress) is read again once the hold would have written it; a gate
 /// still held with no record and no held row is a hold that writes none
 /// (an older dlock's), shown with what is known: a writer.
