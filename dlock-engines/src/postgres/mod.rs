@@ -25,13 +25,16 @@
 //! logs ahead of the values it hands out and resumes past them. The engine
 //! creates the sequence on first use, or says which privilege is missing.
 //!
-//! **Records.** The statement that takes a lock also writes the hold's row
-//! in the UNLOGGED table `<schema>.dlock_holds` (group, name, fence, owner
-//! digest, label, time granted), and the one that lets it go deletes it:
-//! no round trip more. A request about to wait in the server's queue
-//! writes its row first. `inspect` and `list` read `pg_locks` joined with
-//! the rows, so a row counts only while its session holds or waits. The
-//! table is made on first use, like the sequence. See `records.rs`.
+//! **Records.** A hold's row in the UNLOGGED table `<schema>.dlock_holds`
+//! (group, name, fence, owner digest, label, time granted) names it. A
+//! take at once and its unlock stay the bare lock functions, so the
+//! uncontended cycle writes nothing: the hold writes its row on its own
+//! session once it has lasted 50 ms, and its unlock deletes the row then,
+//! in the same statement. A request about to wait in the server's queue
+//! writes its row first, and its grant fills it in. `inspect` and `list`
+//! read `pg_locks` joined with the rows, so a row counts only while its
+//! session holds or waits, and wait for younger holds. The table is made
+//! on first use, like the sequence. See `records.rs`.
 //!
 //! **Lease.** An advisory lock lives as long as its session, and a stopped
 //! process (SIGSTOP, a long pause, a hung VM) keeps its TCP connection open,

@@ -14,9 +14,10 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use dlock_core::Mode;
-use dlock_core::kit::{EngineError, OwnerId, Waiters};
+use dlock_core::kit::{Deferred, EngineError, OwnerId, RECORD_AFTER, Waiters};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -24,7 +25,7 @@ use tokio_postgres::{Client, Config, NoTls, Row};
 
 use super::objects::Objects;
 use super::records::Query;
-use super::sql::{Statements, TAKE_PARAMS};
+use super::sql::{ROW_PARAMS, Statements};
 use super::waiter::Want;
 
 /// How long a cancelled wait's answer may take before its session is
@@ -105,7 +106,11 @@ impl Pool {
         // A failed statement may have taken the lock all the same (an
         // advisory lock outlives its statement's error): let it go then.
         unbooked.booked = fence.is_ok();
-        Ok(fence.map_err(failed)?.map(|fence| (conn, fence)))
+        let Some(fence) = fence.map_err(failed)? else {
+            return Ok(None);
+        };
+        conn.record_later(want, fence);
+        Ok(Some((conn, fence)))
     }
 
     /// Opens the first connection, proving the server answers and the
@@ -440,6 +445,16 @@ struct Book {
     waiting: bool,
     /// The session's `idle_session_timeout`: the shortest lease held, 0 with none.
     timeout: u64,
+    /// The rows of held keys, written or to be.
+    rows: HashMap<i64, HoldRow>,
+}
+
+/// The row of a hold in the record table.
+enum HoldRow {
+    /// Written with the grant, after a wait.
+    Written,
+    /// A hold taken at once writes it once it has lasted.
+    Later(Deferred),
 }
 
 impl Book {
@@ -542,8 +557,8 @@ impl Conn {
         }
     }
 
-    /// Runs a take statement for `want`, with the session's new timeout if
-    /// it sets one: the fence if granted.
+    /// Runs a statement writing the row of `want`, with the session's new
+    /// timeout if it sets one: the fence if granted.
     async fn on_want(
         &self,
         statement: &tokio_postgres::Statement,
@@ -553,9 +568,9 @@ impl Conn {
         let tag = &want.tag;
         let (group, name, permits) = (tag.key.group(), tag.key.name(), tag.permits.map(|n| n as i32));
         let ms = timeout.unwrap_or_default().to_string();
-        let params: [&(dyn ToSql + Sync); TAKE_PARAMS + 1] =
+        let params: [&(dyn ToSql + Sync); ROW_PARAMS + 1] =
             [&want.key, &group, &name, &permits, &tag.owner, &ms];
-        let count = TAKE_PARAMS + usize::from(timeout.is_some());
+        let count = ROW_PARAMS + usize::from(timeout.is_some());
         let row = self.client.query_opt(statement, &params[..count]).await?;
         Ok(row.and_then(|row| row.get::<_, Option<i64>>(0)).map(|f| f as u64))
     }
@@ -569,11 +584,11 @@ impl Conn {
         };
         let setting = wanted != current;
         let statement = self.statements.try_take(want.mode, setting);
-        let answer = self.on_want(statement, want, setting.then_some(wanted)).await;
+        let answer = self.on_key(statement, want.key, setting.then_some(wanted)).await;
         self.rebook(|book| {
             // A failure keeps the key marked until it is let go (`Unbooked`),
             // so that no other take of it runs here meanwhile.
-            let fence = answer?;
+            let fence = answer?.get::<_, Option<i64>>(0).map(|f| f as u64);
             book.trying.remove(&want.key);
             if fence.is_some() {
                 book.held.insert(want.key, want.lease_ms);
@@ -581,6 +596,26 @@ impl Conn {
             }
             Ok(fence)
         })
+    }
+
+    /// Writes the row of `want`, held with `fence` since now, once the hold
+    /// has lasted [`RECORD_AFTER`], unless let go before (`let_go` waits
+    /// for a write under way). On this session, whose statements carry its
+    /// pid: no other connection is needed, and a session gone writes none.
+    fn record_later(self: &Arc<Self>, want: &Want, fence: u64) {
+        let (conn, key, tag, taken) = (self.clone(), want.key, want.tag.clone(), Instant::now());
+        let row = Deferred::after(RECORD_AFTER, async move {
+            let (group, name, permits) = (tag.key.group(), tag.key.name(), tag.permits.map(|n| n as i32));
+            let (fence, micros) = (fence as i64, taken.elapsed().as_micros() as i64);
+            let params: [&(dyn ToSql + Sync); ROW_PARAMS + 2] =
+                [&key, &group, &name, &permits, &tag.owner, &fence, &micros];
+            // A failed statement may still have written: deleting is harmless.
+            match conn.client.execute(&conn.statements.record, &params).await {
+                Ok(written) => written > 0,
+                Err(_) => true,
+            }
+        });
+        self.book().rows.insert(key, HoldRow::Later(row));
     }
 
     /// `pg_advisory_lock[_shared]` on a connection picked for waiting: in
@@ -625,7 +660,8 @@ impl Conn {
                 // session then ends rather than keep the waiter.
                 let answer = tokio::time::timeout(CANCEL_TAKES, answer).await;
                 let spent = matches!(answer, Ok(Err(e)) if e.code() == Some(&SqlState::QUERY_CANCELED));
-                let undone = spent && self.on_key(self.statements.give_back(mode, true), key, Some(0)).await.is_ok();
+                let undone =
+                    spent && self.on_key(self.statements.give_back(mode, true, true), key, Some(0)).await.is_ok();
                 if undone {
                     self.rebook(|book| {
                         book.waiting = false;
@@ -641,6 +677,7 @@ impl Conn {
             Ok(fence) => Ok(self.rebook(|book| {
                 book.waiting = false;
                 book.held.insert(key, lease_ms);
+                book.rows.insert(key, HoldRow::Written);
                 book.timeout = lease_ms;
                 fence
             })),
@@ -658,17 +695,25 @@ impl Conn {
         self.let_go(key, mode, false).await
     }
 
-    /// `give_back`, also setting the timeout if `reset` (after a statement
-    /// whose effect on it is unknown).
+    /// `give_back`, also setting the timeout and deleting any row if
+    /// `reset` (after a statement whose effect on them is unknown). A row
+    /// written goes first.
     async fn let_go(self: &Arc<Self>, key: i64, mode: Mode, reset: bool) -> Result<bool, EngineError> {
         let mut unbooked = Unbooked::new(self, key, mode);
+        let row = self.book().rows.remove(&key);
+        let recorded = reset
+            || match row {
+                Some(HoldRow::Written) => true,
+                Some(HoldRow::Later(row)) => row.stop().await,
+                None => false,
+            };
         let _order = self.order.lock().await;
         let (current, wanted) = {
             let book = self.book();
             (book.timeout, book.timeout_without(key))
         };
         let setting = reset || wanted != current;
-        let statement = self.statements.give_back(mode, setting);
+        let statement = self.statements.give_back(mode, setting, recorded);
         let answer = self.on_key(statement, key, setting.then_some(wanted)).await;
         self.rebook(|book| {
             book.held.remove(&key);

@@ -1,11 +1,14 @@
 //! Who holds and who waits, from `pg_locks` joined with the record table.
 //!
 //! The server's lock table is the truth: a hold or a wait shows while
-//! `pg_locks` has its session on its key, and its row, written by the
-//! statement that took the lock (`sql.rs`), adds the fence, the owner
-//! digest, the label and the time granted. A row whose session no longer
-//! holds or waits is ignored: the session ended (its rows are swept when
-//! a connection opens) or the row is being deleted by an unlock.
+//! `pg_locks` has its session on its key, and its row adds the fence, the
+//! owner digest, the label and the time granted. A hold taken at once
+//! writes its row only once it has lasted `kit::RECORD_AFTER` (`pool.rs`),
+//! so readers wait [`RECORD_WAIT`] for younger holds: `inspect` when it
+//! sees a hold with no row, `list` always, since a hold with no row cannot
+//! be found by group. A row whose session no longer holds or waits is
+//! ignored: the session ended (its rows are swept when a connection opens)
+//! or the row is being deleted by an unlock.
 //!
 //! What cannot show: requests lined up inside a process (the pool's
 //! `Stage::Lined`), which have no session in the server's queue yet; and,
@@ -16,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use dlock_core::kit::{EngineError, Request};
+use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use tokio_postgres::Row;
 
@@ -98,7 +101,9 @@ impl Seen {
     }
 }
 
-/// Lock or semaphore `key`, in one statement.
+/// Lock or semaphore `key`, in one statement, or two if a hold has no row
+/// yet: a hold still with none after [`RECORD_WAIT`] writes none (another
+/// client's).
 pub(super) async fn inspect(
     pool: &Pool,
     key: &LockKey,
@@ -115,18 +120,27 @@ pub(super) async fn inspect(
             )
         }
     };
-    let rows = pool.records(Query::Keys(&keys)).await?;
-    let seen = rows
-        .iter()
-        .map(Seen::read)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(failed)?;
-    Ok(view(key.group(), key.name(), permits, turnstile, seen))
+    let mut waited = false;
+    loop {
+        let rows = pool.records(Query::Keys(&keys)).await?;
+        let seen = rows
+            .iter()
+            .map(Seen::read)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(failed)?;
+        if !waited && seen.iter().any(|s| s.granted && s.fence.is_none()) {
+            waited = true;
+            tokio::time::sleep(RECORD_WAIT).await;
+            continue;
+        }
+        return Ok(view(key.group(), key.name(), permits, turnstile, seen));
+    }
 }
 
 /// Every lock and semaphore of `group` that someone holds or waits for,
-/// in one statement.
+/// in one statement, once holds taken just before have written their rows.
 pub(super) async fn list(pool: &Pool, group: &str) -> Result<Vec<LockView>, EngineError> {
+    tokio::time::sleep(RECORD_WAIT).await;
     let rows = pool.records(Query::Group(group)).await?;
     let mut by_lock: BTreeMap<(String, Option<u32>), Vec<Seen>> = BTreeMap::new();
     for row in &rows {

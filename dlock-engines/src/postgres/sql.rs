@@ -3,12 +3,13 @@
 //! sequence in the same statement, after the lock: the subquery in `FROM`
 //! holds volatile calls, so PostgreSQL runs it first and does not fold it.
 //!
-//! Every grant also writes the hold's row in the record table, and every
-//! unlock deletes it, in the same statement: still one round trip. A take
-//! is an `INSERT` fed by a CTE around the lock function, which PostgreSQL
-//! runs once and in full (it holds volatile calls), so the row is written
-//! only if the lock was granted. The session's pid and the label are
-//! literals, the statements being the session's own.
+//! A take at once and its unlock are the bare lock functions: an
+//! uncontended cycle writes nothing. Such a hold writes its row in the
+//! record table only once it has lasted (`record`, see `pool.rs`), and its
+//! unlock deletes the row then. A request about to wait writes its row
+//! first, and its grant fills it in, in the statement that waits: an
+//! `INSERT` fed by a CTE around the lock function. The session's pid and
+//! the label are literals, the statements being the session's own.
 
 use dlock_core::Mode;
 use tokio_postgres::{Client, Error, Statement};
@@ -21,16 +22,19 @@ fn set_timeout(n: usize) -> String {
     format!("set_config('idle_session_timeout', ${n}, false)")
 }
 
-/// The take statements' parameters: the key, then the row's group, name,
-/// count (NULL for a lock) and owner digest.
-pub(super) const TAKE_PARAMS: usize = 5;
+/// A row's parameters: the key, then the row's group, name, count (NULL
+/// for a lock) and owner digest.
+pub(super) const ROW_PARAMS: usize = 5;
 
 /// One connection's prepared statements.
 pub(super) struct Statements {
-    /// `pg_try_advisory_lock[_shared]($1)`: the fence, or no row when busy.
+    /// `pg_try_advisory_lock[_shared]($1)`: the fence, or NULL when busy.
     try_take: [Statement; 2],
-    /// The same, also setting the timeout to `$6` if granted.
+    /// The same, also setting the timeout to `$2` if granted.
     try_take_setting: [Statement; 2],
+    /// Writes the row of a hold taken at once with fence `$6`, granted
+    /// `$7` microseconds ago.
+    pub record: Statement,
     /// Writes a waiting request's row before it waits, so that records
     /// show it in line; its grant overwrites it.
     pub line_up: Statement,
@@ -41,6 +45,9 @@ pub(super) struct Statements {
     give_back: [Statement; 2],
     /// The same, also setting the timeout to `$2`.
     give_back_setting: [Statement; 2],
+    /// `give_back` and `give_back_setting`, deleting the hold's row first.
+    give_back_recorded: [Statement; 2],
+    give_back_recorded_setting: [Statement; 2],
     /// Takes the shared lock over the exclusive one, then lets the exclusive
     /// go: the server grants a holder's own request ahead of its queue.
     /// The row stays: the mode is read from `pg_locks`.
@@ -86,47 +93,63 @@ impl Statements {
         let (fence, holds, label) = (&objects.fence, &objects.holds, quote_literal(label));
         let upsert = |rows: &str| {
             format!(
-                "INSERT INTO {holds} (key, pid, grp, name, permits, fence, owner, label) {rows} \
+                "INSERT INTO {holds} (key, pid, grp, name, permits, fence, owner, label, since) {rows} \
                  ON CONFLICT (key, pid) DO UPDATE SET grp = excluded.grp, name = excluded.name, \
                  permits = excluded.permits, fence = excluded.fence, owner = excluded.owner, \
                  label = excluded.label, since = excluded.since RETURNING fence"
             )
         };
-        let row = |fence: &str| format!("$1, {pid}, $2, $3, $4::int4, {fence}, $5, {label}");
+        let row =
+            |fence: &str, since: &str| format!("$1, {pid}, $2, $3, $4::int4, {fence}, $5, {label}, {since}");
+        let (now, granted) = (
+            "clock_timestamp()",
+            "clock_timestamp() - $7::int8 * interval '1 microsecond'",
+        );
         let take = |function: &str, set: &str| {
-            upsert(&format!(
-                "WITH t AS (SELECT CASE WHEN got THEN nextval({fence}) END AS fence{set} \
-                 FROM (SELECT {function}($1) AS got) AS t) SELECT {} FROM t WHERE fence IS NOT NULL",
-                row("fence")
-            ))
-        };
-        // The timeout comes after a take's own parameters, or after the key.
-        let (set_taking, set_giving) = (set_timeout(TAKE_PARAMS + 1), format!(", {}", set_timeout(2)));
-        let set_if_got = format!(", CASE WHEN got THEN {set_taking} END");
-        let wait = |function: &str| {
-            upsert(&format!(
-                "WITH t AS (SELECT nextval({fence}) AS fence, {set_taking} FROM (SELECT {function}($1)) AS t) \
-                 SELECT {} FROM t",
-                row("fence")
-            ))
-        };
-        let give = |function: &str, set: &str| {
             format!(
-                "WITH d AS (DELETE FROM {holds} WHERE key = $1 AND pid = {pid}) SELECT {function}($1){set}"
+                "SELECT CASE WHEN got THEN nextval({fence}) END{set} FROM (SELECT {function}($1) AS got) AS t"
             )
         };
+        let set_if_got = format!(", CASE WHEN got THEN {} END", set_timeout(2));
+        // The timeout comes after the row's parameters.
+        let wait = |function: &str| {
+            upsert(&format!(
+                "WITH t AS (SELECT nextval({fence}) AS fence, {} FROM (SELECT {function}($1)) AS t) \
+                 SELECT {} FROM t",
+                set_timeout(ROW_PARAMS + 1),
+                row("fence", now)
+            ))
+        };
+        // The delete commits after the unlock takes effect, harmlessly: a
+        // row counts only while its pid holds, and this session's next
+        // statement comes after the commit.
+        let give = |function: &str, set: &str, recorded: bool| {
+            if recorded {
+                format!(
+                    "WITH d AS (DELETE FROM {holds} WHERE key = $1 AND pid = {pid}) SELECT {function}($1){set}"
+                )
+            } else {
+                format!("SELECT {function}($1){set}")
+            }
+        };
+        let set = format!(", {}", set_timeout(2));
         let texts = [
             take("pg_try_advisory_lock", ""),
             take("pg_try_advisory_lock_shared", ""),
             take("pg_try_advisory_lock", &set_if_got),
             take("pg_try_advisory_lock_shared", &set_if_got),
-            upsert(&format!("VALUES ({})", row("NULL::int8"))),
+            upsert(&format!("VALUES ({})", row("$6::int8", granted))),
+            upsert(&format!("VALUES ({})", row("NULL::int8", now))),
             wait("pg_advisory_lock"),
             wait("pg_advisory_lock_shared"),
-            give("pg_advisory_unlock", ""),
-            give("pg_advisory_unlock_shared", ""),
-            give("pg_advisory_unlock", &set_giving),
-            give("pg_advisory_unlock_shared", &set_giving),
+            give("pg_advisory_unlock", "", false),
+            give("pg_advisory_unlock_shared", "", false),
+            give("pg_advisory_unlock", &set, false),
+            give("pg_advisory_unlock_shared", &set, false),
+            give("pg_advisory_unlock", "", true),
+            give("pg_advisory_unlock_shared", "", true),
+            give("pg_advisory_unlock", &set, true),
+            give("pg_advisory_unlock_shared", &set, true),
             "SELECT pg_advisory_lock_shared($1), pg_advisory_unlock($1)".to_owned(),
             "SELECT 1".to_owned(),
             "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_get_activity($1)"
@@ -157,10 +180,13 @@ impl Statements {
         Ok(Statements {
             try_take: [next(), next()],
             try_take_setting: [next(), next()],
+            record: next(),
             line_up: next(),
             wait_take: [next(), next()],
             give_back: [next(), next()],
             give_back_setting: [next(), next()],
+            give_back_recorded: [next(), next()],
+            give_back_recorded_setting: [next(), next()],
             downgrade: next(),
             ping: next(),
             waiting: next(),
@@ -185,11 +211,13 @@ impl Statements {
         &self.wait_take[index(mode)]
     }
 
-    pub fn give_back(&self, mode: Mode, setting: bool) -> &Statement {
-        let set = if setting {
-            &self.give_back_setting
-        } else {
-            &self.give_back
+    /// Deleting the hold's row first if `recorded`.
+    pub fn give_back(&self, mode: Mode, setting: bool, recorded: bool) -> &Statement {
+        let set = match (recorded, setting) {
+            (false, false) => &self.give_back,
+            (false, true) => &self.give_back_setting,
+            (true, false) => &self.give_back_recorded,
+            (true, true) => &self.give_back_recorded_setting,
         };
         &set[index(mode)]
     }
