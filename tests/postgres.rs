@@ -246,8 +246,7 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     let mut named = config(server, "records", 2);
     named.client.client_name = Some("billing".to_owned());
     let holding = PostgresEngine::connect("pg", &named).await.expect("connect");
-    let registry =
-        Registry::with_engine("pg", Arc::new(holding), Settings::default()).expect("registry");
+    let registry = Registry::with_engine("pg", Arc::new(holding), Settings::default()).expect("registry");
     // Its one connection is open already, so looking sweeps nothing.
     let looking = engine(server, "looking", 2).await;
     let key = LockKey::new("g", "stale").expect("key");
@@ -417,7 +416,8 @@ async fn no_advisory_lock_is_left_after_the_suite() {
         assert!(Instant::now() < deadline, "left in pg_locks: {left}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let live_rows = server.psql("SELECT count(*) FROM dlock_holds WHERE pid IN (SELECT pid FROM pg_stat_activity)");
+    let live_rows =
+        server.psql("SELECT count(*) FROM dlock_holds WHERE pid IN (SELECT pid FROM pg_stat_activity)");
     assert_eq!(live_rows, "0", "a record row of a live session is left");
     drop(engines);
 }
@@ -520,7 +520,11 @@ async fn a_missing_privilege_is_named_with_the_fix() {
         schema: "locks".to_owned(),
         ..config(server, "strong", 2)
     };
-    drop(PostgresEngine::connect("pg", &strong).await.expect("connect as the owner"));
+    drop(
+        PostgresEngine::connect("pg", &strong)
+            .await
+            .expect("connect as the owner"),
+    );
     expect_refusal(
         PostgresEngine::connect("pg", &weak).await.err(),
         "may not SELECT, INSERT, UPDATE, DELETE on \"locks\".dlock_holds; grant SELECT",
