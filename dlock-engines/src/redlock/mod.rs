@@ -523,14 +523,15 @@ impl Engine for RedLockEngine {
                 );
             }
         }
-        let mut views = Vec::new();
-        for (name, semaphore) in found {
-            let Ok(key) = LockKey::new(group, name.as_str()) else {
-                continue;
-            };
-            views.push(self.inspect(&key, semaphore.then_some(0)).await?);
-        }
-        Ok(views)
+        let keys: Vec<(LockKey, bool)> = found
+            .into_iter()
+            .filter_map(|(name, semaphore)| Some((LockKey::new(group, name.as_str()).ok()?, semaphore)))
+            .collect();
+        // All at once, as on Redis: one round trip per lock would be slow for many.
+        let views = keys
+            .iter()
+            .map(|(key, semaphore)| self.inspect(key, semaphore.then_some(0)));
+        futures_util::future::try_join_all(views).await
     }
 }
 
