@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::kit::{
-    Capabilities, Engine, EngineError, Fairness, Kinds, LostSignal, OwnerId, Poll, Records, Request, Woken,
-    async_trait,
+    Capabilities, Engine, EngineError, Fairness, Kinds, LostSignal, OwnerId, Poll, Records, Renewal, Request,
+    Woken, async_trait,
 };
 use dlock::{Config, Error, LockKey, Registry};
 use tokio::sync::Notify;
@@ -93,6 +93,8 @@ impl Engine for TableEngine {
             lease_unit: self.unit,
             semaphore: false,
             records: Records::None,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -128,9 +130,9 @@ impl Engine for TableEngine {
         Ok(())
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let expires = self.expiry(req.lease);
-        Ok(self.if_holding(req, |entry| entry.1 = expires))
+        Ok(Renewal::from(self.if_holding(req, |entry| entry.1 = expires)))
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {

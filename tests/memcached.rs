@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Poll, Request};
+use dlock::kit::{Poll, Renewal, Request};
 use dlock::{Error, LockKey, Mode};
 use dlock_testkit::fixtures::memcached::Memcached;
 use dlock_testkit::server::free_port;
@@ -75,8 +75,9 @@ async fn a_lock_that_changed_hands_is_neither_deleted_nor_extended_by_its_old_ho
     // The item expires (forced here) and another client takes the lock.
     assert_eq!(raw(&fixture, "md dlock:mc:k\r\n").await, "HD\r\n");
     assert_eq!(raw(&fixture, "ms dlock:mc:k 3 T30 ME\r\nnew\r\n").await, "HD\r\n");
-    assert!(
-        !engine.renew(&old).await.expect("renew"),
+    assert_eq!(
+        engine.renew(&old).await.expect("renew"),
+        Renewal::Gone,
         "the old holder extended it"
     );
     assert!(

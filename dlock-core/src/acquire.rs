@@ -11,7 +11,7 @@ use crate::config::{Queue, Wait};
 use crate::guard::Guard;
 use crate::hold::{Grant, Hold, engine_id, held_by_other_tasks};
 use crate::kit::{Call, Woken, within};
-use crate::kit::{EngineError, Poll, Request};
+use crate::kit::{EngineError, Poll, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Series, Span};
 use crate::registry::Group;
@@ -146,8 +146,13 @@ async fn local_turn(
 /// fails, the hold is lost when first looked at, as before. The time after.
 async fn confirm(hold: &Arc<Hold>) -> Instant {
     let sent = Instant::now();
-    if let Ok(true) = hold.renewal().await {
-        hold.renewed(sent);
+    match hold.renewal().await {
+        Ok(Renewal::Held) => hold.renewed(sent),
+        Ok(Renewal::Revoked) => {
+            hold.renewed(sent);
+            hold.mark_revoked();
+        }
+        _ => {}
     }
     Instant::now()
 }

@@ -50,6 +50,15 @@ pub enum Error {
         reason: LostReason,
     },
 
+    /// The lock's holder was asked to let go (`Lock::revoke`, `dlock
+    /// revoke`), and the annotated function's body was cancelled for it
+    /// (`on_revoke = "cancel"`). The lock was released.
+    #[error("lock {key} was revoked: an operator asked its holder to let go")]
+    Revoked {
+        /// The lock revoked.
+        key: LockKey,
+    },
+
     /// A share of a hold was asked for after the hold had ended: a share
     /// never starts a new acquisition.
     #[error("lock {key}: its hold has ended; a share of it cannot take it again")]
@@ -168,6 +177,9 @@ pub enum LostReason {
     LeaseElapsed,
     /// The engine reported it, e.g. a ZooKeeper session expired.
     Engine,
+    /// An operator released it by force (`Lock::force_release`, `dlock
+    /// release --force`): the next holder's fencing token is greater.
+    ForceReleased,
 }
 
 impl std::fmt::Display for LostReason {
@@ -176,6 +188,7 @@ impl std::fmt::Display for LostReason {
             LostReason::Rejected => "the engine no longer has this holder (lease expired or taken over)",
             LostReason::LeaseElapsed => "no renewal succeeded within the lease",
             LostReason::Engine => "the engine reported the session lost",
+            LostReason::ForceReleased => "an operator released it by force",
         })
     }
 }

@@ -125,6 +125,25 @@ impl HeldLock {
     }
 }
 
+impl HeldLock {
+    /// Whether the holder was asked to let go ([`Lock::revoke`](crate::Lock::revoke)).
+    /// The hold stays sound: letting go is the holder's choice.
+    pub fn is_revoked(&self) -> bool {
+        self.0.is_revoked()
+    }
+
+    /// Resolves when the holder is asked to let go: at its next renewal,
+    /// or at once where the engine watches. Never resolves otherwise.
+    pub fn revoked(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.subscribe_revoked();
+        async move {
+            if rx.wait_for(|revoked| *revoked).await.is_err() {
+                std::future::pending::<()>().await
+            }
+        }
+    }
+}
+
 /// A hold handed to other tasks. A spawned task is another task: without a
 /// share, its acquisition of a lock its parent holds waits behind the
 /// parent, and a parent awaiting that task waits forever. With one, the
@@ -229,6 +248,16 @@ impl Guard {
     /// See [`HeldLock::lost`].
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         self.held.lost()
+    }
+
+    /// See [`HeldLock::is_revoked`].
+    pub fn is_revoked(&self) -> bool {
+        self.held.is_revoked()
+    }
+
+    /// See [`HeldLock::revoked`].
+    pub fn revoked(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.held.revoked()
     }
 
     /// Releases now. `Err(Lost)` if the lock had been lost meanwhile, so the

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::key::shard_of;
 use crate::kit::{Call, within};
-use crate::kit::{Engine, EngineError, KeyHashing, Request};
+use crate::kit::{Engine, EngineError, KeyHashing, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Series, Span};
 use crate::registry::Group;
@@ -164,6 +164,14 @@ struct Lost {
     watchers: Option<watch::Sender<Option<LostReason>>>,
 }
 
+/// Whether the holder was asked to let go, and who watches for it (made
+/// on demand, as for loss).
+#[derive(Default)]
+struct Asked {
+    revoked: bool,
+    watchers: Option<watch::Sender<bool>>,
+}
+
 /// Stops a hold's watchdog: unfiles it from the timer, or aborts its task.
 pub(crate) enum Stop {
     Filed(Arc<dyn Unfile>, (Instant, u64)),
@@ -191,6 +199,7 @@ pub(crate) struct Hold {
     filed: HoldKey,
     counts: Mutex<Counts>,
     lost: Mutex<Lost>,
+    asked: Mutex<Asked>,
     /// Until when the engine is known to keep the hold; the watchdog moves it
     /// on with each renewal. `None` once released.
     valid_until: Mutex<Option<Instant>>,
@@ -265,6 +274,7 @@ impl Hold {
             req,
             counts: Mutex::new(counts),
             lost: Mutex::default(),
+            asked: Mutex::default(),
             valid_until: Mutex::new(Some(grant.valid_until)),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
@@ -387,10 +397,24 @@ impl Hold {
         match result {
             Ok(true) => self.ok_unless_lost(),
             Ok(false) => {
-                self.mark_lost(LostReason::Rejected);
+                self.mark_lost(self.why_gone(LostReason::Rejected).await);
                 self.ok_unless_lost()
             }
             Err(e) => Err(self.group.engine_error(&self.req, e)),
+        }
+    }
+
+    /// Why the engine no longer has this hold: `otherwise`, unless an
+    /// operator forced it out. Asked only on this cold path, as it may cost
+    /// a round trip.
+    pub(crate) async fn why_gone(&self, otherwise: LostReason) -> LostReason {
+        if !self.group.capabilities.force_release {
+            return otherwise;
+        }
+        let call = self.call(|engine, req| async move { engine.forced_out(&req).await });
+        match within(Instant::now() + self.group.settings.call_timeout, call).await {
+            Ok(true) => LostReason::ForceReleased,
+            _ => otherwise,
         }
     }
 
@@ -405,12 +429,12 @@ impl Hold {
 
     /// One renewal. Should the watchdog stop mid-call, the renewal still
     /// ends before a release or downgrade starts: each waits for it.
-    pub(crate) fn renewal(self: &Arc<Self>) -> Call<bool> {
+    pub(crate) fn renewal(self: &Arc<Self>) -> Call<Renewal> {
         let hold = self.clone();
         let call = async move {
             let released = hold.released.lock().await;
             if *released {
-                return Ok(false);
+                return Ok(Renewal::Gone);
             }
             hold.group.engine.renew(&hold.req).await
         };
@@ -432,7 +456,7 @@ impl Hold {
                 self.ok_unless_lost()
             }
             Ok(false) => {
-                self.mark_lost(LostReason::Rejected);
+                self.mark_lost(self.why_gone(LostReason::Rejected).await);
                 self.ok_unless_lost()
             }
             Err(e) => Err(self.group.engine_error(&self.req, e)),
@@ -493,6 +517,36 @@ impl Hold {
         if let Some(until) = lock(&self.valid_until).as_mut() {
             *until = (*until).max(sent + self.req.lease);
         }
+    }
+
+    /// The holder was asked to let go; told once.
+    pub fn mark_revoked(&self) {
+        let first = {
+            let mut asked = lock(&self.asked);
+            let first = !asked.revoked;
+            asked.revoked = true;
+            if let (true, Some(watchers)) = (first, &asked.watchers) {
+                watchers.send_replace(true);
+            }
+            first
+        };
+        if first {
+            self.group.labels.event(Series::of(&self.req), Event::Revoked);
+            trace::revoked(&self.span);
+        }
+    }
+
+    pub fn is_revoked(&self) -> bool {
+        lock(&self.asked).revoked
+    }
+
+    pub fn subscribe_revoked(&self) -> watch::Receiver<bool> {
+        let mut asked = lock(&self.asked);
+        let revoked = asked.revoked;
+        asked
+            .watchers
+            .get_or_insert_with(|| watch::Sender::new(revoked))
+            .subscribe()
     }
 
     pub fn subscribe_lost(&self) -> watch::Receiver<Option<LostReason>> {

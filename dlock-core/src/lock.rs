@@ -254,6 +254,54 @@ impl Lock {
             .map_err(|error| group.engine_error_at(key, self.permits, error))
     }
 
+    /// Ends every hold of this lock on the server, so that its next waiter
+    /// gets in: for a lock stuck behind a holder that is alive but wedged.
+    /// Each old holder learns at its next renewal that it was lost, with
+    /// [`LostReason::ForceReleased`](crate::LostReason::ForceReleased),
+    /// and the next holder's fencing token is greater than every one given
+    /// before, so storage that checks tokens refuses the old holder's
+    /// writes. Answers how many holds it ended (0: the lock was free).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dlock::Error> {
+    /// let lock = dlock::lock("report", "stuck");
+    /// let wedged = lock.lock().await?;
+    /// assert_eq!(lock.force_release().await?, 1);
+    /// assert!(lock.inspect().await?.is_free());
+    /// # drop(wedged);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_release(&self) -> Result<u32, Error> {
+        let group = &self.group;
+        if !group.capabilities.force_release {
+            return Err(group.unsupported("force release".to_owned()));
+        }
+        let key = LockKey::new(group.name.clone(), self.name.clone())?;
+        let until = Instant::now() + group.settings.call_timeout;
+        within(until, group.engine.force_release(&key))
+            .await
+            .map_err(|error| group.engine_error_at(key, None, error))
+    }
+
+    /// Asks every holder of this lock to let go: each learns it at its next
+    /// renewal ([`Guard::revoked`](crate::Guard::revoked)), and an annotated
+    /// function with `on_revoke = "cancel"` is cancelled. Nothing is taken
+    /// from a holder that does not comply. Answers how many holders were
+    /// asked (0: the lock was free).
+    pub async fn revoke(&self) -> Result<u32, Error> {
+        let group = &self.group;
+        if !group.capabilities.revoke {
+            return Err(group.unsupported("revocation".to_owned()));
+        }
+        let key = LockKey::new(group.name.clone(), self.name.clone())?;
+        let until = Instant::now() + group.settings.call_timeout;
+        within(until, group.engine.revoke(&key))
+            .await
+            .map_err(|error| group.engine_error_at(key, None, error))
+    }
+
     /// Where this lock comes in a [`LockSet`](crate::LockSet)'s one order.
     pub(crate) fn order_key(&self) -> (&str, &str, &str, Option<u32>) {
         (

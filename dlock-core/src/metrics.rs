@@ -58,11 +58,13 @@ pub enum Event {
     RenewalFailed,
     /// A hold became known lost (counted once per hold).
     Lost,
+    /// A holder learnt it was asked to let go (counted once per hold).
+    Revoked,
 }
 
 impl Event {
     /// Every event, in label order.
-    pub const ALL: [Event; 9] = [
+    pub const ALL: [Event; 10] = [
         Event::Attempt,
         Event::Acquired,
         Event::Reentered,
@@ -72,6 +74,7 @@ impl Event {
         Event::Renewed,
         Event::RenewalFailed,
         Event::Lost,
+        Event::Revoked,
     ];
 
     /// The `event` label's value: `"attempt"`, `"timed_out"`, ...
@@ -86,6 +89,7 @@ impl Event {
             Event::Renewed => "renewed",
             Event::RenewalFailed => "renewal_failed",
             Event::Lost => "lost",
+            Event::Revoked => "revoked",
         }
     }
 }

@@ -7,6 +7,7 @@
 //! | event "lock wait ended without the lock" (in `acquire`) | debug | `error` |
 //! | event "lock renewal failed; retrying" (in `hold`) | warn | `error` |
 //! | event "lock lost" (in `hold`) | warn | `reason` |
+//! | event "lock revoked: asked to let go" (in `hold`) | info | |
 //!
 //! A semaphore's permit has `mode` = `permit` and `permits` = its count;
 //! a lock has no `permits`.
@@ -73,4 +74,8 @@ pub(crate) fn renewal_failed(span: &Span, error: &dyn std::fmt::Display) {
 
 pub(crate) fn lost(span: &Span, reason: crate::LostReason) {
     tracing::warn!(target: "dlock", parent: span, %reason, "lock lost");
+}
+
+pub(crate) fn revoked(span: &Span) {
+    tracing::info!(target: "dlock", parent: span, "lock revoked: asked to let go");
 }

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::hold::{Hold, Stop, Unfile};
-use crate::kit::LostSignal;
+use crate::kit::{LostSignal, Renewal};
 use crate::metrics::{Event, Series};
 use crate::{LostReason, trace};
 
@@ -214,7 +214,7 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
         tokio::select! {
             // A fired signal comes first, before a renewal that is due.
             biased;
-            _ = &mut pushed => return hold.mark_lost(LostReason::Engine),
+            _ = &mut pushed => return hold.mark_lost(hold.why_gone(LostReason::Engine).await),
             _ = sleep_until((Instant::now() + pause).min(deadline)) => {}
         }
         if hold.lost_reason().is_some() {
@@ -222,12 +222,15 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
         }
         let sent = Instant::now();
         match timeout_at(deadline, hold.renewal()).await {
-            Ok(Ok(true)) => {
+            Ok(Ok(renewal @ (Renewal::Held | Renewal::Revoked))) => {
                 hold.renewed(sent);
                 pause = lease / 3;
                 hold.group.labels.event(Series::of(&hold.req), Event::Renewed);
+                if renewal == Renewal::Revoked {
+                    hold.mark_revoked();
+                }
             }
-            Ok(Ok(false)) => return hold.mark_lost(LostReason::Rejected),
+            Ok(Ok(Renewal::Gone)) => return hold.mark_lost(hold.why_gone(LostReason::Rejected).await),
             // Keep trying, more often, until the validity runs out.
             failed => {
                 pause = lease / 9;

@@ -182,6 +182,25 @@ impl std::fmt::Debug for Poll {
     }
 }
 
+/// Answer to [`Engine::renew`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still held: the lease runs on.
+    Held,
+    /// Still held, and someone asked this holder to let go
+    /// ([`Engine::revoke`]); the lease runs on all the same.
+    Revoked,
+    /// Not held any more: the lease ran out, or another owner has it.
+    Gone,
+}
+
+impl From<bool> for Renewal {
+    /// For engines that cannot be asked to let go: held or gone.
+    fn from(held: bool) -> Self {
+        if held { Renewal::Held } else { Renewal::Gone }
+    }
+}
+
 /// What an engine can promise, declared once per engine. The core refuses
 /// what an engine lacks with a typed error, the conformance suite runs or
 /// skips its cases by these, and the guarantee table (`docs/guarantees.md`)
@@ -208,6 +227,12 @@ pub struct Capabilities {
     pub semaphore: bool,
     /// What [`Engine::inspect`] and [`Engine::list`] can tell; see [`Records`].
     pub records: Records,
+    /// An operator can end a hold from outside ([`Engine::force_release`]),
+    /// and its holder learns why ([`Engine::forced_out`]).
+    pub force_release: bool,
+    /// An operator can ask holders to let go ([`Engine::revoke`]); they
+    /// learn it at their next renewal.
+    pub revoke: bool,
 }
 
 impl Capabilities {
@@ -222,6 +247,8 @@ impl Capabilities {
         waiter_ttl: None,
         semaphore: true,
         records: Records::Listed,
+        force_release: true,
+        revoke: true,
     };
 
     /// The shortest lease this engine accepts.
@@ -230,10 +257,11 @@ impl Capabilities {
     }
 
     /// `read write, fifo, fence strict, ends with lease, lease unit 1ms,
-    /// semaphores, records listed`: the words the guarantee table uses.
+    /// semaphores, records listed, force release, revoke`: the words the
+    /// guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -245,6 +273,12 @@ impl Capabilities {
                 "no semaphores"
             },
             self.records.as_str(),
+            if self.force_release {
+                "force release"
+            } else {
+                "no force release"
+            },
+            if self.revoke { "revoke" } else { "no revoke" },
         )
     }
 }
@@ -376,7 +410,7 @@ impl EngineError {
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use dlock::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+/// use dlock::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, async_trait};
 /// use dlock::{LockKey, LockView};
 ///
 /// struct Counted {
@@ -395,7 +429,7 @@ impl EngineError {
 ///     }
 ///     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> { self.inner.poll(req).await }
 ///     async fn cancel(&self, req: &Request) -> Result<(), EngineError> { self.inner.cancel(req).await }
-///     async fn renew(&self, req: &Request) -> Result<bool, EngineError> { self.inner.renew(req).await }
+///     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> { self.inner.renew(req).await }
 ///     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> { self.inner.downgrade(req).await }
 ///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
 ///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
@@ -403,6 +437,9 @@ impl EngineError {
 ///         self.inner.inspect(key, permits).await
 ///     }
 ///     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> { self.inner.list(group).await }
+///     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> { self.inner.forced_out(req).await }
+///     async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> { self.inner.force_release(key).await }
+///     async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> { self.inner.revoke(key).await }
 /// }
 ///
 /// let counted = Arc::new(Counted {
@@ -443,8 +480,9 @@ pub trait Engine: Send + Sync + 'static {
     /// Withdraws a request: leave the queue, and if it was granted meanwhile, let go.
     async fn cancel(&self, req: &Request) -> Result<(), EngineError>;
 
-    /// Extends the lease. `Ok(false)`: this owner no longer holds the lock.
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError>;
+    /// Extends the lease, and says whether this owner still holds the lock
+    /// and whether it was asked to let go.
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError>;
 
     /// Turns this owner's write hold into a read hold, admitting queued readers.
     /// `Ok(false)`: this owner no longer holds the lock.
@@ -464,6 +502,34 @@ pub trait Engine: Send + Sync + 'static {
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let _ = (key, permits);
         Err(EngineError::failed("this engine keeps no records"))
+    }
+
+    /// Whether `req`'s hold, found gone, was ended by
+    /// [`force_release`](Engine::force_release) rather than by its lease.
+    /// Asked only after a hold turned out gone, so it may cost a round trip.
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let _ = req;
+        Ok(false)
+    }
+
+    /// Ends every hold of the lock `key` on the server, so that its next
+    /// waiter gets in, and leaves word for each holder that it was forced
+    /// out, for as long as its lease would have run. The lock's fencing
+    /// token goes on from where it was: the next holder's is greater than
+    /// every one given before. Answers how many holds it ended. Called
+    /// only if [`Capabilities::force_release`] says so.
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let _ = key;
+        Err(EngineError::failed("this engine cannot release by force"))
+    }
+
+    /// Asks every holder of the lock `key` to let go: each one's next
+    /// [`renew`](Engine::renew) answers [`Renewal::Revoked`]. Answers how
+    /// many holders were asked. Called only if [`Capabilities::revoke`]
+    /// says so.
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let _ = key;
+        Err(EngineError::failed("this engine cannot revoke"))
     }
 
     /// Every lock and semaphore of `group` that someone holds or waits for,

@@ -19,7 +19,10 @@
 //!    [`poll`](Engine::poll), until held or the wait timeout; then
 //!    [`cancel`](Engine::cancel) withdraws the request.
 //! 3. While held, the core's watchdog calls [`renew`](Engine::renew) every
-//!    lease/3; `Ok(false)` or a whole lease without success means lost.
+//!    lease/3; [`Renewal::Gone`] or a whole lease without success means
+//!    lost, and [`forced_out`](Engine::forced_out) tells whether an operator
+//!    ended it ([`force_release`](Engine::force_release)).
+//!    [`Renewal::Revoked`] tells the holder it was asked to let go.
 //! 4. [`release`](Engine::release) lets go; [`downgrade`](Engine::downgrade)
 //!    turns a write hold into a read hold without letting go.
 //!
@@ -52,7 +55,7 @@ pub use deferred::{Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,
-    Request, RequestState, Wake, Woken,
+    Renewal, Request, RequestState, Wake, Woken,
 };
 pub use kinds::Kinds;
 pub use waiters::Waiters;

@@ -2,8 +2,10 @@
 //! by a read, a pause and a write inside the lock, and a count of holders
 //! that found another inside; it comes out exact, with no overlap, only if
 //! no two holders overlapped. For a semaphore: how many were inside at
-//! most, and how many entries found the limit already reached.
+//! most, and how many entries found the limit already reached. And a
+//! register that refuses writes with a fence below one it has seen.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A counter that notices overlapping holders; see the module docs.
@@ -83,5 +85,24 @@ impl Occupancy {
     /// Entries in all.
     pub fn entries(&self) -> u64 {
         self.entries.load(Ordering::SeqCst)
+    }
+}
+
+/// Storage that checks fencing tokens: it takes a write only if its token
+/// is at least the greatest it has taken.
+#[derive(Default)]
+pub struct FencedRegister {
+    newest: Mutex<u64>,
+}
+
+impl FencedRegister {
+    /// A write with `fence`; `Err` with the newest token seen if it is stale.
+    pub fn write(&self, fence: u64) -> Result<(), u64> {
+        let mut newest = self.newest.lock().unwrap_or_else(|e| e.into_inner());
+        if fence < *newest {
+            return Err(*newest);
+        }
+        *newest = fence;
+        Ok(())
     }
 }

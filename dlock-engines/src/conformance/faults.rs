@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Request, async_trait};
+use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, async_trait};
 use dlock_core::{LockKey, LockView};
 
 /// The fault wrapper: an [`Engine`] that passes every call to `inner`
@@ -144,7 +144,7 @@ impl Engine for Faults {
         self.answer(answer).await
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
         let answer = self.inner.renew(&req).await;
@@ -180,6 +180,27 @@ impl Engine for Faults {
         self.reach()?;
         self.slow().await;
         let answer = self.inner.list(group).await;
+        self.answer(answer).await
+    }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.forced_out(&req).await;
+        self.answer(answer).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let answer = self.inner.force_release(key).await;
+        self.answer(answer).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let answer = self.inner.revoke(key).await;
         self.answer(answer).await
     }
 }

@@ -29,7 +29,7 @@ use dlock_core::config::{Polling, Queue};
 use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing, Records};
 use dlock_core::{Error, Lock, Registry, Semaphore, Settings, Wait};
 
-pub use counter::{GuardedCounter, Occupancy};
+pub use counter::{FencedRegister, GuardedCounter, Occupancy};
 pub use faults::Faults;
 
 /// Timing used by every case: short enough to keep the suite quick, long
@@ -174,6 +174,17 @@ impl Harness {
                 self.assert_listing_refused().await;
                 Some("cannot list a group's locks (Unsupported checked)")
             }
+            Need::ForceRelease if !capabilities.force_release => {
+                let lock = self.lock(case);
+                self.assert_unsupported("force release", lock.force_release())
+                    .await;
+                Some("no force release (Unsupported checked)")
+            }
+            Need::Revoke if !capabilities.revoke => {
+                let lock = self.lock(case);
+                self.assert_unsupported("revocation", lock.revoke()).await;
+                Some("no revocation (Unsupported checked)")
+            }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
             Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
             Need::Lease if capabilities.expiry != Expiry::Lease => {
@@ -205,6 +216,10 @@ pub enum Need {
     Records,
     /// Records of a whole group.
     Listed,
+    /// Ending a hold from outside.
+    ForceRelease,
+    /// Asking holders to let go.
+    Revoke,
 }
 
 fn rand_suffix() -> u32 {
@@ -264,6 +279,8 @@ macro_rules! conformance_suite {
             records_show_every_sharing_holder [Records],
             records_never_show_an_owner_id [Records],
             list_shows_a_groups_held_locks [Listed],
+            force_release_fences_out_the_old_holder [ForceRelease],
+            revoke_asks_holders_to_let_go [Revoke],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

@@ -76,7 +76,8 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, async_trait,
+    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Renewal, Request, RequestState,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
@@ -628,6 +629,8 @@ impl Engine for EtcdEngine {
         Capabilities {
             expiry: Expiry::Session,
             records: Records::Listed,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -672,16 +675,18 @@ impl Engine for EtcdEngine {
         self.remove(req).await.map(drop)
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let Ok((session, key, created)) =
             self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))
         else {
-            return Ok(false);
+            return Ok(Renewal::Gone);
         };
         if session.is_ended() {
-            return Ok(false);
+            return Ok(Renewal::Gone);
         }
-        still_there(&session, key.as_bytes(), created).await
+        still_there(&session, key.as_bytes(), created)
+            .await
+            .map(Renewal::from)
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {

@@ -58,8 +58,8 @@ use std::time::Duration;
 
 use dlock_core::LockKey;
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Request, async_trait,
-    percent_escape,
+    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Renewal, Request,
+    async_trait, percent_escape,
 };
 
 use wire::{Pool, Reply};
@@ -284,6 +284,8 @@ impl Engine for MemcachedEngine {
             fencing: Fencing::BestEffort,
             lease_unit: Duration::from_secs(1),
             records: Records::None,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -324,12 +326,12 @@ impl Engine for MemcachedEngine {
         self.remove(req).await.map(drop)
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let extended = self.extend(req).await?;
         if extended && req.permits.is_some() {
             self.touch_count(req).await?;
         }
-        Ok(extended)
+        Ok(Renewal::from(extended))
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {

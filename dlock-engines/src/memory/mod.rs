@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Request, Wake, Woken,
+    Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Renewal, Request, Wake, Woken,
     async_trait, process_label,
 };
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
@@ -53,6 +53,8 @@ struct Locks {
     /// One counter for all keys: strictly increasing per lock, and no state
     /// is kept for a lock nobody holds or waits for.
     last_fence: u64,
+    /// Holders forced out, until their lease would have ended.
+    forced: HashMap<OwnerId, Instant>,
 }
 
 #[derive(Default)]
@@ -82,6 +84,8 @@ struct Holder {
     fence: u64,
     since: SystemTime,
     expires: Instant,
+    /// Asked to let go.
+    revoked: bool,
 }
 
 struct Waiter {
@@ -172,7 +176,9 @@ impl MemoryEngine {
     /// state if it became idle.
     fn with_lock<T>(&self, req: &Request, f: impl FnOnce(&mut LockState, &mut u64, Instant) -> T) -> T {
         let mut locks = self.locks();
-        let Locks { by_key, last_fence } = &mut *locks;
+        let Locks {
+            by_key, last_fence, ..
+        } = &mut *locks;
         let key = (req.key.clone(), req.permits.is_some());
         let state = by_key.entry(key.clone()).or_insert_with(|| LockState {
             permits: req.permits,
@@ -204,6 +210,7 @@ impl MemoryEngine {
                     fence: *last_fence,
                     since: SystemTime::now(),
                     expires: now + req.lease,
+                    revoked: false,
                 };
                 match (req.mode, state.permits) {
                     (Mode::Write, None) => state.writer = Some(holder),
@@ -348,14 +355,17 @@ impl Engine for MemoryEngine {
         Ok(())
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         Ok(
             self.with_lock(req, |state, _, now| match state.holder(req.owner) {
                 Some(holder) => {
                     holder.expires = now + req.lease;
-                    true
+                    match holder.revoked {
+                        true => Renewal::Revoked,
+                        false => Renewal::Held,
+                    }
                 }
-                None => false,
+                None => Renewal::Gone,
             }),
         )
     }
@@ -375,6 +385,45 @@ impl Engine for MemoryEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         Ok(self.with_lock(req, |state, _, _| state.remove_holder(req.owner)))
+    }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let now = Instant::now();
+        let forced = &self.locks().forced;
+        Ok(forced.get(&req.owner).is_some_and(|until| *until > now))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let mut locks = self.locks();
+        let Locks { by_key, forced, .. } = &mut *locks;
+        let now = Instant::now();
+        forced.retain(|_, until| *until > now);
+        let Some(state) = by_key.get_mut(&(key.clone(), false)) else {
+            return Ok(0);
+        };
+        state.expire(now);
+        let ended: Vec<Holder> = state
+            .writer
+            .take()
+            .into_iter()
+            .chain(state.shared.drain(..))
+            .collect();
+        forced.extend(ended.iter().map(|h| (h.owner, h.expires)));
+        state.wake_ready();
+        if state.is_idle() {
+            by_key.remove(&(key.clone(), false));
+        }
+        Ok(ended.len() as u32)
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let mut locks = self.locks();
+        let Some(state) = locks.by_key.get_mut(&(key.clone(), false)) else {
+            return Ok(0);
+        };
+        state.expire(Instant::now());
+        let holders = state.writer.iter_mut().chain(state.shared.iter_mut());
+        Ok(holders.map(|h| h.revoked = true).count() as u32)
     }
 
     /// No signal of its own: a failed renewal tells the core.

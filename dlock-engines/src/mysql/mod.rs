@@ -82,7 +82,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, Poll, Records, Request, Waiters, Wake, Woken, async_trait,
+    Capabilities, Engine, EngineError, LostSignal, Poll, Records, Renewal, Request, Waiters, Wake, Woken,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 use mysql_async::prelude::{Queryable, ToValue};
@@ -417,6 +418,8 @@ impl Engine for MysqlEngine {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
             records: Records::Listed,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -505,7 +508,7 @@ impl Engine for MysqlEngine {
 
     /// A gate hold: a statement on its session, which also keeps the
     /// session from idling out; a row: its expiry moved on.
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         if let Some(mut hold) = Mine::take_gate(req) {
             let holds = hold.session.holds(&req.key).await;
             if holds {
@@ -514,10 +517,10 @@ impl Engine for MysqlEngine {
                 // Its record, if written, shows nothing once the gate is gone.
                 hold.record.stop().await;
             }
-            return Ok(holds);
+            return Ok(Renewal::from(holds));
         }
         let params = vec![micros(req.lease), owner(req), 1u8.to_value()];
-        Ok(self.run(&sql::extend(), params).await?.0 == 1)
+        Ok(Renewal::from(self.run(&sql::extend(), params).await?.0 == 1))
     }
 
     /// A gate hold writes its read hold's row while it still holds the

@@ -84,7 +84,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Records, Request, async_trait};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, LostSignal, Poll, Records, Renewal, Request, async_trait,
+};
 use dlock_core::{LockKey, LockView, Mode};
 
 use permits::Permit;
@@ -239,6 +241,8 @@ impl Engine for PostgresEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             records: Records::Listed,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -311,10 +315,10 @@ impl Engine for PostgresEngine {
             .await
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         match held_conn(req) {
-            Some(conn) => conn.ping().await,
-            None => Ok(false),
+            Some(conn) => conn.ping().await.map(Renewal::from),
+            None => Ok(Renewal::Gone),
         }
     }
 

@@ -120,7 +120,8 @@ mod records;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Request, Wake, async_trait,
+    Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Renewal, Request, Wake,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView};
 use redis::Script;
@@ -405,6 +406,8 @@ impl Engine for RedisEngine {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
             records: Records::Listed,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -421,14 +424,15 @@ impl Engine for RedisEngine {
         self.let_go(req, "cancel").await.map(drop)
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
-        match req.permits {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let held = match req.permits {
             Some(_) => {
                 self.run(&self.scripts.semaphore, req, ("renew", millis(req.lease)))
                     .await
             }
             None => self.run(&self.scripts.renew, req, millis(req.lease)).await,
-        }
+        };
+        held.map(Renewal::from)
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {

@@ -65,7 +65,8 @@ use std::task::Poll as TaskPoll;
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Request, async_trait,
+    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Renewal, Request,
+    async_trait,
 };
 use dlock_core::{BoxError, LockKey, LockView};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -417,6 +418,8 @@ impl Engine for RedLockEngine {
                 Fencing::None
             },
             records: Records::Listed,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -442,16 +445,16 @@ impl Engine for RedLockEngine {
         Ok(())
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         if req.permits.is_some() {
-            return self.permit_call(req, "renew").await;
+            return self.permit_call(req, "renew").await.map(Renewal::from);
         }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         let px = px(req.lease).as_millis().to_string();
         let answers = self
             .on_all(Call::Script(&self.scripts.renew), &[&key], &[&owner, &px])
             .await;
-        self.agreed(answers)
+        self.agreed(answers).map(Renewal::from)
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {

@@ -75,8 +75,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Request, RequestState, Wake, Woken,
-    async_trait,
+    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Renewal, Request, RequestState,
+    Wake, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
@@ -509,6 +509,8 @@ impl Engine for ZooKeeperEngine {
         Capabilities {
             expiry: Expiry::Session,
             records: Records::Listed,
+            force_release: false,
+            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -548,16 +550,16 @@ impl Engine for ZooKeeperEngine {
         self.release(req).await.map(drop)
     }
 
-    async fn renew(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let Some((session, path)) = self.held_node(req) else {
-            return Ok(false);
+            return Ok(Renewal::Gone);
         };
         if session.is_ended() {
-            return Ok(false);
+            return Ok(Renewal::Gone);
         }
         match session.client.check_stat(&path).await {
-            Ok(found) => Ok(found.is_some()),
-            Err(ZkError::SessionExpired) => Ok(false),
+            Ok(found) => Ok(Renewal::from(found.is_some())),
+            Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
             Err(e) => Err(EngineError::failed(e)),
         }
     }

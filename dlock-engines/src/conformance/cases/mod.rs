@@ -12,8 +12,10 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::{GuardedCounter, Harness};
 
+mod control;
 mod records;
 mod semaphore;
+pub use control::*;
 pub use records::*;
 pub use semaphore::*;
 
