@@ -397,7 +397,9 @@ impl Hold {
         match result {
             Ok(true) => self.ok_unless_lost(),
             Ok(false) => {
-                self.mark_lost(self.why_gone(LostReason::Rejected).await);
+                if self.lost_reason().is_none() {
+                    self.mark_lost(self.why_gone(LostReason::Rejected).await);
+                }
                 self.ok_unless_lost()
             }
             Err(e) => Err(self.group.engine_error(&self.req, e)),
@@ -456,7 +458,9 @@ impl Hold {
                 self.ok_unless_lost()
             }
             Ok(false) => {
-                self.mark_lost(self.why_gone(LostReason::Rejected).await);
+                if self.lost_reason().is_none() {
+                    self.mark_lost(self.why_gone(LostReason::Rejected).await);
+                }
                 self.ok_unless_lost()
             }
             Err(e) => Err(self.group.engine_error(&self.req, e)),

@@ -159,6 +159,10 @@ struct Scripts {
     semaphore: Script,
     /// Reads a lock's or semaphore's records.
     inspect: Script,
+    /// Forces a lock's holders out, or asks them to let go.
+    control: Script,
+    /// Whether a holder found gone was forced out.
+    forced: Script,
 }
 
 /// The Redis engine, on one server, a cluster or behind Sentinel. See the
@@ -238,6 +242,8 @@ impl RedisEngine {
                 downgrade: script(include_str!("scripts/downgrade.lua"), &settings),
                 semaphore: Script::new(&[&settings, include_str!("scripts/semaphore.lua")].concat()),
                 inspect: Script::new(include_str!("scripts/inspect.lua")),
+                control: script(include_str!("scripts/control.lua"), &settings),
+                forced: Script::new(include_str!("scripts/forced.lua")),
             },
             address: target.address,
             waiter_ttl,
@@ -315,6 +321,15 @@ impl RedisEngine {
             Err(_) => wake,
         };
         Ok(Poll::Waiting(wake))
+    }
+
+    /// Forces out the holders of lock `key`, or asks them to let go
+    /// (`how`): control.lua.
+    async fn control(&self, key: &LockKey, how: &str) -> Result<u32, EngineError> {
+        let gate = keys::record(key, false);
+        self.eval(&self.scripts.control, &gate, ("", how))
+            .await
+            .map_err(EngineError::failed)
     }
 
     async fn run(
@@ -406,8 +421,6 @@ impl Engine for RedisEngine {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
             records: Records::Listed,
-            force_release: false,
-            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -425,14 +438,24 @@ impl Engine for RedisEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let held = match req.permits {
-            Some(_) => {
-                self.run(&self.scripts.semaphore, req, ("renew", millis(req.lease)))
-                    .await
-            }
-            None => self.run(&self.scripts.renew, req, millis(req.lease)).await,
-        };
-        held.map(Renewal::from)
+        if req.permits.is_some() {
+            let args = ("renew", millis(req.lease));
+            return self
+                .run(&self.scripts.semaphore, req, args)
+                .await
+                .map(Renewal::from);
+        }
+        let gate = keys::record(&req.key, false);
+        let args = (req.owner.to_string(), millis(req.lease));
+        let answer: u8 = self
+            .eval(&self.scripts.renew, &gate, args)
+            .await
+            .map_err(EngineError::failed)?;
+        Ok(match answer {
+            0 => Renewal::Gone,
+            1 => Renewal::Held,
+            _ => Renewal::Revoked,
+        })
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
@@ -446,6 +469,18 @@ impl Engine for RedisEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        self.run(&self.scripts.forced, req, &[] as &[&str]).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "force").await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "revoke").await
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {

@@ -109,5 +109,43 @@ local function crowd()
     return head
   end
 
-  return queue, readers, pending, settle, wake, live_head, waiter
+  -- The lock is let go of (`holder` nil) or still held: if it is free
+  -- and a live writer heads the queue, hand it straight to that writer (it
+  -- learns the grant from the notification, without a round trip), else
+  -- wake the waiter now first in line. Returns the gate's writer,
+  -- deadline and last token after.
+  local function pass_on(holder, deadline, last, time, now_ms)
+    local head, engine, lease = live_head(nil)
+    if not head then
+      return holder, deadline, last
+    end
+    local owner = string.sub(head, 3)
+    local free = not holder and redis.call('SCARD', pending) == 0
+      and redis.call('ZCOUNT', readers, now_ms + 1, '+inf') == 0
+    if not (free and string.sub(head, 1, 2) == 'w:') then
+      wake(engine, owner)
+      return holder, deadline, last
+    end
+    -- Granted for the waiter's lease, as any grant, or less: for what is
+    -- left of its liveness window, if that ends sooner, so a waiter that
+    -- died since its last poll frees the lock as fast as it would be kicked.
+    -- Its client counts the shorter of the two from that poll, never past
+    -- this deadline.
+    -- Its record moves into the gate, granted now; a waiter of an older
+    -- dlock, with no record, is written as its id alone, as it expects.
+    local alive, record = p .. ':a:' .. owner, redis.call('HGET', info, owner)
+    holder = owner
+    if record then
+      holder = string.format('%s%011x%s', owner, now_ms, string.match(record, '^%x+ %x+ (.*)$'))
+      redis.call('HDEL', info, owner)
+    end
+    deadline = now_ms + math.min(lease, math.max(redis.call('PTTL', alive), 1))
+    last = next_fence(time, last)
+    redis.call('LPOP', queue)
+    redis.call('DEL', alive)
+    wake(engine, owner .. ':' .. string.format('%d', last))
+    return holder, deadline, last
+  end
+
+  return queue, readers, pending, settle, wake, live_head, waiter, pass_on
 end

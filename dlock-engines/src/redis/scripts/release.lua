@@ -1,7 +1,5 @@
 -- Let go (release), or withdraw a request whatever became of it (cancel);
--- then, if the lock is free and a live writer heads the queue, hand the lock
--- straight to it (it learns the grant from the notification, without a
--- round trip), else wake the waiter now first in line.
+-- then pass the lock on (`pass_on` in common.lua).
 -- ARGV[2]  "release" or "cancel"
 -- ARGV[3]  the token this owner was granted, 14 hex digits; empty if none
 -- returns  1 if this owner held the lock, 0 if not
@@ -34,7 +32,7 @@ if owns(holder) and not crowded then
   put(nil, nil, last, now_ms, 0)
   return 1
 end
-local queue, readers, pending, settle, wake, live_head = crowd()
+local queue, readers, pending, settle, _, _, _, pass_on = crowd()
 if ARGV[2] == 'cancel' then
   redis.call('LREM', queue, 0, 'w:' .. me)
   redis.call('LREM', queue, 0, 'r:' .. me)
@@ -62,33 +60,6 @@ else
   end
 end
 
-local head, engine, lease = live_head(nil)
-if head then
-  local owner = string.sub(head, 3)
-  local free = not holder and redis.call('SCARD', pending) == 0
-    and redis.call('ZCOUNT', readers, now_ms + 1, '+inf') == 0
-  if free and string.sub(head, 1, 2) == 'w:' then
-    -- Granted for the waiter's lease, as any grant, or less: for what is
-    -- left of its liveness window, if that ends sooner, so a waiter that
-    -- died since its last poll frees the lock as fast as it would be kicked.
-    -- Its client counts the shorter of the two from that poll, never past
-    -- this deadline.
-    -- Its record moves into the gate, granted now; a waiter of an older
-    -- dlock, with no record, is written as its id alone, as it expects.
-    local alive, record = p .. ':a:' .. owner, redis.call('HGET', info, owner)
-    holder = owner
-    if record then
-      holder = string.format('%s%011x%s', owner, now_ms, string.match(record, '^%x+ %x+ (.*)$'))
-      redis.call('HDEL', info, owner)
-    end
-    deadline = now_ms + math.min(lease, math.max(redis.call('PTTL', alive), 1))
-    last = next_fence(time, last)
-    redis.call('LPOP', queue)
-    redis.call('DEL', alive)
-    wake(engine, owner .. ':' .. string.format('%d', last))
-  else
-    wake(engine, owner)
-  end
-end
+holder, deadline, last = pass_on(holder, deadline, last, time, now_ms)
 settle(holder, deadline, last, now_ms)
 return held
