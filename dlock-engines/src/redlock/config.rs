@@ -113,6 +113,8 @@ impl RedLockEngine {
                 ))),
                 fence: Arc::new(Script::new(include_str!("scripts/fence.lua"))),
                 renew: Arc::new(Script::new(include_str!("scripts/renew.lua"))),
+                control: Arc::new(Script::new(include_str!("scripts/control.lua"))),
+                forced: Arc::new(Script::new(include_str!("scripts/forced.lua"))),
                 release: Arc::new(Script::new(include_str!("scripts/release.lua"))),
                 permits: Arc::new(Script::new(concat!(
                     include_str!("scripts/take.lua"),

@@ -89,6 +89,10 @@ struct Scripts {
     acquire: Arc<Script>,
     fence: Arc<Script>,
     renew: Arc<Script>,
+    /// Forces a hold out, or asks its owner to let go.
+    control: Arc<Script>,
+    /// Whether a holder found gone was forced out.
+    forced: Arc<Script>,
     release: Arc<Script>,
     permits: Arc<Script>,
     records: Arc<Script>,
@@ -157,6 +161,20 @@ impl RedLockEngine {
         match self.unreachable(answers) {
             Some(error) => Err(error),
             None => Ok(false),
+        }
+    }
+
+    /// Forces out the holder of lock `key` on every master, or asks it to
+    /// let go (`how`): 1 if any master had a hold, as a majority's answers
+    /// tell.
+    async fn control(&self, key: &LockKey, how: &str) -> Result<u32, EngineError> {
+        let answers = self
+            .on_all(Call::Script(&self.scripts.control), &[&keys::prefix(key)], &[how])
+            .await;
+        let held = answers.iter().any(|a| matches!(a, Ok(1)));
+        match self.unreachable(answers) {
+            Some(error) => Err(error),
+            None => Ok(u32::from(held)),
         }
     }
 
@@ -418,8 +436,6 @@ impl Engine for RedLockEngine {
                 Fencing::None
             },
             records: Records::Listed,
-            force_release: false,
-            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -454,7 +470,11 @@ impl Engine for RedLockEngine {
         let answers = self
             .on_all(Call::Script(&self.scripts.renew), &[&key], &[&owner, &px])
             .await;
-        self.agreed(answers).map(Renewal::from)
+        let asked = answers.iter().any(|a| matches!(a, Ok(2)));
+        Ok(match self.agreed(answers)? {
+            true if asked => Renewal::Revoked,
+            held => Renewal::from(held),
+        })
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
@@ -475,6 +495,23 @@ impl Engine for RedLockEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    /// Any master that noted it: the note is written only by force.
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        let answers = self
+            .on_all(Call::Script(&self.scripts.forced), &[&key], &[&owner])
+            .await;
+        Ok(answers.iter().any(|a| matches!(a, Ok(1))))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "force").await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "revoke").await
     }
 
     /// Every master's copies at once; a hold shows where a majority agree.
