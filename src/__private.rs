@@ -25,6 +25,7 @@ pub struct Site {
     wait: Option<Duration>,
     lease: Option<Duration>,
     cancel_on_lost: bool,
+    cancel_on_revoke: bool,
     locks: OnceLock<Locks>,
 }
 
@@ -37,6 +38,7 @@ impl Site {
         wait: Option<Duration>,
         lease: Option<Duration>,
         cancel_on_lost: bool,
+        cancel_on_revoke: bool,
     ) -> Self {
         Site {
             group,
@@ -46,6 +48,7 @@ impl Site {
             wait,
             lease,
             cancel_on_lost,
+            cancel_on_revoke,
             locks: OnceLock::new(),
         }
     }
@@ -66,6 +69,45 @@ impl Site {
                 Wanted::Lock(wait.into_iter().fold(lock, Lock::with_wait), self.mode)
             }
         })
+    }
+
+    /// Whether the body stops on loss or on revocation at all.
+    fn cancels(&self) -> bool {
+        self.cancel_on_lost || self.cancel_on_revoke
+    }
+
+    /// Why the body must stop now, as this site says: its lock is known
+    /// lost, or its holder was asked to let go.
+    fn stop_now(&self, held: &HeldLock) -> Option<Error> {
+        if self.cancel_on_lost
+            && let Some(reason) = held.lost_reason()
+        {
+            return Some(lost(held, reason));
+        }
+        (self.cancel_on_revoke && held.is_revoked()).then(|| revoked(held))
+    }
+
+    /// Resolves when the body must stop, as this site says.
+    async fn stopped(&self, held: &HeldLock) -> Error {
+        let lost = async {
+            match self.cancel_on_lost {
+                true => lost(held, held.lost().await),
+                false => std::future::pending().await,
+            }
+        };
+        let revoked = async {
+            match self.cancel_on_revoke {
+                true => {
+                    held.revoked().await;
+                    revoked(held)
+                }
+                false => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            error = lost => error,
+            error = revoked => error,
+        }
     }
 
     /// The group's locks, looked up once: the global registry never changes.
@@ -145,18 +187,19 @@ impl<T, E: From<Error>> Outcome for Result<T, E> {
 
 /// Runs `body` in the holds' `tracing` spans (entered around each poll, so
 /// the body's future is not moved into a wrapper) until it ends, or until
-/// `lost` resolves. Once the body has waited, `judge` is asked before each
-/// poll, so a task resumed after a pause past its lease stops before it
-/// acts (the first poll follows the grant at once); `lost` itself is only
-/// polled, and wakes this task, while the body waits.
+/// `stop` resolves (the lock lost or revoked). Once the body has waited,
+/// `judge` is asked before each poll, so a task resumed after a pause past
+/// its lease stops before it acts (the first poll follows the grant at
+/// once); `stop` itself is only polled, and wakes this task, while the
+/// body waits.
 async fn in_hold<'h, F: Future>(
     holds: impl Iterator<Item = &'h HeldLock> + Clone,
     judge: impl Fn() -> Option<Error>,
-    lost: Option<impl Future<Output = Error>>,
+    stop: Option<impl Future<Output = Error>>,
     body: F,
 ) -> Result<F::Output, Error> {
     let mut body = pin!(body);
-    let mut lost = pin!(lost);
+    let mut stop = pin!(stop);
     let mut waited = false;
     poll_fn(|cx| {
         if waited && let Some(error) = judge() {
@@ -165,10 +208,10 @@ async fn in_hold<'h, F: Future>(
         if let Poll::Ready(out) = in_spans(holds.clone(), || body.as_mut().poll(cx)) {
             return Poll::Ready(Ok(out));
         }
-        match lost.as_mut().as_pin_mut() {
-            Some(lost) => {
+        match stop.as_mut().as_pin_mut() {
+            Some(stop) => {
                 waited = true;
-                lost.poll(cx).map(Err)
+                stop.poll(cx).map(Err)
             }
             None => Poll::Pending,
         }
@@ -190,8 +233,14 @@ fn lost(held: &HeldLock, reason: LostReason) -> Error {
     }
 }
 
+fn revoked(held: &HeldLock) -> Error {
+    Error::Revoked {
+        key: held.key().clone(),
+    }
+}
+
 /// Acquires, runs `body` under the lock (cancelling it if the lock is lost
-/// and the site says so), then releases. The guard also releases if this
+/// or revoked and the site says so), then releases. The guard also releases if this
 /// future is dropped or the body panics.
 pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Future<Output = O>) -> O {
     let guard = match site.lock(name) {
@@ -204,12 +253,10 @@ pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Fut
         Err(e) => return O::lock_error(e),
     };
     let held = guard.held().clone();
-    let judge = || held.lost_reason().map(|reason| lost(&held, reason));
-    let watch = site
-        .cancel_on_lost
-        .then_some(async { lost(&held, held.lost().await) });
+    let judge = || site.stop_now(&held);
+    let stop = site.cancels().then(|| site.stopped(&held));
     let body = CURRENT.scope(Some(held.clone()), body);
-    let out = match in_hold(std::iter::once(&held), judge, watch, body).await {
+    let out = match in_hold(std::iter::once(&held), judge, stop, body).await {
         Ok(out) => out,
         Err(e) => O::lock_error(e),
     };
@@ -220,22 +267,12 @@ pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Fut
 
 /// [`run`] for a function with several locks: they are taken as one
 /// [`LockSet`], in its order, whatever order they were written in; the
-/// body is cancelled when one whose site says so is lost.
+/// body is cancelled when one is lost or revoked whose site says so.
 pub async fn run_all<O: Outcome, const N: usize>(
     locks: [(&'static Site, Arc<str>); N],
     body: impl Future<Output = O>,
 ) -> O {
-    // Which locks' loss cancels the body: all, none, or those named here.
-    let cancels = locks.iter().filter(|(site, _)| site.cancel_on_lost).count();
-    let named: Vec<(&str, Arc<str>)> = match cancels {
-        0 => Vec::new(),
-        _ if cancels == N => Vec::new(),
-        _ => locks
-            .iter()
-            .filter(|(site, _)| site.cancel_on_lost)
-            .map(|(site, name)| (site.group, name.clone()))
-            .collect(),
-    };
+    let sites = locks.clone();
     let mut set = LockSet::new();
     for (site, name) in locks {
         set = match site.lock(name) {
@@ -250,22 +287,21 @@ pub async fn run_all<O: Outcome, const N: usize>(
     };
     let out = {
         let holds = guards.iter().map(Guard::held);
-        let cancelling = |held: &&HeldLock| {
+        // Each hold with the site that asked for it.
+        let sited = holds.clone().filter_map(|held| {
             let key = held.key();
-            cancels == N
-                || named
-                    .iter()
-                    .any(|(group, name)| key.group() == *group && key.name() == &**name)
-        };
-        let judge = || {
-            holds
-                .clone()
-                .filter(cancelling)
-                .find_map(|held| held.lost_reason().map(|reason| lost(held, reason)))
-        };
-        let watch = (cancels > 0).then(|| first_lost(holds.clone().filter(cancelling)));
+            let site = sites
+                .iter()
+                .find(|(site, name)| key.group() == site.group && key.name() == &**name)?;
+            Some((site.0, held))
+        });
+        let judge = || sited.clone().find_map(|(site, held)| site.stop_now(held));
+        let stop = sites
+            .iter()
+            .any(|(site, _)| site.cancels())
+            .then(|| first_stop(sited.clone()));
         let body = CURRENT.scope(None, body);
-        match in_hold(holds.clone(), judge, watch, body).await {
+        match in_hold(holds.clone(), judge, stop, body).await {
             Ok(out) => out,
             Err(e) => O::lock_error(e),
         }
@@ -274,13 +310,17 @@ pub async fn run_all<O: Outcome, const N: usize>(
     out
 }
 
-/// The first of `holds` to be lost (nothing is set up until the body waits).
-async fn first_lost<'h>(holds: impl Iterator<Item = &'h HeldLock>) -> Error {
-    let mut signals: Vec<_> = holds.map(|held| (held, Box::pin(held.lost()))).collect();
+/// The first of `holds` to stop the body, as its site says (nothing is set
+/// up until the body waits).
+async fn first_stop<'h>(holds: impl Iterator<Item = (&'static Site, &'h HeldLock)>) -> Error {
+    let mut signals: Vec<_> = holds
+        .filter(|(site, _)| site.cancels())
+        .map(|(site, held)| Box::pin(site.stopped(held)))
+        .collect();
     poll_fn(|cx| {
-        for (held, signal) in &mut signals {
-            if let Poll::Ready(reason) = signal.as_mut().poll(cx) {
-                return Poll::Ready(lost(held, reason));
+        for signal in &mut signals {
+            if let Poll::Ready(error) = signal.as_mut().poll(cx) {
+                return Poll::Ready(error);
             }
         }
         Poll::Pending

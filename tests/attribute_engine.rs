@@ -9,7 +9,7 @@ use common::AppError;
 use dlock::engines::conformance::Faults;
 use dlock::{Error, LostReason, Settings, distributed_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use tokio::sync::MutexGuard;
+use tokio::sync::{MutexGuard, oneshot};
 
 async fn engine() -> (&'static Faults, MutexGuard<'static, ()>) {
     common::engine(Settings::default()).await
@@ -93,6 +93,48 @@ async fn on_lost_cancel_drops_the_body_and_ignore_lets_it_finish() {
     let finished = finishes_when_lost(engine).await;
     engine.set_cut(false);
     assert!(finished.expect("ignore lets the body finish"));
+}
+
+#[distributed_lock(group = "revoked", key = "cancel", lease = "300ms", on_revoke = "cancel")]
+async fn cancelled_when_revoked(held: oneshot::Sender<()>) -> Result<(), AppError> {
+    let _ = held.send(());
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    unreachable!("the body must be dropped when its holder is revoked");
+}
+
+#[distributed_lock(group = "revoked", key = "notify", lease = "300ms")]
+async fn told_when_revoked(held: oneshot::Sender<()>) -> Result<bool, AppError> {
+    let _ = held.send(());
+    let current = dlock::current().expect("held");
+    current.revoked().await;
+    Ok(current.is_revoked() && !current.is_lost())
+}
+
+#[tokio::test]
+async fn on_revoke_cancel_drops_the_body_and_notify_tells_it() {
+    let (_engine, _turn) = engine().await;
+    // Told at the next renewal: a third of the 300 ms lease.
+    let bound = Duration::from_secs(3);
+    let (held, holding) = oneshot::channel();
+    let run = tokio::spawn(cancelled_when_revoked(held));
+    holding.await.expect("held");
+    let lock = dlock::lock("revoked", "cancel");
+    assert_eq!(lock.revoke().await.expect("revoke"), 1);
+    match tokio::time::timeout(bound, run).await.expect("cancelled in time") {
+        Ok(Err(AppError::Lock(Error::Revoked { key }))) => assert_eq!(key.name(), "cancel"),
+        other => panic!("expected Revoked, got {other:?}"),
+    }
+    assert!(lock.inspect().await.expect("inspect").is_free(), "released");
+
+    let (held, holding) = oneshot::channel();
+    let run = tokio::spawn(told_when_revoked(held));
+    holding.await.expect("held");
+    assert_eq!(
+        dlock::lock("revoked", "notify").revoke().await.expect("revoke"),
+        1
+    );
+    let told = tokio::time::timeout(bound, run).await.expect("told in time");
+    assert!(told.expect("task").expect("notify lets the body finish"));
 }
 
 // `set-b` is lost first (its lease is shorter), but only `set-a`'s site cancels.

@@ -13,8 +13,17 @@ use crate::suggest::nearest;
 use crate::template::Template;
 
 /// Every option, in the order the docs list them.
-const OPTIONS: [&str; 9] = [
-    "group", "key", "keys", "permits", "mode", "wait", "lease", "engine", "on_lost",
+const OPTIONS: [&str; 10] = [
+    "group",
+    "key",
+    "keys",
+    "permits",
+    "mode",
+    "wait",
+    "lease",
+    "engine",
+    "on_lost",
+    "on_revoke",
 ];
 
 /// Shortest lease the core accepts (`dlock_core::MIN_LEASE`; a proc-macro
@@ -39,6 +48,7 @@ pub(crate) struct Args {
     pub lease: Option<Duration>,
     pub engine: Option<LitStr>,
     pub cancel_on_lost: bool,
+    pub cancel_on_revoke: bool,
 }
 
 /// `name = "value"` or `name = ["value", ...]`, as written.
@@ -111,6 +121,7 @@ fn example(name: &Ident) -> &'static str {
         "lease" => "lease = \"30s\"",
         "engine" => "engine = \"main\"",
         "on_lost" => "on_lost = \"cancel\"",
+        "on_revoke" => "on_revoke = \"cancel\"",
         _ => "name = \"value\"",
     }
 }
@@ -142,7 +153,7 @@ impl Args {
                 Value::Number(number) => permits = Some(number),
             }
         }
-        let [group, key, _, _, mode, wait, lease, engine, on_lost] = given;
+        let [group, key, _, _, mode, wait, lease, engine, on_lost, on_revoke] = given;
         let keys = match (key, keys) {
             (Some(key), None) => vec![Template::parse(key)?],
             (None, None) => Vec::new(),
@@ -217,6 +228,17 @@ impl Args {
                 ));
             }
         };
+        let cancel_on_revoke = match on_revoke.as_ref().map(|o| (o.value(), o.span())) {
+            None => false,
+            Some((o, _)) if o == "cancel" => true,
+            Some((o, _)) if o == "notify" => false,
+            Some((o, span)) => {
+                return Err(syn::Error::new(
+                    span,
+                    format!("unknown on_revoke \"{o}\": use \"cancel\" or \"notify\""),
+                ));
+            }
+        };
         let lease = match lease {
             Some(lit) => {
                 let lease = duration(&lit)?;
@@ -247,6 +269,7 @@ impl Args {
             lease,
             engine,
             cancel_on_lost,
+            cancel_on_revoke,
         })
     }
 }

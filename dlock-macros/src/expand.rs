@@ -312,14 +312,15 @@ fn site(i: usize, args: &Args) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
-    let (wait, lease, cancel) = (duration(args.wait), duration(args.lease), args.cancel_on_lost);
+    let (wait, lease) = (duration(args.wait), duration(args.lease));
+    let (on_lost, on_revoke) = (args.cancel_on_lost, args.cancel_on_revoke);
     let permits = match args.permits {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
     };
     quote! {
         static #ident: ::dlock::__private::Site =
-            ::dlock::__private::Site::new(#group, #engine, #permits, #mode, #wait, #lease, #cancel);
+            ::dlock::__private::Site::new(#group, #engine, #permits, #mode, #wait, #lease, #on_lost, #on_revoke);
     }
 }
 

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! async fn pay(order_id: u64, amount: Cents) -> Result<Receipt, AppError> {
-//!     static SITE: ::dlock::__private::Site = Site::new("order", None, Mode::Write, None, None, true);
+//!     static SITE: ::dlock::__private::Site = Site::new("order", None, None, Mode::Write, None, None, true, false);
 //!     let name = ::dlock::__private::render(format_args!("{}", &order_id)); // the one allocation
 //!     ::dlock::__private::run(&SITE, name, async move { /* the body, unchanged */ }).await
 //! }
@@ -15,8 +15,8 @@
 //!
 //! `run` looks up the group's engine once per call site, acquires (task-scoped
 //! reentrancy, wait timeout, lease, watchdog), runs the body with the held
-//! lock in a task-local (and, with `on_lost = "cancel"`, races it against the
-//! lost signal), then releases. The guard also releases when the body returns
+//! lock in a task-local (and, with `on_lost = "cancel"` or `on_revoke =
+//! "cancel"`, races it against the lost or revoked signal), then releases. The guard also releases when the body returns
 //! early through `?`, panics, or the caller drops the future.
 
 #![warn(missing_docs)]
@@ -85,6 +85,7 @@ use proc_macro2::Span;
 /// | `lease` | lease renewed every lease/3 by the watchdog, at least `"30ms"` | the group's configured lease |
 /// | `engine` | a configured engine's name, overriding the group's route | the group's engine |
 /// | `on_lost` | `"cancel"`: drop the body when the lock is known lost and return `Error::Lost`; `"ignore"`: let it finish | `"cancel"` for write, `"ignore"` for read |
+/// | `on_revoke` | `"cancel"`: drop the body when an operator asks the holder to let go (`dlock revoke`, `Lock::revoke`), release, and return `Error::Revoked`; `"notify"`: let it finish, `dlock::current()` tells (`is_revoked`, `revoked()`) | `"notify"` |
 ///
 /// The function must be `async` (an `#[async_trait]` method is fine) and
 /// return `Result<T, E>` with `E: From<dlock::Error>`: acquisition errors
