@@ -24,9 +24,16 @@ pub struct Site {
     mode: Mode,
     wait: Option<Duration>,
     lease: Option<Duration>,
-    cancel_on_lost: bool,
-    cancel_on_revoke: bool,
+    cancel: Cancel,
     locks: OnceLock<Locks>,
+}
+
+/// When a site's body is dropped before it ends.
+pub struct Cancel {
+    /// When the lock is known lost.
+    pub on_lost: bool,
+    /// When an operator asks the holder to let go.
+    pub on_revoke: bool,
 }
 
 impl Site {
@@ -37,8 +44,7 @@ impl Site {
         mode: Mode,
         wait: Option<Duration>,
         lease: Option<Duration>,
-        cancel_on_lost: bool,
-        cancel_on_revoke: bool,
+        cancel: Cancel,
     ) -> Self {
         Site {
             group,
@@ -47,8 +53,7 @@ impl Site {
             mode,
             wait,
             lease,
-            cancel_on_lost,
-            cancel_on_revoke,
+            cancel,
             locks: OnceLock::new(),
         }
     }
@@ -73,30 +78,30 @@ impl Site {
 
     /// Whether the body stops on loss or on revocation at all.
     fn cancels(&self) -> bool {
-        self.cancel_on_lost || self.cancel_on_revoke
+        self.cancel.on_lost || self.cancel.on_revoke
     }
 
     /// Why the body must stop now, as this site says: its lock is known
     /// lost, or its holder was asked to let go.
     fn stop_now(&self, held: &HeldLock) -> Option<Error> {
-        if self.cancel_on_lost
+        if self.cancel.on_lost
             && let Some(reason) = held.lost_reason()
         {
             return Some(lost(held, reason));
         }
-        (self.cancel_on_revoke && held.is_revoked()).then(|| revoked(held))
+        (self.cancel.on_revoke && held.is_revoked()).then(|| revoked(held))
     }
 
     /// Resolves when the body must stop, as this site says.
     async fn stopped(&self, held: &HeldLock) -> Error {
         let lost = async {
-            match self.cancel_on_lost {
+            match self.cancel.on_lost {
                 true => lost(held, held.lost().await),
                 false => std::future::pending().await,
             }
         };
         let revoked = async {
-            match self.cancel_on_revoke {
+            match self.cancel.on_revoke {
                 true => {
                     held.revoked().await;
                     revoked(held)

@@ -320,7 +320,8 @@ fn site(i: usize, args: &Args) -> TokenStream {
     };
     quote! {
         static #ident: ::dlock::__private::Site =
-            ::dlock::__private::Site::new(#group, #engine, #permits, #mode, #wait, #lease, #on_lost, #on_revoke);
+            ::dlock::__private::Site::new(#group, #engine, #permits, #mode, #wait, #lease,
+                ::dlock::__private::Cancel { on_lost: #on_lost, on_revoke: #on_revoke });
     }
 }
 

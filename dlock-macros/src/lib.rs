@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! async fn pay(order_id: u64, amount: Cents) -> Result<Receipt, AppError> {
-//!     static SITE: ::dlock::__private::Site = Site::new("order", None, None, Mode::Write, None, None, true, false);
+//!     static SITE: ::dlock::__private::Site = Site::new("order", None, None, Mode::Write, None, None,
+//!         Cancel { on_lost: true, on_revoke: false });
 //!     let name = ::dlock::__private::render(format_args!("{}", &order_id)); // the one allocation
 //!     ::dlock::__private::run(&SITE, name, async move { /* the body, unchanged */ }).await
 //! }
