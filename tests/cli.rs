@@ -134,3 +134,59 @@ fn errors_name_what_is_wrong_and_exit_as_documented() {
     let out = dlock(&bad, &["frobnicate"]);
     assert_eq!(out.status.code(), Some(2), "usage");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_asks_and_release_force_hands_the_lock_on() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let text = redis_config(&format!("redis://{}", server.address()));
+    let path = config_file("act", &text);
+    let config = Config::parse(&text, []).expect("config");
+    let kinds = dlock::engines::kinds();
+    let (holding, waiting) = (
+        Registry::build(&config, &kinds).await.expect("registry"),
+        Registry::build(&config, &kinds).await.expect("registry"),
+    );
+    // Holders hear at their next renewal: a third of this lease.
+    let lease = Duration::from_secs(2);
+    let guard = holding
+        .locks("order")
+        .get("stuck")
+        .with_lease(lease)
+        .lock()
+        .await
+        .expect("lock");
+    let waiter = tokio::spawn({
+        let lock = waiting.locks("order").get("stuck");
+        async move { lock.lock().await.expect("waiter") }
+    });
+
+    let revoked = dlock(&path, &["revoke", "order/stuck", "--json"]);
+    assert_eq!(revoked.status.code(), Some(0), "{revoked:?}");
+    let json: serde_json::Value = serde_json::from_slice(&revoked.stdout).expect("json");
+    assert_eq!(json, serde_json::json!({ "lock": "order/stuck", "asked": 1 }));
+    tokio::time::timeout(lease, guard.revoked())
+        .await
+        .expect("the holder hears it was asked");
+    assert!(!guard.is_lost(), "asking takes nothing");
+
+    let unforced = dlock(&path, &["release", "order/stuck"]);
+    assert_eq!(unforced.status.code(), Some(2), "{unforced:?}");
+    assert!(String::from_utf8_lossy(&unforced.stderr).contains("--force"));
+
+    let forced = dlock(&path, &["release", "--force", "order/stuck"]);
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
+    assert_eq!(stdout(&forced).trim(), "order/stuck: forced out 1 holder(s)");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter's turn")
+        .expect("task");
+    assert!(next.fence() > guard.fence(), "the next token is greater");
+    let reason = tokio::time::timeout(lease * 2, guard.lost())
+        .await
+        .expect("the old holder hears it");
+    assert_eq!(reason, dlock::LostReason::ForceReleased);
+    next.release().await.expect("release");
+
+    let nothing = dlock(&path, &["release", "--force", "order/stuck"]);
+    assert_eq!(nothing.status.code(), Some(3), "nothing held: {nothing:?}");
+}

@@ -12,11 +12,12 @@ use dlock::{Config, Error, LockView, Registry};
 const EXIT_CODES: &str = "\
 Exit codes:
   0  done; `show`: someone holds or waits
-  1  an engine could not answer (unreachable, or it keeps no such records)
+  1  an engine could not answer (unreachable, or it cannot do what was asked)
   2  bad usage or bad config
-  3  nothing held: `show` found the lock free, `locks` found no lock held";
+  3  nothing held: `show` found the lock free, `locks` found no lock held,
+     `release` and `revoke` found no holder";
 
-/// Who holds which lock, who waits, since when.
+/// Who holds which lock, who waits, since when; and letting a stuck lock go.
 #[derive(Parser)]
 #[command(name = "dlock", version, after_help = EXIT_CODES)]
 struct Cli {
@@ -44,6 +45,34 @@ enum Command {
         #[arg(long)]
         permits: Option<u32>,
     },
+    /// Ends every hold of GROUP/NAME on the server so its next waiter gets
+    /// in. Each old holder learns it at its next renewal; the next
+    /// holder's fencing token is greater, so storage that checks tokens
+    /// refuses the old holder's writes.
+    Release {
+        /// GROUP/NAME.
+        lock: String,
+        /// Required: this takes the lock from a holder that may be alive.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Asks every holder of GROUP/NAME to let go; each learns it at its
+    /// next renewal, and lets go as its code decides.
+    Revoke {
+        /// GROUP/NAME.
+        lock: String,
+    },
+}
+
+/// What a command found or did.
+enum Outcome {
+    Views(Vec<LockView>),
+    /// How many holders of `lock` were forced out or asked (`verb`).
+    Acted {
+        lock: String,
+        verb: &'static str,
+        holders: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,33 +82,48 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(&Error::config("runtime", e.to_string())),
     };
-    match runtime.block_on(run(&cli)) {
-        Ok(views) => {
-            if cli.json {
-                let json = serde_json::to_string_pretty(&views).expect("views serialize");
-                println!("{json}");
-            } else {
-                print!("{}", show::table(&views, std::time::SystemTime::now()));
-            }
-            if views.iter().all(LockView::is_free) {
-                ExitCode::from(3)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => fail(&e),
+    let (shown, nothing_held) = match runtime.block_on(run(&cli)) {
+        Ok(Outcome::Views(views)) if cli.json => (
+            serde_json::to_string_pretty(&views).expect("views serialize"),
+            views.iter().all(LockView::is_free),
+        ),
+        Ok(Outcome::Views(views)) => (
+            show::table(&views, std::time::SystemTime::now()),
+            views.iter().all(LockView::is_free),
+        ),
+        Ok(Outcome::Acted { lock, verb, holders }) if cli.json => (
+            serde_json::json!({ "lock": lock, verb: holders }).to_string(),
+            holders == 0,
+        ),
+        Ok(Outcome::Acted { lock, verb, holders }) => (
+            format!("{lock}: {} {holders} holder(s)", verb.replace('_', " ")),
+            holders == 0,
+        ),
+        Err(e) => return fail(&e),
+    };
+    println!("{}", shown.trim_end());
+    if nothing_held {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
-async fn run(cli: &Cli) -> Result<Vec<LockView>, Error> {
+async fn run(cli: &Cli) -> Result<Outcome, Error> {
     let config = match &cli.config {
         Some(path) => Config::from_file(path)?,
         None if std::path::Path::new("dlock.toml").exists() => Config::from_file("dlock.toml")?,
         None => Config::parse("", std::env::vars())?,
     };
+    if let Command::Release { force: false, .. } = cli.command {
+        return Err(Error::config(
+            "--force",
+            "`release` takes the lock from a holder that may be alive: say `release --force`",
+        ));
+    }
     let registry = Registry::build(&config, &dlock::engines::kinds()).await?;
-    match &cli.command {
-        Command::Locks { group: Some(group) } => registry.locks(group).list().await,
+    let views = match &cli.command {
+        Command::Locks { group: Some(group) } => registry.locks(group).list().await?,
         Command::Locks { group: None } => {
             if config.groups.is_empty() {
                 return Err(Error::config(
@@ -91,22 +135,39 @@ async fn run(cli: &Cli) -> Result<Vec<LockView>, Error> {
             for group in config.groups.keys() {
                 views.extend(registry.locks(group).list().await?);
             }
-            Ok(views)
+            views
         }
         Command::Show { lock, permits } => {
-            let Some((group, name)) = lock.split_once('/') else {
-                return Err(Error::config(
-                    "GROUP/NAME",
-                    format!("`{lock}` has no `/` between group and name"),
-                ));
-            };
+            let (group, name) = group_and_name(lock)?;
             let locks = registry.locks(group);
-            match permits {
-                Some(n) => locks.semaphore(name, *n).inspect().await.map(|v| vec![v]),
-                None => locks.get(name).inspect().await.map(|v| vec![v]),
-            }
+            vec![match permits {
+                Some(n) => locks.semaphore(name, *n).inspect().await?,
+                None => locks.get(name).inspect().await?,
+            }]
         }
-    }
+        Command::Release { lock, .. } => {
+            let (group, name) = group_and_name(lock)?;
+            let holders = registry.locks(group).get(name).force_release().await?;
+            let (lock, verb) = (lock.clone(), "forced_out");
+            return Ok(Outcome::Acted { lock, verb, holders });
+        }
+        Command::Revoke { lock } => {
+            let (group, name) = group_and_name(lock)?;
+            let holders = registry.locks(group).get(name).revoke().await?;
+            let (lock, verb) = (lock.clone(), "asked");
+            return Ok(Outcome::Acted { lock, verb, holders });
+        }
+    };
+    Ok(Outcome::Views(views))
+}
+
+fn group_and_name(lock: &str) -> Result<(&str, &str), Error> {
+    lock.split_once('/').ok_or_else(|| {
+        Error::config(
+            "GROUP/NAME",
+            format!("`{lock}` has no `/` between group and name"),
+        )
+    })
 }
 
 /// The error on stderr, and its exit code: 2 for config, 1 for the rest.
