@@ -257,6 +257,37 @@ async fn reentry_makes_no_span_and_a_busy_lock_says_why_in_the_acquire_span() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_wait_names_whom_it_waited_behind_and_links_a_holder_of_this_process() {
+    let (seen, _subscriber) = capture();
+    let (registry, _) = registry();
+    let holder = registry.locks("orders").get("2").lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let lock = registry.locks("orders").get("2");
+        async move { lock.lock().await.expect("waiter").release().await }
+    });
+    // The holders' labels are read beside the wait: give it a moment, bounded.
+    let named = || {
+        let acquires = seen.spans("acquire");
+        acquires.get(1).and_then(|a| a.fields.get("waited_for").cloned())
+    };
+    for _ in 0..250 {
+        if named().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(named().as_deref(), Some(dlock::kit::process_label().as_str()));
+    holder.release().await.expect("release");
+    waiter.await.expect("task").expect("release");
+    let acquires = seen.spans("acquire");
+    assert_eq!(acquires[1].follows, ["hold"], "linked to the holder's span");
+    assert!(
+        !acquires[0].fields.contains_key("waited_for"),
+        "the first waited for nobody"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn failed_renewals_and_the_loss_are_warnings_in_the_hold_span() {
     let (seen, _subscriber) = capture();
     let (registry, faults) = registry();

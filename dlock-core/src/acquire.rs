@@ -11,7 +11,7 @@ use crate::config::{Queue, Wait};
 use crate::guard::Guard;
 use crate::hold::{Grant, Hold, engine_id, held_by_other_tasks};
 use crate::kit::{Call, Woken, within};
-use crate::kit::{EngineError, Poll, Renewal, Request};
+use crate::kit::{EngineError, Poll, Records, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Series, Span};
 use crate::registry::Group;
@@ -157,6 +157,30 @@ async fn confirm(hold: &Arc<Hold>) -> Instant {
     Instant::now()
 }
 
+/// Says on the wait's span, if anyone listens, whom it waits behind: the
+/// hold spans of this process's holders are linked to it, and where the
+/// engine keeps records, the holders' labels are read in the background,
+/// not slowing the wait (see `trace.rs`).
+fn name_the_holders(group: &Group, req: &Request) {
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    for hold in held_by_other_tasks(group, req) {
+        span.follows_from(&hold.span);
+    }
+    if group.capabilities.records == Records::None {
+        return;
+    }
+    let (engine, key, permits) = (group.engine.clone(), req.key.clone(), req.permits);
+    let until = Instant::now() + group.settings.call_timeout;
+    tokio::spawn(async move {
+        if let Ok(view) = within(until, engine.inspect(&key, permits)).await {
+            trace::waited_for(&span, &view);
+        }
+    });
+}
+
 /// Asks until granted or the wait runs out; on timeout the request is
 /// withdrawn. Every call is bounded: by the wait, and by `call_timeout`.
 async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait) -> Result<Grant, Error> {
@@ -208,6 +232,9 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
         let now = Instant::now();
         let wake = match answer {
             Ok(wake) => {
+                if !queued && !req.try_once {
+                    name_the_holders(group, req);
+                }
                 queued = true;
                 failure = None;
                 wake

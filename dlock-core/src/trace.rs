@@ -2,7 +2,7 @@
 //!
 //! | span or event | level | fields |
 //! |---|---|---|
-//! | span `acquire`: one engine acquisition, to grant or failure | debug | `group`, `key`, `mode`, `engine`, `permits`, then `wait_ms`, `outcome` |
+//! | span `acquire`: one engine acquisition, to grant or failure | debug | `group`, `key`, `mode`, `engine`, `permits`, then `wait_ms`, `outcome`, and if it waited, `waited_for` |
 //! | span `hold`: grant to the hold's end (a sibling of `acquire`, which it follows from) | debug | `group`, `key`, `mode`, `engine`, `permits`, `fence` |
 //! | event "lock wait ended without the lock" (in `acquire`) | debug | `error` |
 //! | event "lock renewal failed; retrying" (in `hold`) | warn | `error` |
@@ -11,6 +11,12 @@
 //!
 //! A semaphore's permit has `mode` = `permit` and `permits` = its count;
 //! a lock has no `permits`.
+//!
+//! An acquisition that has to wait names whom it waits behind: `waited_for`
+//! holds the holders' labels (`client_name`), as the engine's records show
+//! them, read beside the wait so it is not slowed; and the `hold` spans of
+//! holders in this process are linked to it (`follows_from`), so a
+//! subscriber that keeps traces shows the holder's trace.
 //!
 //! Reentries make no span: they never reach the engine. With no subscriber,
 //! or one that leaves `dlock` at info, each call site costs one check of
@@ -35,7 +41,20 @@ pub(crate) fn acquisition(req: &Request, engine: &str) -> Span {
         permits = req.permits,
         wait_ms = field::Empty,
         outcome = field::Empty,
+        waited_for = field::Empty,
     )
+}
+
+/// Records the labels of whom an acquisition waited behind.
+pub(crate) fn waited_for(span: &Span, holders: &crate::LockView) {
+    let labels: Vec<&str> = holders
+        .holders
+        .iter()
+        .map(|h| h.label.as_deref().unwrap_or("(unlabelled)"))
+        .collect();
+    if !labels.is_empty() {
+        span.record("waited_for", labels.join(", "));
+    }
 }
 
 /// Records how the acquisition ended, and after how long.
