@@ -100,3 +100,27 @@ async fn the_local_line_counts_against_the_wait_and_try_lock_never_joins_it() {
         "the timed-out waiter left the line"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_forced_out_lets_the_next_local_waiter_in_while_it_still_runs() {
+    let registry = Arc::new(local(faults(), Wait::For(Duration::from_secs(10))));
+    let lock = registry
+        .locks("local")
+        .get("forced")
+        .with_lease(Duration::from_millis(300));
+    let wedged = lock.lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(lock.force_release().await.expect("force release"), 1);
+    // The wedged holder keeps its guard; it hears at its next renewal.
+    let next = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the local waiter got in")
+        .expect("task")
+        .expect("lock");
+    assert!(wedged.is_lost() && next.fence() > wedged.fence());
+    next.release().await.expect("release");
+}

@@ -208,7 +208,7 @@ pub(crate) struct Hold {
     released: tokio::sync::Mutex<bool>,
     /// When the grant arrived: the hold span runs from here.
     pub held_since: Instant,
-    /// Its place in the local queue, given up on release.
+    /// Its place in the local queue, given up on release or loss.
     place: Mutex<Option<Place>>,
     /// The `hold` span (`trace.rs`), closed when the hold is gone.
     pub span: tracing::Span,
@@ -491,6 +491,9 @@ impl Hold {
             first
         };
         if first {
+            // The next local waiter may go to the engine: this hold no
+            // longer keeps it out, whether or not its task lets go.
+            lock(&self.place).take();
             self.group.labels.event(Series::of(&self.req), Event::Lost);
             trace::lost(&self.span, reason);
         }
