@@ -312,6 +312,9 @@ pub use dlock_macros::distributed_lock;
 #[doc(hidden)]
 pub mod __private;
 
+#[cfg(feature = "admin")]
+pub mod admin;
+
 static REGISTRY: OnceCell<Registry> = OnceCell::new();
 
 /// Builds the configured engines into the global registry. Call once at

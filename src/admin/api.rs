@@ -1,0 +1,128 @@
+//! The JSON routes: the same views, serialized the same way, as the `dlock`
+//! command prints with `--json`, and the two actions.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+use super::Shown;
+use crate::{Error, Lock, LockView, Locks};
+
+/// Why a request got no view.
+pub(super) enum Failure {
+    /// A group the application did not give the page.
+    Unshown(String),
+    /// The application did not turn the actions on.
+    ActionsOff,
+    /// The actions' token is missing or wrong.
+    Unauthorized,
+    Lock(Error),
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Self {
+        Failure::Lock(error)
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        match self {
+            Failure::Unshown(group) => {
+                (StatusCode::NOT_FOUND, format!("group `{group}` is not shown here")).into_response()
+            }
+            Failure::ActionsOff => (
+                StatusCode::NOT_FOUND,
+                "release and revoke are off: the application has not turned on actions",
+            )
+                .into_response(),
+            Failure::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                [(WWW_AUTHENTICATE, "Bearer")],
+                "release and revoke need the header `Authorization: Bearer <token>` with the application's token",
+            )
+                .into_response(),
+            Failure::Lock(error) => (status(&error), error.to_string()).into_response(),
+        }
+    }
+}
+
+/// An engine's failure is a bad gateway: the page works, the server behind it does not.
+fn status(error: &Error) -> StatusCode {
+    match error {
+        Error::Engine { .. } | Error::Listing { .. } | Error::Unavailable { .. } => StatusCode::BAD_GATEWAY,
+        Error::Unsupported { .. } => StatusCode::NOT_IMPLEMENTED,
+        Error::InvalidKey { .. } => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl Shown {
+    fn locks(&self, group: &str) -> Result<&Locks, Failure> {
+        (self.groups.get(group)).ok_or_else(|| Failure::Unshown(group.to_owned()))
+    }
+
+    /// The lock an action is for, once the request shows the token.
+    fn act_on(&self, headers: &HeaderMap, group: &str, name: String) -> Result<Lock, Failure> {
+        let token = self.token.as_deref().ok_or(Failure::ActionsOff)?;
+        let given = (headers.get(AUTHORIZATION))
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "));
+        // In constant time: how much of a guess matched must not show in the timing.
+        match given {
+            Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {}
+            _ => return Err(Failure::Unauthorized),
+        }
+        Ok(self.locks(group)?.get(name))
+    }
+}
+
+/// `GET /api`: the groups to show and whether the page offers the actions.
+pub(super) async fn overview(State(shown): State<Arc<Shown>>) -> Json<Value> {
+    Json(json!({
+        "groups": shown.groups.keys().collect::<Vec<_>>(),
+        "actions": shown.token.is_some(),
+    }))
+}
+
+/// `GET /api/locks/{group}`.
+pub(super) async fn list(
+    State(shown): State<Arc<Shown>>,
+    Path(group): Path<String>,
+) -> Result<Json<Vec<LockView>>, Failure> {
+    Ok(Json(shown.locks(&group)?.list().await?))
+}
+
+/// `GET /api/locks/{group}/{name}`.
+pub(super) async fn show(
+    State(shown): State<Arc<Shown>>,
+    Path((group, name)): Path<(String, String)>,
+) -> Result<Json<LockView>, Failure> {
+    Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
+}
+
+/// `POST /api/locks/{group}/{name}/release`: `{"affected": <holds released>}`.
+pub(super) async fn release(
+    State(shown): State<Arc<Shown>>,
+    Path((group, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Failure> {
+    let lock = shown.act_on(&headers, &group, name)?;
+    Ok(Json(json!({ "affected": lock.force_release().await? })))
+}
+
+/// `POST /api/locks/{group}/{name}/revoke`: `{"affected": <holds revoked>}`.
+pub(super) async fn revoke(
+    State(shown): State<Arc<Shown>>,
+    Path((group, name)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Failure> {
+    let lock = shown.act_on(&headers, &group, name)?;
+    Ok(Json(json!({ "affected": lock.revoke().await? })))
+}

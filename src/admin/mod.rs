@@ -1,0 +1,122 @@
+//! A web page of who holds which lock and who waits, for an
+//! [axum](https://docs.rs/axum) application to mount (cargo feature `admin`).
+//!
+//! ```no_run
+//! # async fn serve() -> std::io::Result<()> {
+//! let admin = dlock::admin::Admin::new(dlock::registry()).groups(["order", "stock"]);
+//! let app = axum::Router::new().nest("/dlock", admin.router());
+//! # let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! # axum::serve(listener, app).await
+//! # }
+//! ```
+//!
+//! Relative to where it is mounted:
+//!
+//! | route | answers |
+//! |---|---|
+//! | `GET /` | the page: a table per group, refreshed every second |
+//! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
+//! | `GET /api/locks/{group}` | the group's held locks, the JSON of `dlock locks GROUP --json` |
+//! | `GET /api/locks/{group}/{name}` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
+//! | `POST /api/locks/{group}/{name}/release` | [`Lock::force_release`](crate::Lock::force_release), with [`Admin::actions`] only |
+//! | `POST /api/locks/{group}/{name}/revoke` | [`Lock::revoke`](crate::Lock::revoke), with [`Admin::actions`] only |
+//!
+//! A name holding `/` goes in one path segment, percent-encoded. A group
+//! not given to [`Admin::groups`] is 404. A failing engine is 502 with the
+//! error's text (which names the engine and its address, never a secret),
+//! an engine lacking the records or the action 501.
+//!
+//! The page shows every name and label as text, never as markup: both come
+//! from whoever takes locks. Owner ids never leave the process; the views
+//! carry their digests only.
+//!
+//! Nothing here authenticates readers: mount the router behind whatever
+//! guards the application's other internal pages. The actions need the
+//! token besides, as `Authorization: Bearer <token>`; the page asks the
+//! operator for it and keeps it in the tab's `sessionStorage`. A browser
+//! sends that header to another origin only after a CORS preflight, which
+//! the router never grants, so another site cannot make a visitor's
+//! browser release a lock.
+
+mod api;
+mod page;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+use crate::{Locks, Registry};
+
+/// Builds the admin [`Router`]: which registry, which groups, whether the
+/// release and revoke actions are on.
+pub struct Admin<'r> {
+    registry: &'r Registry,
+    groups: Vec<String>,
+    token: Option<String>,
+}
+
+impl<'r> Admin<'r> {
+    /// An admin page of `registry`'s locks ([`crate::registry`] for the
+    /// global one), showing no group until [`groups`](Self::groups) names some.
+    pub fn new(registry: &'r Registry) -> Self {
+        Admin {
+            registry,
+            groups: Vec::new(),
+            token: None,
+        }
+    }
+
+    /// The groups the page shows and the API answers for; any other is 404.
+    pub fn groups<I, S>(mut self, groups: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.groups.extend(groups.into_iter().map(Into::into));
+        self
+    }
+
+    /// Turns on the release and revoke actions, for requests carrying
+    /// `Authorization: Bearer <token>`. Off by default: a page anyone
+    /// reaching it may read should not be a way to break a lock.
+    ///
+    /// # Panics
+    ///
+    /// If `token` is empty.
+    pub fn actions(mut self, token: impl Into<String>) -> Self {
+        let token = token.into();
+        assert!(!token.is_empty(), "dlock::admin: the actions' token is empty");
+        self.token = Some(token);
+        self
+    }
+
+    /// The routes, to mount with [`Router::nest`] (or merge at the root).
+    pub fn router<S>(&self) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        let groups = (self.groups.iter())
+            .map(|group| (group.clone(), self.registry.locks(group)))
+            .collect();
+        let shown = Shown {
+            groups,
+            token: self.token.clone(),
+        };
+        Router::new()
+            .route("/", get(page::page))
+            .route("/api", get(api::overview))
+            .route("/api/locks/{group}", get(api::list))
+            .route("/api/locks/{group}/{name}", get(api::show))
+            .route("/api/locks/{group}/{name}/release", post(api::release))
+            .route("/api/locks/{group}/{name}/revoke", post(api::revoke))
+            .with_state(Arc::new(shown))
+    }
+}
+
+/// What the handlers share: the groups shown and the actions' token.
+struct Shown {
+    groups: BTreeMap<String, Locks>,
+    token: Option<String>,
+}
