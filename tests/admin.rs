@@ -1,0 +1,323 @@
+//! The admin page in a real headless Chromium, against a real Redis whose
+//! lock another process holds and a third waits for: what the page
+//! renders, that a lock's name stays text, and the release button.
+//! `ADMIN_PAGE_SCREENSHOT=1 cargo test --features admin,redis --test admin`
+//! rewrites the README's picture, docs/admin-page.png.
+
+#![cfg(all(feature = "admin", feature = "redis"))]
+
+mod browser;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use browser::{Browser, Chromedriver, Http};
+use dlock::admin::Admin;
+use dlock::{Config, Registry};
+use dlock_testkit::fixtures::redis::redis_args;
+use dlock_testkit::server::{TestServer, spawn_watched};
+use serde_json::{Value, json};
+
+/// Markup if a page ever parsed it: an `<img>` whose error handler alerts.
+const NAME: &str = "<img src=x onerror=alert(1)>";
+const TOKEN: &str = "s3cret-operator-token";
+/// The holder's lease: the lock passes on within it once released (or,
+/// were the holder to crash, once it runs out).
+const LEASE: Duration = Duration::from_secs(5);
+/// Set in the holder and waiter processes: which one this run of the test
+/// binary is, and its config.
+const ROLE: &str = "ADMIN_TEST_ROLE";
+const CONFIG: &str = "ADMIN_TEST_CONFIG";
+
+fn config(redis: &str, label: &str) -> String {
+    format!(
+        "[defaults]\nclient_name = \"{label}\"\nlease = \"{}s\"\n\
+         [engines.main]\nkind = \"redis\"\nurl = \"redis://{redis}\"\nconnect_timeout = \"5s\"\n[groups.ops]\n",
+        LEASE.as_secs()
+    )
+}
+
+/// Not a test on its own: the holder's and the waiter's process, this
+/// binary run again by the page test with `ROLE` set. Takes the lock,
+/// says so, and keeps it until killed.
+#[tokio::test]
+async fn holding_process() {
+    let (Ok(role), Ok(text)) = (std::env::var(ROLE), std::env::var(CONFIG)) else {
+        return;
+    };
+    let config = Config::parse(&text, []).expect("config");
+    let registry = Registry::build(&config, &dlock::engines::kinds())
+        .await
+        .expect("registry");
+    let guard = registry.locks("ops").get(NAME).lock().await.expect("lock");
+    println!("{role} holds {}", guard.fence());
+    let reason = guard.lost().await;
+    println!("{role} lost: {reason}");
+    std::future::pending::<()>().await;
+}
+
+/// A holding process, killed with its process group when dropped.
+struct Holder(Child, mpsc::Receiver<String>);
+
+impl Holder {
+    fn start(role: &str, config: String) -> Holder {
+        let mut command = Command::new(std::env::current_exe().expect("test binary"));
+        command
+            .args(["--exact", "holding_process", "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(CONFIG, config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = spawn_watched(command, role);
+        let (tx, rx) = mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        std::thread::spawn(move || stdout.lines().map_while(Result::ok).try_for_each(|l| tx.send(l)));
+        Holder(child, rx)
+    }
+
+    /// Waits until the process says it holds the lock.
+    fn holds(&self, role: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.1.recv_timeout(left) {
+                // The harness's `test holding_process ... ` comes first on the line.
+                Ok(line) if line.contains(&format!("{role} holds")) => return,
+                Ok(_) => {}
+                Err(e) => panic!("{role} did not take the lock within {within:?}: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The lock's row as the page renders it: each cell's text, as shown.
+async fn row(browser: &Browser) -> Option<Value> {
+    let script = r#"
+        const row = document.querySelector('section[data-group="ops"] tr.lock');
+        if (!row) return null;
+        const text = (name) => row.querySelector("td." + name).innerText;
+        return Object.fromEntries(["name", "mode", "holder", "fence", "held", "lease", "waiters"]
+            .map((name) => [name, text(name)]));
+    "#;
+    let row = browser.run(script, json!([])).await;
+    (!row.is_null()).then_some(row)
+}
+
+/// Polls the rendered row until `wanted` holds of it; fails after `within`.
+async fn row_until(browser: &Browser, within: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        assert_eq!(browser.alert().await, None, "the page ran a script from the data");
+        let row = row(browser).await;
+        match row {
+            Some(row) if wanted(&row) => return row,
+            _ if Instant::now() > deadline => panic!("the page did not show it within {within:?}: {row:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
+    let redis = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let text = config(&redis.address(), "admin page");
+    let registry = Registry::build(
+        &Config::parse(&text, []).expect("config"),
+        &dlock::engines::kinds(),
+    )
+    .await
+    .expect("registry");
+    let app = axum::Router::new()
+        .nest(
+            "/dlock",
+            Admin::new(&registry).groups(["ops"]).actions(TOKEN).router(),
+        )
+        .nest("/readonly", Admin::new(&registry).groups(["ops"]).router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let site = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let holder = Holder::start("holder", config(&redis.address(), "holder 1"));
+    holder.holds("holder", Duration::from_secs(30));
+    let waiter = Holder::start("waiter", config(&redis.address(), "waiter 2"));
+
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{site}/dlock")).await;
+    let shown = row_until(&browser, Duration::from_secs(30), |row| row["waiters"] != "").await;
+    assert_eq!(shown["name"], NAME, "the name as text: {shown}");
+    assert_eq!(
+        (&shown["mode"], &shown["holder"], &shown["waiters"]),
+        (&json!("write"), &json!("holder 1"), &json!("1. waiter 2 (write)")),
+        "{shown}"
+    );
+    assert!(
+        shown["fence"].as_str().is_some_and(|f| f.parse::<u64>().is_ok()),
+        "{shown}"
+    );
+    assert!(
+        shown["held"].as_str().is_some_and(|t| t.ends_with('s')),
+        "{shown}"
+    );
+    // Were the name parsed as markup, its <img> would be in the page and its
+    // error handler would have opened an alert.
+    assert_eq!(browser.find_all("img").await.len(), 0, "an <img> was injected");
+    assert_eq!(browser.alert().await, None, "the page ran the name's script");
+
+    // Without the token, or with another, nothing is released.
+    let http = Http::default();
+    let release = format!("{site}/dlock/api/locks/ops/{}/release", encode(NAME));
+    let post = |headers: &'static [(&'static str, &'static str)]| {
+        http.send(http::Method::POST, &release, headers, String::new())
+    };
+    assert_eq!(post(&[]).await.0, 401);
+    assert_eq!(
+        post(&[("authorization", "Bearer s3cret-operator-tokeN")]).await.0,
+        401
+    );
+    let off = release.replace("/dlock/", "/readonly/");
+    let off = http.send(http::Method::POST, &off, &[], String::new()).await;
+    assert_eq!(off.0, 404, "actions off: {off:?}");
+    let unshown = format!("{site}/dlock/api/locks/other");
+    let unshown = http.send(http::Method::GET, &unshown, &[], String::new()).await;
+    assert_eq!(unshown.0, 404, "a group not given: {unshown:?}");
+
+    browser.type_into("#token", TOKEN).await;
+    // Not `DLOCK_*`: the config reads those as overrides, and any other
+    // test reading the environment would fail on it.
+    if std::env::var("ADMIN_PAGE_SCREENSHOT").is_ok_and(|v| v == "1") {
+        let png = browser.screenshot().await;
+        std::fs::write(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/admin-page.png"), png).expect("screenshot");
+    }
+    let still = row(&browser).await.expect("the row");
+    assert_eq!(still["holder"], "holder 1", "released without the token: {still}");
+
+    browser
+        .click(r#"section[data-group="ops"] tr.lock button.release"#)
+        .await;
+    let redis_can = registry
+        .engine("main")
+        .expect("engine")
+        .capabilities()
+        .force_release;
+    if redis_can {
+        // Handed to the waiter at its next poll, shown at the page's next
+        // refresh: well within a lease, which is how long a crashed holder
+        // would have kept it.
+        let moved = row_until(&browser, LEASE, |row| row["holder"] == "waiter 2").await;
+        assert_eq!(moved["waiters"], "", "{moved}");
+        assert_eq!(message(&browser).await, format!("release ops/{NAME}: 1 hold(s)"));
+    } else {
+        // The Redis engine cannot force a release yet: the page shows the
+        // engine's 501 and the lock stays where it was. (The hand-over
+        // through the API: `actions_release_and_revoke_with_the_token`.)
+        let said = message_until(&browser, LEASE).await;
+        let expected = format!("release ops/{NAME} failed (501): engine `main` (redis) does not support");
+        assert!(said.starts_with(&expected), "{said}");
+        let kept = row(&browser).await.expect("the row");
+        assert_eq!(
+            (&kept["holder"], &kept["waiters"]),
+            (&json!("holder 1"), &json!("1. waiter 2 (write)"))
+        );
+    }
+    assert_eq!(browser.find_all("img").await.len(), 0);
+    browser.close().await;
+    drop((holder, waiter));
+}
+
+/// What the page last said about an action.
+async fn message(browser: &Browser) -> String {
+    let said = browser.run("return document.getElementById('message').innerText", json!([]));
+    said.await.as_str().expect("text").to_owned()
+}
+
+/// Polls until the page says something about an action; fails after `within`.
+async fn message_until(browser: &Browser, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let said = message(browser).await;
+        match said.is_empty() {
+            false => return said,
+            true if Instant::now() > deadline => panic!("the page said nothing within {within:?}"),
+            true => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The actions through the API, on the memory engine (which can force a
+/// release and revoke): with the token, a hold ends or is asked to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_release_and_revoke_with_the_token() {
+    let engine = std::sync::Arc::new(dlock::engines::memory::MemoryEngine::new());
+    // A holder learns of a revocation at its next renewal, a third of a
+    // lease on. Every waiter goes to the engine's queue: in one process,
+    // the local queue would keep the waiter behind the forced-out holder's
+    // guard, as it rightly does for its own process's holds.
+    let settings = dlock::Settings {
+        lease: LEASE,
+        queue: dlock::config::Queue::Engine,
+        ..dlock::Settings::default()
+    };
+    // The holder and the waiter as two processes would be: a registry each.
+    let registry = Registry::with_engine("main", engine.clone(), settings).expect("registry");
+    let other = Registry::with_engine("main", engine, settings).expect("registry");
+    let app = Admin::new(&registry).groups(["ops"]).actions(TOKEN).router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let site = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (http, bearer) = (
+        Http::default(),
+        [("authorization", "Bearer s3cret-operator-token")],
+    );
+    let act = |action: &str| format!("{site}/api/locks/ops/{}/{action}", encode(NAME));
+
+    let lock = registry.locks("ops").get(NAME);
+    let held = lock.lock().await.expect("lock");
+    let revoke = http
+        .send(http::Method::POST, &act("revoke"), &bearer, String::new())
+        .await;
+    assert_eq!(revoke, (200, r#"{"affected":1}"#.to_owned()));
+    tokio::time::timeout(LEASE, held.revoked())
+        .await
+        .expect("asked to let go");
+
+    let waiter = tokio::spawn({
+        let lock = other.locks("ops").get(NAME);
+        async move { lock.lock().await }
+    });
+    let release = http
+        .send(http::Method::POST, &act("release"), &bearer, String::new())
+        .await;
+    assert_eq!(release, (200, r#"{"affected":1}"#.to_owned()));
+    let next = tokio::time::timeout(LEASE, waiter)
+        .await
+        .expect("handed on")
+        .expect("task");
+    let next = next.expect("lock");
+    assert!(next.fence() > held.fence(), "a greater fence for the next holder");
+
+    let shown = format!("{site}/api/locks/ops/{}", encode(NAME));
+    let (status, view) = http.send(http::Method::GET, &shown, &[], String::new()).await;
+    assert_eq!(status, 200, "{view}");
+    let view: Value = serde_json::from_str(&view).expect("json");
+    assert_eq!(
+        (view["name"].as_str(), &view["holders"][0]["fence"]),
+        (Some(NAME), &json!(next.fence()))
+    );
+}
+
+/// A path segment, percent-encoded as the page's `encodeURIComponent` does.
+fn encode(segment: &str) -> String {
+    form_urlencoded::byte_serialize(segment.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
