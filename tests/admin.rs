@@ -285,7 +285,8 @@ async fn actions_release_and_revoke_with_the_token() {
     let revoke = http
         .send(http::Method::POST, &act("revoke"), &bearer, String::new())
         .await;
-    assert_eq!(revoke, (200, r#"{"affected":1}"#.to_owned()));
+    let answer = json!({ "lock": format!("ops/{NAME}"), "asked": 1 }).to_string();
+    assert_eq!(revoke, (200, answer), "as `dlock revoke --json` prints");
     tokio::time::timeout(LEASE, held.revoked())
         .await
         .expect("asked to let go");
@@ -297,7 +298,8 @@ async fn actions_release_and_revoke_with_the_token() {
     let release = http
         .send(http::Method::POST, &act("release"), &bearer, String::new())
         .await;
-    assert_eq!(release, (200, r#"{"affected":1}"#.to_owned()));
+    let answer = json!({ "lock": format!("ops/{NAME}"), "forced_out": 1 }).to_string();
+    assert_eq!(release, (200, answer), "as `dlock release --force --json` prints");
     let next = tokio::time::timeout(LEASE, waiter)
         .await
         .expect("handed on")

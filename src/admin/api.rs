@@ -107,22 +107,30 @@ pub(super) async fn show(
     Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
 }
 
-/// `POST /api/locks/{group}/{name}/release`: `{"affected": <holds released>}`.
+/// `POST /api/locks/{group}/{name}/release`: `{"lock": "<group>/<name>",
+/// "forced_out": <holds ended>}`, as `dlock release --force --json` prints.
 pub(super) async fn release(
     State(shown): State<Arc<Shown>>,
     Path((group, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, Failure> {
     let lock = shown.act_on(&headers, &group, name)?;
-    Ok(Json(json!({ "affected": lock.force_release().await? })))
+    let forced_out = lock.force_release().await?;
+    Ok(Json(
+        json!({ "lock": format!("{group}/{}", lock.name()), "forced_out": forced_out }),
+    ))
 }
 
-/// `POST /api/locks/{group}/{name}/revoke`: `{"affected": <holds revoked>}`.
+/// `POST /api/locks/{group}/{name}/revoke`: `{"lock": "<group>/<name>",
+/// "asked": <holders asked>}`, as `dlock revoke --json` prints.
 pub(super) async fn revoke(
     State(shown): State<Arc<Shown>>,
     Path((group, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, Failure> {
     let lock = shown.act_on(&headers, &group, name)?;
-    Ok(Json(json!({ "affected": lock.revoke().await? })))
+    let asked = lock.revoke().await?;
+    Ok(Json(
+        json!({ "lock": format!("{group}/{}", lock.name()), "asked": asked }),
+    ))
 }
