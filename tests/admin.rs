@@ -204,31 +204,12 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     browser
         .click(r#"section[data-group="ops"] tr.lock button.release"#)
         .await;
-    let redis_can = registry
-        .engine("main")
-        .expect("engine")
-        .capabilities()
-        .force_release;
-    if redis_can {
-        // Handed to the waiter at its next poll, shown at the page's next
-        // refresh: well within a lease, which is how long a crashed holder
-        // would have kept it.
-        let moved = row_until(&browser, LEASE, |row| row["holder"] == "waiter 2").await;
-        assert_eq!(moved["waiters"], "", "{moved}");
-        assert_eq!(message(&browser).await, format!("release ops/{NAME}: 1 hold(s)"));
-    } else {
-        // The Redis engine cannot force a release yet: the page shows the
-        // engine's 501 and the lock stays where it was. (The hand-over
-        // through the API: `actions_release_and_revoke_with_the_token`.)
-        let said = message_until(&browser, LEASE).await;
-        let expected = format!("release ops/{NAME} failed (501): engine `main` (redis) does not support");
-        assert!(said.starts_with(&expected), "{said}");
-        let kept = row(&browser).await.expect("the row");
-        assert_eq!(
-            (&kept["holder"], &kept["waiters"]),
-            (&json!("holder 1"), &json!("1. waiter 2 (write)"))
-        );
-    }
+    // Handed to the waiter at its next poll, shown at the page's next
+    // refresh: well within a lease, which is how long a crashed holder
+    // would have kept it.
+    let moved = row_until(&browser, LEASE, |row| row["holder"] == "waiter 2").await;
+    assert_eq!(moved["waiters"], "", "{moved}");
+    assert_eq!(message(&browser).await, format!("release ops/{NAME}: 1 hold(s)"));
     assert_eq!(browser.find_all("img").await.len(), 0);
     browser.close().await;
     drop((holder, waiter));
@@ -238,19 +219,6 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
 async fn message(browser: &Browser) -> String {
     let said = browser.run("return document.getElementById('message').innerText", json!([]));
     said.await.as_str().expect("text").to_owned()
-}
-
-/// Polls until the page says something about an action; fails after `within`.
-async fn message_until(browser: &Browser, within: Duration) -> String {
-    let deadline = Instant::now() + within;
-    loop {
-        let said = message(browser).await;
-        match said.is_empty() {
-            false => return said,
-            true if Instant::now() > deadline => panic!("the page said nothing within {within:?}"),
-            true => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
 }
 
 /// The actions through the API, on the memory engine (which can force a
