@@ -7,18 +7,20 @@
 #![cfg(all(feature = "admin", feature = "redis"))]
 
 mod browser;
+mod service;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use browser::{Browser, Chromedriver, Http};
+use browser::{Browser, Chromedriver};
 use dlock::admin::Admin;
 use dlock::{Config, Registry};
 use dlock_testkit::fixtures::redis::redis_args;
 use dlock_testkit::server::{TestServer, spawn_watched};
 use serde_json::{Value, json};
+use service::Http;
 
 /// Markup if a page ever parsed it: an `<img>` whose error handler alerts.
 const NAME: &str = "<img src=x onerror=alert(1)>";

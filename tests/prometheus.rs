@@ -298,7 +298,7 @@ impl Prometheus {
             .send(
                 http::Method::POST,
                 &url,
-                "application/x-www-form-urlencoded",
+                &[("content-type", "application/x-www-form-urlencoded")],
                 body,
             )
             .await;

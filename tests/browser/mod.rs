@@ -12,15 +12,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use dlock_testkit::server::{free_port, kill_group, serve, spawn_watched};
-use http_body_util::BodyExt;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
-/// The longest one WebDriver command or HTTP exchange may take; Chromium's
-/// first page on a busy machine takes seconds.
-const ANSWER_WITHIN: Duration = Duration::from_secs(60);
+use crate::service::Http;
 
 /// The flags that run Chromium headless here: no sandbox (root in a
 /// container), and nothing that reaches beyond loopback on its own.
@@ -39,43 +33,6 @@ const CHROMIUM_FLAGS: [&str; 10] = [
 
 /// The key under which WebDriver names an element.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
-
-/// A plain HTTP/1.1 client, for loopback addresses only.
-#[derive(Clone)]
-pub struct Http(Client<HttpConnector, String>);
-
-impl Default for Http {
-    fn default() -> Self {
-        Http(Client::builder(TokioExecutor::new()).build_http())
-    }
-}
-
-impl Http {
-    /// Sends `body` with `headers`; the status and the body as text.
-    pub async fn send(
-        &self,
-        method: http::Method,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: String,
-    ) -> (u16, String) {
-        assert!(url.starts_with("http://127.0.0.1:"), "loopback only: {url}");
-        let mut request = http::Request::builder().method(method).uri(url);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request.body(body).expect("request");
-        let exchange = async {
-            let response = (self.0.request(request).await).unwrap_or_else(|e| panic!("{url}: {e}"));
-            let status = response.status().as_u16();
-            let body = response.into_body().collect().await.expect("response body");
-            (status, String::from_utf8_lossy(&body.to_bytes()).into_owned())
-        };
-        tokio::time::timeout(ANSWER_WITHIN, exchange)
-            .await
-            .unwrap_or_else(|_| panic!("{url}: no answer within {ANSWER_WITHIN:?}"))
-    }
-}
 
 /// A chromedriver on a free loopback port, with a fresh Chromium profile;
 /// it and the browsers it started are killed when dropped.

@@ -1,5 +1,5 @@
 //! The `axum_service` example as a real process, and a small HTTP client,
-//! for `tests/axum_service.rs` and `tests/prometheus.rs`.
+//! for `tests/axum_service.rs`, `tests/prometheus.rs` and `tests/admin.rs`.
 
 #![allow(dead_code, reason = "each test file uses part of it")]
 
@@ -122,21 +122,20 @@ impl Default for Http {
 }
 
 impl Http {
-    /// Sends a request and returns the status and the body as text.
+    /// Sends `body` with `headers`; the status and the body as text.
     pub async fn send(
         &self,
         method: http::Method,
         url: &str,
-        content_type: &str,
+        headers: &[(&str, &str)],
         body: String,
     ) -> (u16, String) {
         assert!(url.starts_with("http://127.0.0.1:"), "loopback only: {url}");
-        let request = http::Request::builder()
-            .method(method)
-            .uri(url)
-            .header(http::header::CONTENT_TYPE, content_type)
-            .body(body)
-            .expect("request");
+        let mut request = http::Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(body).expect("request");
         let exchange = async {
             let response = self
                 .client
@@ -154,8 +153,7 @@ impl Http {
     }
 
     pub async fn get(&self, url: &str) -> (u16, String) {
-        self.send(http::Method::GET, url, "text/plain", String::new())
-            .await
+        self.send(http::Method::GET, url, &[], String::new()).await
     }
 
     /// `POST /accounts/{account}/pay`: the status and the JSON answer.
@@ -163,7 +161,12 @@ impl Http {
         let url = format!("{service}/accounts/{account}/pay");
         let body = serde_json::json!({ "cents": cents }).to_string();
         let (status, body) = self
-            .send(http::Method::POST, &url, "application/json", body)
+            .send(
+                http::Method::POST,
+                &url,
+                &[("content-type", "application/json")],
+                body,
+            )
             .await;
         (status, json(&body))
     }
