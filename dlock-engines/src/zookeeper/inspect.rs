@@ -142,7 +142,7 @@ async fn gather(
 }
 
 /// The children of each of `dirs`; none for a path that is gone.
-async fn read_children(
+pub(super) async fn read_children(
     session: &Session,
     sync: Option<&str>,
     dirs: &[String],

@@ -38,6 +38,13 @@
 //! new session. A shorter blip loses nothing.
 //! Renewal checks that the hold's node still exists.
 //!
+//! **Force release and revocation** (`control.rs`) work as with Curator:
+//! force release deletes the holding nodes, and a holder that finds its
+//! node gone on a live session knows it was forced out; revocation writes
+//! Curator's `__REVOKE__` over them, which a dlock holder reads at its
+//! next renewal (one more round trip, only then) and a revocable Curator
+//! holder hears at once.
+//!
 //! **Many waiters.** Each waiter lists the siblings once per turn, as
 //! Curator does, so with `queue = "engine"` thousands of waiters on one lock
 //! cost O(n²); the default local queue keeps one node per process in line.
@@ -64,6 +71,7 @@
 //! ```
 
 mod config;
+mod control;
 mod inspect;
 mod keeper;
 mod nodes;
@@ -101,6 +109,11 @@ struct Node {
     session: Arc<Session>,
     /// While waiting: the watch on the node ahead.
     watch: Option<Watching>,
+    /// The node's data version last read: 0 from its create, moved on by
+    /// a revocation (`control.rs`).
+    seen: i32,
+    /// Asked to let go: stays so while it holds.
+    revoked: bool,
 }
 
 /// A waiter's watch, and whether it fired; stopped when dropped.
@@ -204,6 +217,8 @@ impl ZooKeeperEngine {
             fence,
             session,
             watch: None,
+            seen: 0,
+            revoked: false,
         };
         *NodeState::of(req).lock() = Some(node);
         self.look(req, &path, children).await
@@ -423,15 +438,16 @@ impl ZooKeeperEngine {
     }
 
     /// Deletes this request's node; `Ok(false)` if it was already gone.
+    /// A node found gone stays the request's, for `forced_out` to ask why.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(node) = NodeState::of(req).lock().take() else {
+        let Some((session, path)) = self.held_node(req) else {
             return Ok(false);
         };
-        if node.session.is_ended() {
-            return Ok(false);
+        let removed = !session.is_ended() && delete(&session, path).await;
+        if removed {
+            NodeState::of(req).lock().take();
         }
-        let path = format!("{}/{}", self.path(req), node.name);
-        Ok(delete(&node.session, path).await)
+        Ok(removed)
     }
 
     /// The node that renews a hold: a lock's node or a permit's lease.
@@ -509,8 +525,6 @@ impl Engine for ZooKeeperEngine {
         Capabilities {
             expiry: Expiry::Session,
             records: Records::Listed,
-            force_release: false,
-            revoke: false,
             ..Capabilities::FULL
         }
     }
@@ -558,6 +572,7 @@ impl Engine for ZooKeeperEngine {
             return Ok(Renewal::Gone);
         }
         match session.client.check_stat(&path).await {
+            Ok(Some(stat)) if req.permits.is_none() => self.revoked(req, &session, &path, stat.version).await,
             Ok(found) => Ok(Renewal::from(found.is_some())),
             Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
             Err(e) => Err(EngineError::failed(e)),
@@ -601,7 +616,10 @@ impl Engine for ZooKeeperEngine {
                 Err(e) => return Err(session.failed(e.into())),
             }
         }
-        self.node(req, |n| n.name = read)?;
+        self.node(req, |n| {
+            n.name = read;
+            n.seen = 0;
+        })?;
         Ok(true)
     }
 
@@ -623,5 +641,17 @@ impl Engine for ZooKeeperEngine {
 
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         self.views(group).await
+    }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        self.node_deleted(req).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.force_out(key).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.ask_to_let_go(key).await
     }
 }

@@ -1,9 +1,10 @@
 //! Holder records: what a lock's or a semaphore's nodes say about who
 //! holds and who waits.
 //!
-//! A dlock lock node's data is `dlock <label>`, written at create and never
-//! again: Curator's revocation writes `__REVOKE__` into a contender's data,
-//! which a rewrite could erase. A downgrade's read node adds the fence of
+//! A dlock lock node's data is `dlock <label>`, written at create and
+//! otherwise only put back by its holder over a revocation: Curator's
+//! revocation writes `__REVOKE__` into a contender's data (`control.rs`),
+//! which a blind rewrite could erase. A downgrade's read node adds the fence of
 //! the write node it replaces, `dlock <label>\tfence=<n>`: its own czxid is
 //! the swap's, not the guard's fence. A label has no control characters,
 //! so the first tab ends it, spaces and all; more `\t<field>=<value>` may
@@ -13,6 +14,10 @@
 //! records wrote nothing) shows no label and no owner, though its name
 //! carries a UUID: Curator's is random per node, and telling an older
 //! dlock's from it takes the data. Its fence and since are its stat's.
+//!
+//! A node revoked and not yet written back shows no label and no owner;
+//! a read node, no fence either: a downgrade's carried one is gone, and
+//! its czxid would say more than the guard's.
 //!
 //! The fence is the node's czxid, as the engine hands it out; since is its
 //! ctime on the leader's clock: when it joined the line, which is when it
@@ -29,6 +34,10 @@ use super::permits;
 
 /// How a dlock lock node's data starts; the label follows.
 const DATA: &str = "dlock ";
+
+/// Curator's revocation message (`LockInternals.REVOKE_MESSAGE`), the
+/// whole of a node's data; no record is ever so.
+pub(super) const REVOKE: &[u8] = b"__REVOKE__";
 
 /// A lock node's data: this process's label, and for a downgrade's read
 /// node the guard's fence.
@@ -94,11 +103,15 @@ pub(super) fn lock_view(key: &LockKey, found: &[Found]) -> LockView {
         let label = written.map(|(label, _)| label.to_owned());
         let owner = written.and_then(|_| nodes::owner_digest(&node.name));
         if place.held {
-            let fence = written.and_then(|(_, fence)| fence).unwrap_or(node.fence);
+            let fence = match written {
+                Some((_, Some(carried))) => Some(carried),
+                _ if place.mode == Mode::Read && node.data == REVOKE => None,
+                _ => Some(node.fence),
+            };
             view.holders.push(HolderRecord {
                 label,
                 mode: place.mode,
-                fence: Some(fence),
+                fence,
                 since: Some(node.since),
                 lease_ends: None,
                 owner,
@@ -214,6 +227,27 @@ mod tests {
         assert_eq!(written(b"dlock a\tnew=1\tfence=9"), Some(("a", Some(9))));
         assert_eq!(written(b"10.0.0.7"), None);
         assert_eq!(written(b""), None);
+    }
+
+    #[test]
+    fn a_revoked_node_shows_no_label_and_a_revoked_reader_no_fence() {
+        let (a, b) = (OwnerId::random(), OwnerId::random());
+        let name = |owner, mode, seq| format!("{}{seq:010}", nodes::node_prefix(owner, mode));
+        let readers = [
+            node(name(a, Mode::Read, 1), REVOKE, 10),
+            node(name(b, Mode::Read, 2), &data("b", Some(20)), 30),
+        ];
+        let view = lock_view(&key(), &readers);
+        let shown: Vec<_> = view
+            .holders
+            .iter()
+            .map(|h| (h.label.as_deref(), h.owner.is_some(), h.fence))
+            .collect();
+        assert_eq!(shown, [(None, false, None), (Some("b"), true, Some(20))]);
+        let writer = [node(name(a, Mode::Write, 1), REVOKE, 10)];
+        let view = lock_view(&key(), &writer);
+        assert_eq!(view.holders[0].fence, Some(10));
+        assert_eq!(view.holders[0].label, None);
     }
 
     #[test]
