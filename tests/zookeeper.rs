@@ -43,8 +43,17 @@ async fn engine_at(connect: String) -> Arc<ZooKeeperEngine> {
 }
 
 fn registry(engine: Arc<ZooKeeperEngine>) -> Registry {
+    leased(engine, Settings::default().lease)
+}
+
+/// A hold's lease in the revocation tests: a holder hears of a revocation
+/// at its next renewal, a third of the lease on, plus one call.
+const LEASE: Duration = Duration::from_secs(2);
+
+fn leased(engine: Arc<ZooKeeperEngine>, lease: Duration) -> Registry {
     let settings = Settings {
         wait: dlock::Wait::For(Duration::from_secs(20)),
+        lease,
         ..Settings::default()
     };
     Registry::with_engine("zk", engine, settings).expect("registry")
@@ -242,6 +251,10 @@ async fn curator_and_dlock_permits_exclude_each_other_both_ways() {
 
 /// An engine whose nodes say `label`.
 async fn labelled(label: &str) -> Registry {
+    registry(labelled_engine(label).await)
+}
+
+async fn labelled_engine(label: &str) -> Arc<ZooKeeperEngine> {
     let config = ZooKeeperConfig {
         client: ClientSettings {
             client_name: Some(label.to_owned()),
@@ -249,9 +262,7 @@ async fn labelled(label: &str) -> Registry {
         },
         ..config(server().address())
     };
-    registry(Arc::new(
-        ZooKeeperEngine::connect("zk", &config).await.expect("connect"),
-    ))
+    Arc::new(ZooKeeperEngine::connect("zk", &config).await.expect("connect"))
 }
 
 /// Inspects `lock` until `done` says the view is as expected, for 5 s.
@@ -690,4 +701,99 @@ async fn a_lock_path_we_may_create_under_but_not_write_still_locks() {
     let next = peer.locks("no-write").get("k").lock().await.expect("lock");
     assert!(next.fence() > first, "{} after {first}", next.fence());
     next.release().await.expect("release");
+}
+
+/// Curator's `Revoker.attemptRevoke` on a dlock holder's node (here a
+/// downgrade's read node, which carries its fence in its data): the holder
+/// hears it at its next renewal and keeps its hold, and writes its record
+/// back over the revoke message, fence and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_curator_revoker_reaches_a_dlock_holder_whose_record_comes_back() {
+    let dlock = leased(labelled_engine("billing 7").await, LEASE);
+    let lock = dlock.locks("interop").get("revoked");
+    let mut curator = Curator::start("/locks/interop/revoked");
+    let write = lock.lock().await.expect("lock");
+    let read = lock.read().await.expect("read");
+    write.release().await.expect("downgrade");
+    assert_eq!(curator.say("revoke"), "sent");
+    tokio::time::timeout(LEASE, read.revoked())
+        .await
+        .expect("the dlock holder did not hear Curator's revocation within its lease");
+    assert!(read.is_revoked() && !read.is_lost());
+    let view = inspect_until(&lock, |v| v.holders.iter().any(|h| h.label.is_some())).await;
+    let [holder] = view.holders.as_slice() else {
+        panic!("dlock's reader expected: {view:?}");
+    };
+    assert_eq!(
+        (holder.mode, holder.fence, holder.label.as_deref()),
+        (Mode::Read, Some(read.fence()), Some("billing 7")),
+        "{view:?}"
+    );
+    assert_eq!(holder.owner, Some(read.owner_digest()));
+    // Curator's writer still waits: being asked takes nothing away.
+    assert_eq!(curator.say("write 300"), "timeout");
+    read.release().await.expect("release");
+    assert_eq!(curator.say("write 5000"), "held");
+    assert_eq!(curator.say("release"), "released");
+}
+
+/// dlock's revocation reaches a Curator holder that made itself revocable:
+/// its listener runs, it lets go, and the dlock waiter gets in, not asked
+/// to let go itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dlock_revoke_asks_a_revocable_curator_holder_to_let_go() {
+    let dlock = leased(engine_at(server().address()).await, LEASE);
+    let lock = dlock.locks("interop").get("revocable");
+    let mut curator = Curator::start("/locks/interop/revocable");
+    assert_eq!(curator.say("revocable-write 5000"), "held");
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "dlock's writer got in under Curator's");
+    assert_eq!(lock.revoke().await.expect("revoke"), 1);
+    assert_eq!(curator.say("revoked 5000"), "revoked");
+    assert_eq!(curator.say("release"), "released");
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("dlock's writer was not admitted after Curator let go")
+        .expect("task")
+        .expect("lock");
+    tokio::time::sleep(LEASE * 2 / 3).await;
+    assert!(!guard.is_revoked(), "the next holder inherited the request");
+    guard.release().await.expect("release");
+}
+
+/// An operator unsticks a Curator holder: its node is deleted, the dlock
+/// waiter gets in with a greater fence, and Curator's own release later
+/// passes quietly, its node already gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_release_of_a_curator_holder_lets_a_dlock_waiter_in() {
+    let (dlock, _engine) = client().await;
+    let lock = dlock.locks("interop").get("forced");
+    let mut curator = Curator::start("/locks/interop/forced");
+    assert_eq!(curator.say("write 5000"), "held");
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    let view = inspect_until(&lock, |v| v.waiters.len() == 1).await;
+    let curators = view
+        .holders
+        .first()
+        .and_then(|h| h.fence)
+        .expect("Curator's fence");
+    assert!(!waiting.is_finished(), "dlock's writer got in under Curator's");
+    assert_eq!(lock.force_release().await.expect("force release"), 1);
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("dlock's writer was not admitted after the force release")
+        .expect("task")
+        .expect("lock");
+    assert!(guard.fence() > curators, "{} after {curators}", guard.fence());
+    assert_eq!(curator.say("release"), "released");
+    assert_eq!(curator.say("write 300"), "timeout");
+    guard.release().await.expect("release");
+    assert_eq!(lock.force_release().await.expect("force release"), 0);
 }

@@ -5,6 +5,11 @@
 //       write <ms> | read <ms>   acquire within ms: prints "held" or "timeout"
 //       permit <n> <ms>          one lease of an InterProcessSemaphoreV2 of n
 //                                at the path, within ms: "held" or "timeout"
+//       revocable-write <ms>     as write, revocable (makeRevocable first)
+//       revoked <ms>             waits for the revocable writer to be asked
+//                                to let go: prints "revoked" or "timeout"
+//       revoke                   Revoker.attemptRevoke on the first node in
+//                                line, as Curator's own test does: "sent"
 //       release                  releases everything held: prints "released"
 //       visits <n> <threads> <each> <stay ms> <log>
 //                                threads each take a lease of n `each` times,
@@ -28,6 +33,7 @@ import java.time.Instant;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.Comparator;
 import java.util.Deque;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -41,6 +47,7 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorPeer {
@@ -53,6 +60,7 @@ public class CuratorPeer {
         InterProcessReadWriteLock lock = new InterProcessReadWriteLock(client, args[1]);
         Deque<InterProcessMutex> held = new ArrayDeque<>();
         Deque<Lease> leases = new ArrayDeque<>();
+        CountDownLatch[] revoked = {new CountDownLatch(1)};
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         System.out.println("ready");
         for (String line; (line = in.readLine()) != null; ) {
@@ -68,6 +76,32 @@ public class CuratorPeer {
                         System.out.println("timeout");
                     }
                     break;
+                case "revocable-write": {
+                    InterProcessMutex w = lock.writeLock();
+                    CountDownLatch asked = new CountDownLatch(1);
+                    revoked[0] = asked;
+                    w.makeRevocable(unused -> asked.countDown());
+                    if (w.acquire(Long.parseLong(cmd[1]), TimeUnit.MILLISECONDS)) {
+                        held.push(w);
+                        System.out.println("held");
+                    } else {
+                        System.out.println("timeout");
+                    }
+                    break;
+                }
+                case "revoked":
+                    boolean asked = revoked[0].await(Long.parseLong(cmd[1]), TimeUnit.MILLISECONDS);
+                    System.out.println(asked ? "revoked" : "timeout");
+                    break;
+                case "revoke": {
+                    // Each kind lists only its own nodes; the line goes by sequence.
+                    List<String> nodes = new ArrayList<>(lock.readLock().getParticipantNodes());
+                    nodes.addAll(lock.writeLock().getParticipantNodes());
+                    nodes.sort(Comparator.comparing(node -> node.substring(node.length() - 10)));
+                    Revoker.attemptRevoke(client, nodes.get(0));
+                    System.out.println("sent");
+                    break;
+                }
                 case "permit": {
                     InterProcessSemaphoreV2 semaphore =
                         new InterProcessSemaphoreV2(client, args[1], Integer.parseInt(cmd[1]));
