@@ -23,8 +23,6 @@
 //! that reads it writes its record back, conditional on the version it
 //! read, so another request landing meanwhile is not lost.
 
-use std::sync::Arc;
-
 use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, Renewal, Request};
 use zookeeper_client::Error as ZkError;
@@ -94,7 +92,7 @@ impl ZooKeeperEngine {
     pub(super) async fn revoked(
         &self,
         req: &Request,
-        session: &Arc<Session>,
+        session: &Session,
         path: &str,
         version: i32,
     ) -> Result<Renewal, EngineError> {
