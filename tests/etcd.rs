@@ -6,7 +6,9 @@
 //! (a waiter granted after its lease expired, etcd 11456; after it was
 //! revoked, etcd 16221) do not happen; one watch stream per engine and two
 //! watchers per waiter (the key ahead and its own); nothing left in etcd
-//! after the suite; clear errors.
+//! after the suite; clear errors. An operator revokes and forces out
+//! `etcdctl lock`'s holders as dlock's, and etcd's lock waits behind a
+//! revoked dlock holder.
 
 #![cfg(feature = "etcd")]
 
@@ -382,6 +384,101 @@ async fn a_waiter_whose_lease_was_revoked_is_never_granted_on_it() {
     assert_ne!(lease, revoked, "granted on the revoked lease");
     assert_eq!(lease, waiter_engine.lease());
     read.release().await.expect("release");
+}
+
+/// The value of `key`.
+fn value(endpoint: &str, key: &str) -> String {
+    ctl(endpoint, &["get", key, "--print-value-only"])
+}
+
+/// Keys `etcdctl lock` put are an operator's to revoke and to force out
+/// like dlock's: the mark leaves the holder holding and its key as created;
+/// the force lets dlock's waiter in, with a greater fence. And etcd's lock
+/// waits behind a revoked dlock holder, whose downgrade keeps the mark, and
+/// gets in once it lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcdctl_lock_holders_are_revoked_and_forced_out_and_wait_for_a_revoked_dlock_holder() {
+    let endpoint = shared().server.address();
+    let settings = Settings {
+        lease: SESSION_TTL,
+        ..Settings::default()
+    };
+    let engine = engine_at(endpoint.clone()).await;
+    let dlock = Registry::with_engine("etcd", engine.clone(), settings).expect("registry");
+    let lock = dlock.locks("control").get("interop");
+    let prefix = "/locks/control/interop/";
+
+    let mut holder = etcdctl(&endpoint)
+        .args(["lock", "/locks/control/interop", "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    wait_for_keys(&endpoint, prefix, 1).await;
+    let foreign = keys(&endpoint, prefix).remove(0);
+    let (created, _) = revisions(&endpoint, &foreign);
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await.expect("lock") }
+    });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    assert_eq!(lock.revoke().await.expect("revoke"), 1);
+    assert_eq!(
+        value(&endpoint, &foreign),
+        "revoked",
+        "etcdctl's empty value, marked"
+    );
+    assert_eq!(
+        revisions(&endpoint, &foreign).0,
+        created,
+        "the mark made a new key"
+    );
+    tokio::time::sleep(SESSION_TTL / 2).await;
+    assert!(!waiter.is_finished(), "a revoke let the waiter in");
+    assert_eq!(lock.force_release().await.expect("force release"), 1);
+    let guard = tokio::time::timeout(SESSION_TTL, waiter)
+        .await
+        .expect("the waiter never got in")
+        .expect("task");
+    assert!(
+        guard.fence() > created as u64,
+        "fence {} after {created}",
+        guard.fence()
+    );
+    holder.kill().expect("kill etcdctl");
+    let _ = holder.wait();
+    guard.release().await.expect("release");
+
+    // In this task, for the nested read below.
+    let guard = lock.lock().await.expect("lock");
+    assert_eq!(lock.revoke().await.expect("revoke"), 1);
+    tokio::time::timeout(SESSION_TTL, guard.revoked())
+        .await
+        .expect("the holder never heard it was revoked");
+    let mut behind = etcdctl(&endpoint)
+        .args(["lock", "/locks/control/interop", "true"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    wait_for_keys(&endpoint, prefix, 2).await;
+    let read = lock.read().await.expect("nested read");
+    guard.release().await.expect("downgrade");
+    let mine = format!("{prefix}{:x}-0", engine.lease());
+    let downgraded = value(&endpoint, &mine);
+    assert!(
+        downgraded.starts_with("dlock read ") && downgraded.ends_with("\nrevoked"),
+        "the downgrade dropped the mark: {downgraded:?}"
+    );
+    tokio::time::sleep(SESSION_TTL / 2).await;
+    assert!(
+        behind.try_wait().expect("wait").is_none(),
+        "etcd's lock passed a revoked dlock reader"
+    );
+    read.release().await.expect("release");
+    let started = Instant::now();
+    while behind.try_wait().expect("wait").is_none() {
+        assert!(started.elapsed() < SESSION_TTL * 2, "etcd's lock never got in");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// CreateRevision and ModRevision of `key`.

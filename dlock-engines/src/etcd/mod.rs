@@ -24,6 +24,13 @@
 //! label (`client_name`); `inspect` reads a lock's prefix in one range,
 //! `list` the group's.
 //!
+//! **Force release and revoke** (`control.rs`): one read of the lock's
+//! prefix finds its holders; force release deletes their keys, revoke
+//! adds a line to their values, in one transaction each. A renewal reads
+//! its key's value, so it sees the mark in the read it made anyway; a
+//! hold whose key is gone while its session's lease lives was forced out
+//! (one lease read, asked only then).
+//!
 //! A semaphore is a prefix beside the lock's, in the same shape, the first
 //! N keys holding (`queue.rs`).
 //!
@@ -60,6 +67,7 @@
 //! `protobuf-compiler` and `libprotobuf-dev`).
 
 mod config;
+mod control;
 mod handoff;
 mod queue;
 mod records;
@@ -71,7 +79,7 @@ mod tls;
 mod waiting;
 mod watches;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::session::Sessions;
@@ -108,6 +116,9 @@ struct Requested {
     since: u64,
     /// Its key: none before it is put or once it is deleted.
     key: RequestState<Contending>,
+    /// The session its last key was put on, for [`Engine::forced_out`]
+    /// once the key is gone.
+    put_on: Mutex<Weak<Session>>,
 }
 
 fn requested(req: &Request) -> &Requested {
@@ -116,6 +127,7 @@ fn requested(req: &Request) -> &Requested {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
         key: RequestState::default(),
+        put_on: Mutex::default(),
     })
 }
 
@@ -225,7 +237,9 @@ impl EtcdEngine {
             let key = queue::contender_key(&prefix, session.lease, taken.number);
             match self.put(&session, &prefix, &key, req).await {
                 Ok((created, page)) => {
-                    *requested(req).key.lock() = Some(Contending {
+                    let requested = requested(req);
+                    *requested.put_on.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&session);
+                    *requested.key.lock() = Some(Contending {
                         key,
                         taken,
                         created,
@@ -598,21 +612,23 @@ fn vanished() -> EngineError {
     EngineError::failed("this request's key vanished as it was put")
 }
 
-/// Whether `key` still exists as created at `created`. A read that fails
-/// (a leader election, say) is an error, so the watchdog asks again; taken
-/// for a no, it made a sound hold lost as `Rejected`.
-async fn still_there(session: &Session, key: &[u8], created: i64) -> Result<bool, EngineError> {
+/// Whether `key` still exists as created at `created`, and if its value
+/// says it was revoked (`control.rs`). A read that fails (a leader
+/// election, say) is an error, so the watchdog asks again; taken for a no,
+/// it made a sound hold lost as `Rejected`.
+async fn renewal(session: &Session, key: &[u8], created: i64) -> Result<Renewal, EngineError> {
     let got = session
         .retry(|| {
             let mut client = session.kv();
             let key = key.to_vec();
-            async move { client.get(key, Some(GetOptions::new().with_keys_only())).await }
+            async move { client.get(key, None).await }
         })
         .await?;
-    Ok(got
-        .kvs()
-        .first()
-        .is_some_and(|kv| kv.create_revision() == created))
+    Ok(match got.kvs().first() {
+        Some(kv) if kv.create_revision() == created && control::is_revoked(kv.value()) => Renewal::Revoked,
+        Some(kv) if kv.create_revision() == created => Renewal::Held,
+        _ => Renewal::Gone,
+    })
 }
 
 #[async_trait]
@@ -629,8 +645,8 @@ impl Engine for EtcdEngine {
         Capabilities {
             expiry: Expiry::Session,
             records: Records::Listed,
-            force_release: false,
-            revoke: false,
+            force_release: true,
+            revoke: true,
             ..Capabilities::FULL
         }
     }
@@ -684,9 +700,7 @@ impl Engine for EtcdEngine {
         if session.is_ended() {
             return Ok(Renewal::Gone);
         }
-        still_there(&session, key.as_bytes(), created)
-            .await
-            .map(Renewal::from)
+        renewal(&session, key.as_bytes(), created).await
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
@@ -696,14 +710,40 @@ impl Engine for EtcdEngine {
             return Ok(false);
         };
         // The reader mark, keeping owner, since and label.
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
-            .and_then([TxnOp::put(
+        let rewrite = |value: Vec<u8>| {
+            TxnOp::put(
                 key.as_str(),
-                self.value(req, Mode::Read),
-                Some(PutOptions::new().with_ignore_lease()),
-            )]);
-        Ok(session.txn(txn).await?.succeeded())
+                value,
+                Some(PutOptions::new().with_ignore_lease().with_prev_key()),
+            )
+        };
+        let as_created = Compare::create_revision(key.as_str(), CompareOp::Equal, created);
+        let txn = Txn::new()
+            .when([as_created.clone()])
+            .and_then([rewrite(self.value(req, Mode::Read))]);
+        let answer = session.txn(txn).await?;
+        if !answer.succeeded() {
+            return Ok(false);
+        }
+        // A revoked holder stays revoked: mark the new value too, unless
+        // the key changed since (marked again by a revoke, or gone).
+        let rewritten = answer.header().map_or(0, |h| h.revision());
+        let was_revoked = answer.op_responses().into_iter().any(|op| match op {
+            TxnOpResponse::Put(put) => put.prev_key().is_some_and(|kv| control::is_revoked(kv.value())),
+            _ => false,
+        });
+        if was_revoked {
+            let mut value = self.value(req, Mode::Read);
+            value.extend_from_slice(control::REVOKED);
+            let txn = Txn::new()
+                .when([
+                    as_created,
+                    Compare::mod_revision(key.as_str(), CompareOp::Equal, rewritten),
+                ])
+                .and_then([rewrite(value)]);
+            session.txn(txn).await?;
+        }
+        Ok(true)
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
@@ -723,5 +763,29 @@ impl Engine for EtcdEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let session = self.live().await?;
         records::list(&session, &self.root, group).await
+    }
+
+    /// Its key gone while its session's lease lives: nothing of dlock's
+    /// deletes a hold's key but its release, so someone else did.
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let put_on = requested(req)
+            .put_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade();
+        match put_on {
+            Some(session) if !session.is_ended() => session.lives().await,
+            _ => Ok(false),
+        }
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let session = self.live().await?;
+        control::force_release(&session, &self.prefix_of(key, None)).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let session = self.live().await?;
+        control::revoke(&session, &self.prefix_of(key, None)).await
     }
 }

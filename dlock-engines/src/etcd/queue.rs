@@ -115,6 +115,23 @@ pub(crate) fn turn(mode: Mode, ahead: &[Contender], more: bool) -> Turn {
     }
 }
 
+/// Which of a lock's or semaphore's contenders hold, `kvs` oldest first,
+/// by the turns that grant: each as if it looked now.
+pub(crate) fn holding(kvs: &[KeyValue], permits: Option<u32>) -> Vec<bool> {
+    let latest_first: Vec<Contender> = kvs.iter().rev().map(Contender::from).collect();
+    let oldest_first = latest_first.iter().rev().enumerate();
+    oldest_first
+        .map(|(i, c)| {
+            let ahead = &latest_first[kvs.len() - i..];
+            let turn = match permits {
+                Some(count) => permit_turn(count, ahead),
+                None => turn(if c.reader { Mode::Read } else { Mode::Write }, ahead, false),
+            };
+            turn == Turn::Held
+        })
+        .collect()
+}
+
 /// The count in a permit key's value.
 fn permits_of(value: &[u8]) -> Option<u32> {
     let count = value.strip_prefix(PERMIT)?.split(|&b| b == b' ').next()?;

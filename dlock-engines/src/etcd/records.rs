@@ -12,7 +12,7 @@ use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
 use super::handoff::first_line;
-use super::queue::{self, Contender, PERMIT, READER, Turn, WRITER};
+use super::queue::{self, Contender, PERMIT, READER, WRITER};
 use super::session::Session;
 
 /// Keys read per round trip while listing a group.
@@ -25,17 +25,22 @@ pub(crate) async fn inspect(
     permits: Option<u32>,
     prefix: &str,
 ) -> Result<LockView, EngineError> {
+    Ok(view(key, permits, &contenders(session, prefix).await?))
+}
+
+/// The keys under `prefix`, oldest first, in one range.
+pub(crate) async fn contenders(session: &Session, prefix: &str) -> Result<Vec<KeyValue>, EngineError> {
     let oldest_first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let got = session
+    let mut got = session
         .retry(|| {
             let mut client = session.kv();
             let (prefix, options) = (prefix.to_owned(), oldest_first.clone());
             async move { client.get(prefix, Some(options)).await }
         })
         .await?;
-    Ok(view(key, permits, got.kvs()))
+    Ok(got.take_kvs())
 }
 
 /// Every lock and semaphore of `group` that someone holds or waits for,
@@ -160,7 +165,6 @@ fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
             .find_map(|kv| Contender::from(kv).permits)
             .unwrap_or(asked)
     });
-    let latest_first: Vec<Contender> = kvs.iter().rev().map(Contender::from).collect();
     let mut view = LockView {
         group: key.group().to_owned(),
         name: key.name().to_owned(),
@@ -168,14 +172,9 @@ fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
         holders: Vec::new(),
         waiters: Vec::new(),
     };
-    for (i, kv) in kvs.iter().enumerate() {
-        let ahead = &latest_first[kvs.len() - i..];
+    for (kv, holds) in kvs.iter().zip(queue::holding(kvs, permits)) {
         let line = Line::read(kv.value());
-        let turn = match permits {
-            Some(count) => queue::permit_turn(count, ahead),
-            None => queue::turn(line.mode, ahead, false),
-        };
-        if turn == Turn::Held {
+        if holds {
             view.holders.push(HolderRecord {
                 label: line.label,
                 mode: line.mode,

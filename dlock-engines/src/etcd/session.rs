@@ -97,6 +97,17 @@ impl Session {
         .await
     }
 
+    /// Whether the server still has this session's lease.
+    pub async fn lives(&self) -> Result<bool, EngineError> {
+        let answer = self
+            .retry(|| {
+                let mut client = self.client.lease_client();
+                async move { client.time_to_live(self.lease, None).await }
+            })
+            .await?;
+        Ok(answer.ttl() > 0)
+    }
+
     /// Every key-value call made for this session goes through this
     /// client (a clone of the whole `Client` copies every service's).
     pub fn kv(&self) -> KvClient {
