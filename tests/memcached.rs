@@ -1,6 +1,7 @@
 //! memcached-specific behaviour against a real memcached on loopback: a
 //! lock that changed hands is never deleted or extended by its old holder,
-//! odd names hash to a safe key that keeps the full name, bad settings and an
+//! odd names hash to a safe key that keeps the full name, revoke flags the
+//! holder's item and force release leaves a tombstone, bad settings and an
 //! unreachable server are clear errors.
 
 #![cfg(feature = "memcached")]
@@ -122,6 +123,74 @@ async fn fences_keep_rising_across_a_restart_and_a_flush() {
             assert!(engine.release(&holder).await.expect("release"));
         }
     }
+}
+
+/// The `t` (seconds left) and `f` (client flags) of `key`'s item.
+async fn left_and_flags(fixture: &Memcached, key: &str) -> (i64, u32) {
+    let line = raw(fixture, &format!("mg {key} t f\r\n")).await;
+    let flag = |name: char| {
+        line.split_whitespace()
+            .find_map(|t| t.strip_prefix(name)?.parse::<i64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+    };
+    (flag('t'), flag('f') as u32)
+}
+
+/// Revoke sets the holder's item's flags, keeping its value and expiry;
+/// the holder's renewals hear it and keep them; the next holder's item has
+/// none. Force release leaves a tombstone named by the owner's digest
+/// alone, expiring when the item would have, then deletes the item; the
+/// next holder's fence is greater.
+#[tokio::test]
+async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_with_the_lease() {
+    let fixture = Memcached::start();
+    let engine = engine(&fixture).await;
+    let key = LockKey::new("mc", "ctl").expect("key");
+    let holder = request("ctl");
+    let Ok(Poll::Held(first)) = engine.acquire(&holder).await else {
+        panic!("a free lock was refused")
+    };
+    let (left, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
+    assert_eq!(flags, 0);
+    assert_eq!(engine.revoke(&key).await.expect("revoke"), 1);
+    let (left_after, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
+    assert!(
+        flags == 1 && left_after <= left,
+        "{left_after} s left after {left}, flags {flags}"
+    );
+    for _ in 0..2 {
+        assert_eq!(engine.renew(&holder).await.expect("renew"), Renewal::Revoked);
+        assert_eq!(left_and_flags(&fixture, "dlock:mc:ctl").await.1, 1);
+    }
+    assert_eq!(engine.revoke(&key).await.expect("revoke"), 1, "asked again");
+
+    assert_eq!(engine.force_release(&key).await.expect("force release"), 1);
+    assert_eq!(engine.renew(&holder).await.expect("renew"), Renewal::Gone);
+    assert!(engine.forced_out(&holder).await.expect("forced out"));
+    let tombstone = format!(
+        "dlock-forced:{:032x}:{}",
+        key.stable_hash(),
+        holder.owner.digest()
+    );
+    let (left, _) = left_and_flags(&fixture, &tombstone).await;
+    assert!(
+        (1..=6).contains(&left),
+        "the tombstone has {left} s left, the lease 5 s"
+    );
+    let dump = keys(&fixture).await;
+    assert!(
+        !dump.contains(&holder.owner.to_string()),
+        "an owner id in a key: {dump}"
+    );
+
+    let next = request("ctl");
+    let Ok(Poll::Held(second)) = engine.acquire(&next).await else {
+        panic!("the lock forced free was refused")
+    };
+    assert!(second > first, "fence {second} after {first}");
+    assert_eq!(engine.renew(&next).await.expect("renew"), Renewal::Held);
+    assert!(!engine.forced_out(&next).await.expect("forced out"));
+    assert!(engine.release(&next).await.expect("release"));
 }
 
 #[tokio::test]

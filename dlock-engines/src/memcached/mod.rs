@@ -35,6 +35,12 @@
 //! count no held slot bears out gives way to the next. No queue, as for locks; and, as for
 //! the fences, a restart or eviction forgets slots and count.
 //!
+//! **Force release and revoke** (`control.rs`): force release leaves a
+//! tombstone for the holder, then deletes its item, CAS-checked; revoke
+//! sets the item's client flags, CAS-checked, which the holder's next
+//! renewal finds (its CAS no longer matches, and the read back shows
+//! them). Two round trips each; nothing more on a renewal until then.
+//!
 //! **Keys.** `dlock:<group>:<name>` (`%` and `:` percent-escaped) when that
 //! is at most 250 printable ASCII bytes; otherwise `dlock:#<hash>`, the
 //! key's 128-bit [`LockKey::stable_hash`]. Two names that hash alike share
@@ -50,10 +56,12 @@
 //! ```
 
 mod config;
+mod control;
 mod permits;
 mod wire;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use dlock_core::LockKey;
@@ -102,6 +110,8 @@ struct Item {
     key: String,
     value: Vec<u8>,
     cas: Mutex<Option<u64>>,
+    /// Its flags said it was revoked (`control.rs`): renewals keep them.
+    revoked: AtomicBool,
 }
 
 impl Item {
@@ -110,6 +120,7 @@ impl Item {
             key: item_key(&req.key),
             value: item_value(req),
             cas: Mutex::default(),
+            revoked: AtomicBool::new(false),
         })
     }
 
@@ -119,6 +130,10 @@ impl Item {
 
     fn set_cas(&self, cas: Option<u64>) {
         *self.cas.lock().unwrap_or_else(|e| e.into_inner()) = cas;
+    }
+
+    fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::Relaxed)
     }
 }
 
@@ -148,8 +163,12 @@ impl MemcachedEngine {
         let (key, value) = (&item.key, &item.value);
         let reply = self
             .checked(item, |cas| {
+                let flags = match item.revoked() {
+                    true => format!(" F{}", control::REVOKED),
+                    false => String::new(),
+                };
                 let mut command =
-                    format!("ms {key} {} T{} C{cas} c\r\n", value.len(), ttl(req.lease)).into_bytes();
+                    format!("ms {key} {} T{}{flags} C{cas} c\r\n", value.len(), ttl(req.lease)).into_bytes();
                 command.extend_from_slice(value);
                 command.extend_from_slice(b"\r\n");
                 command
@@ -202,8 +221,9 @@ impl MemcachedEngine {
     /// Sends `command(cas)` for the item's CAS value if it is still `item`;
     /// the reply if it applied. The CAS remembered from the last change is
     /// tried first; if it no longer matches (a reply was lost, so the item
-    /// changed under a CAS never learned), the item is read back once and
-    /// compared by value.
+    /// changed under a CAS never learned, or it was revoked), the item is
+    /// read back once and compared by value; the read tells whether it was
+    /// revoked.
     async fn checked(
         &self,
         item: &Item,
@@ -218,13 +238,16 @@ impl MemcachedEngine {
             }
         }
         let found = self
-            .call(format!("mg {} v c\r\n", item.key).as_bytes(), 1)
+            .call(format!("mg {} v c f\r\n", item.key).as_bytes(), 1)
             .await?
             .remove(0);
         let cas = match found.value.as_deref() {
             Some(found_value) if found_value == item.value => found.flag('c').and_then(|c| c.parse().ok()),
             _ => None,
         };
+        if cas.is_some() && found.flag('f') == Some(control::REVOKED) {
+            item.revoked.store(true, Ordering::Relaxed);
+        }
         let Some(cas) = cas else { return Ok(None) };
         let reply = self.call(&command(cas), 1).await?.remove(0);
         Ok((reply.code() == "HD").then_some(reply))
@@ -284,8 +307,8 @@ impl Engine for MemcachedEngine {
             fencing: Fencing::BestEffort,
             lease_unit: Duration::from_secs(1),
             records: Records::None,
-            force_release: false,
-            revoke: false,
+            force_release: true,
+            revoke: true,
             ..Capabilities::FULL
         }
     }
@@ -331,7 +354,12 @@ impl Engine for MemcachedEngine {
         if extended && req.permits.is_some() {
             self.touch_count(req).await?;
         }
-        Ok(Renewal::from(extended))
+        let revoked = Self::held(req).is_some_and(Item::revoked);
+        Ok(match (extended, revoked) {
+            (false, _) => Renewal::Gone,
+            (true, true) => Renewal::Revoked,
+            (true, false) => Renewal::Held,
+        })
     }
 
     async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
@@ -345,6 +373,18 @@ impl Engine for MemcachedEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        control::forced_out(self, req).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        control::force_release(self, key).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        control::revoke(self, key).await
     }
 }
 

@@ -9,6 +9,7 @@
 //! slots and count.
 
 use std::fmt::Write as _;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, OnceLock};
 
 use dlock_core::LockKey;
@@ -104,6 +105,7 @@ impl MemcachedEngine {
             key,
             value: permit.value.clone(),
             cas: Mutex::new(added.flag('c').and_then(|c| c.parse().ok())),
+            revoked: AtomicBool::new(false),
         };
         let _ = permit.taken.set(item);
         let fence = match fence.code() {

@@ -1,0 +1,133 @@
+//! An operator's hand on a lock. Force release deletes the lock's item,
+//! checked against the CAS value it was read with, after leaving a
+//! tombstone, `dlock-forced:<key hash>:<owner digest>`, holding the
+//! holder's item value and expiring when the item would have: the holder,
+//! finding its item gone, reads it ([`MemcachedEngine::forced_out`]).
+//! Revoke sets the item's client flags to [`REVOKED`], the same CAS-checked
+//! way, keeping value and expiry: the holder's next renewal, checked
+//! against the CAS value it last saw, fails, and the read back that
+//! follows shows the flags (renewals then keep them). The next holder's
+//! item is a new one: it inherits neither.
+//!
+//! Fences need nothing: every grant takes the next value of the one
+//! counter, so the holder after a forced one gets a greater token.
+
+use dlock_core::LockKey;
+use dlock_core::kit::{EngineError, OwnerId, Request};
+
+use super::wire::Reply;
+use super::{Item, MemcachedEngine, item_key};
+
+/// The client flags of a revoked holder's item.
+pub(super) const REVOKED: &str = "1";
+
+/// Reads before giving up on an item its holder keeps changing.
+const ATTEMPTS: usize = 3;
+
+/// Where word is left that `owner` was forced out of lock `key`.
+fn tombstone(key: &LockKey, owner: OwnerId) -> String {
+    format!("dlock-forced:{:032x}:{}", key.stable_hash(), owner.digest())
+}
+
+/// The owner id an item's value starts with (see `item_value`).
+fn owner_of(value: &[u8]) -> Option<OwnerId> {
+    let hex = std::str::from_utf8(value.get(..32)?).ok()?;
+    u128::from_str_radix(hex, 16).ok().map(OwnerId::from_u128)
+}
+
+/// A read item's CAS value and its seconds left, as a TTL that ends when
+/// it does (0, none, if it had none).
+fn cas_and_ttl(found: &Reply) -> Option<(u64, i64)> {
+    let cas = found.flag('c')?.parse().ok()?;
+    let left: i64 = found.flag('t')?.parse().ok()?;
+    Some((cas, if left < 0 { 0 } else { left.max(1) }))
+}
+
+/// Reads lock `key`'s item: value, CAS value, seconds left, flags.
+async fn read_item(engine: &MemcachedEngine, key: &str) -> Result<Reply, EngineError> {
+    let command = format!("mg {key} v c t f\r\n");
+    Ok(engine.call(command.as_bytes(), 1).await?.remove(0))
+}
+
+/// Two round trips: a read, then the tombstone and the delete.
+pub(super) async fn force_release(engine: &MemcachedEngine, key: &LockKey) -> Result<u32, EngineError> {
+    let item = item_key(key);
+    for _ in 0..ATTEMPTS {
+        let found = read_item(engine, &item).await?;
+        let (Some(value), Some((cas, ttl))) = (found.value.as_deref(), cas_and_ttl(&found)) else {
+            return Ok(0);
+        };
+        let Some(owner) = owner_of(value) else {
+            return Err(EngineError::failed("memcached: a lock item dlock did not write"));
+        };
+        // The word first: a holder never finds its item gone without it.
+        let tomb = tombstone(key, owner);
+        let mut command = format!("ms {tomb} {} T{ttl}\r\n", value.len()).into_bytes();
+        command.extend_from_slice(value);
+        command.extend_from_slice(format!("\r\nmd {item} C{cas}\r\n").as_bytes());
+        let [_, deleted] = <[Reply; 2]>::try_from(engine.call(&command, 2).await?).expect("two replies");
+        if deleted.code() == "HD" {
+            return Ok(1);
+        }
+        // Renewed (EX) or gone (NF) meanwhile: this holder was not forced out.
+        engine.call(format!("md {tomb}\r\n").as_bytes(), 1).await?;
+        if deleted.code() == "NF" {
+            return Ok(0);
+        }
+    }
+    Err(EngineError::failed(
+        "memcached: the holder kept changing its item",
+    ))
+}
+
+/// Two round trips: a read, then the flags set.
+pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey) -> Result<u32, EngineError> {
+    let item = item_key(key);
+    for _ in 0..ATTEMPTS {
+        let found = read_item(engine, &item).await?;
+        let (Some(value), Some((cas, ttl))) = (found.value.as_deref(), cas_and_ttl(&found)) else {
+            return Ok(0);
+        };
+        if found.flag('f') == Some(REVOKED) {
+            return Ok(1);
+        }
+        let mut command = format!("ms {item} {} T{ttl} F{REVOKED} C{cas}\r\n", value.len()).into_bytes();
+        command.extend_from_slice(value);
+        command.extend_from_slice(b"\r\n");
+        match engine.call(&command, 1).await?.remove(0).code() {
+            "HD" => return Ok(1),
+            "NF" => return Ok(0),
+            _ => {} // Renewed meanwhile: read it again.
+        }
+    }
+    Err(EngineError::failed(
+        "memcached: the holder kept changing its item",
+    ))
+}
+
+/// Whether a tombstone for `req`'s hold is there: one round trip. A
+/// semaphore's permits are never forced out.
+pub(super) async fn forced_out(engine: &MemcachedEngine, req: &Request) -> Result<bool, EngineError> {
+    if req.permits.is_some() {
+        return Ok(false);
+    }
+    let command = format!("mg {} v\r\n", tombstone(&req.key, req.owner));
+    let found = engine.call(command.as_bytes(), 1).await?.remove(0);
+    Ok(found.value.is_some_and(|v| v == Item::of(req).value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tombstone_names_the_lock_and_the_owner_by_digest_alone() {
+        let (key, owner) = (LockKey::new("g", "n").unwrap(), OwnerId::random());
+        let tomb = tombstone(&key, owner);
+        assert!(tomb.ends_with(&owner.digest()) && !tomb.contains(&owner.to_string()));
+        assert_ne!(tomb, tombstone(&LockKey::new("g", "m").unwrap(), owner));
+        let value = format!("{owner} g\0n");
+        assert_eq!(owner_of(value.as_bytes()), Some(owner));
+        assert_eq!(owner_of(b"short"), None);
+    }
+}
