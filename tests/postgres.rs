@@ -2,7 +2,9 @@
 //! pool bound with 1,000 holds and with more waiters than connections, a
 //! cancelled wait leaves the server's queue, a dropped connection fires
 //! `lost` for every hold on it, records name the client and drop a session
-//! gone, the fence survives a crash, nothing is left in `pg_locks` or the
+//! gone, the fence survives a crash, force release ends a holder's session
+//! only when it holds nothing else, a revocation dies with its hold,
+//! nothing is left in `pg_locks` or the
 //! record table after the conformance suite, and bad settings, a failed
 //! login, a missing privilege and an unreachable server are clear errors.
 
@@ -234,6 +236,126 @@ async fn a_dropped_connection_fires_lost_for_every_hold_on_it() {
         .await
         .expect("lock after the drop");
     again.release().await.expect("release");
+}
+
+/// The granted advisory locks' sessions, in order.
+fn holding_pids(server: &PgServer) -> String {
+    server.psql(
+        "SELECT string_agg(DISTINCT pid::text, ',') FROM pg_locks WHERE locktype = 'advisory' AND granted",
+    )
+}
+
+/// A holder alone on its session is forced out at once: its session is
+/// ended, so the lock is free when force release answers, long before the
+/// holder's next renewal, and the holder hears of it from the dropped
+/// connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_release_ends_a_session_holding_nothing_else_at_once() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let lease = Duration::from_secs(30);
+    let settings = Settings {
+        lease,
+        ..Settings::default()
+    };
+    let registry = Registry::with_engine("pg", engine(server, "alone", 2).await, settings).expect("registry");
+    let operator =
+        Registry::with_engine("pg", engine(server, "operator", 2).await, settings).expect("registry");
+    let guard = registry.locks("g").get("alone").lock().await.expect("lock");
+    let session = holding_pids(server);
+    let lock = operator.locks("g").get("alone");
+    assert_eq!(lock.force_release().await.expect("force release"), 1);
+    assert!(lock.inspect().await.expect("inspect").is_free());
+    let alive = format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {session}");
+    assert_eq!(server.psql(&alive), "0", "its session was ended");
+    let reason = tokio::time::timeout(lease / 10, guard.lost())
+        .await
+        .expect("the holder hears it before its next renewal");
+    assert_eq!(reason, LostReason::ForceReleased);
+}
+
+/// Two holds share one session: forcing one out ends no session, since
+/// that would end the other too. The lock forced out is let go at its
+/// holder's next renewal, which learns why, and its waiter gets in; the
+/// other lock stays held, unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_release_spares_the_other_holds_of_the_holders_session() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let lease = Duration::from_secs(2);
+    let settings = Settings {
+        lease,
+        ..Settings::default()
+    };
+    let holding = engine(server, "shared", 2).await;
+    let registry = Registry::with_engine("pg", holding.clone(), settings).expect("registry");
+    let forced = registry.locks("g").get("forced").lock().await.expect("lock");
+    let kept = registry.locks("g").get("kept").lock().await.expect("lock");
+    let pids = holding_pids(server);
+    assert!(!pids.contains(','), "the two holds share one session: {pids}");
+    let operator =
+        Registry::with_engine("pg", engine(server, "operator", 2).await, settings).expect("registry");
+    let waiting = tokio::spawn({
+        let lock = operator.locks("g").get("forced");
+        async move { lock.lock().await.expect("the waiter's lock") }
+    });
+    tokio::time::sleep(lease / 10).await;
+
+    let force = operator.locks("g").get("forced");
+    assert_eq!(force.force_release().await.expect("force release"), 1);
+    let next = tokio::time::timeout(lease, waiting)
+        .await
+        .expect("the waiter gets in by the holder's next renewal")
+        .expect("waiter task");
+    assert!(next.fence() > forced.fence());
+    let reason = tokio::time::timeout(lease, forced.lost())
+        .await
+        .expect("the holder forced out learns it");
+    assert_eq!(reason, LostReason::ForceReleased);
+    assert!(
+        holding_pids(server).split(',').any(|pid| pid == pids),
+        "the holder's session lives on"
+    );
+    let view = holding
+        .inspect(&LockKey::new("g", "kept").expect("key"), None)
+        .await
+        .expect("inspect");
+    assert_eq!(view.holders.len(), 1, "the other lock is still held: {view:?}");
+    assert!(!kept.is_lost() && !kept.is_revoked());
+    next.release().await.expect("release");
+    kept.release().await.expect("the other lock's release");
+}
+
+/// A revocation marks the hold's row, which its release deletes: the next
+/// hold of the lock on the very same session is not asked to let go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revocation_ends_with_the_hold_on_its_session() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    let lease = Duration::from_secs(2);
+    let settings = Settings {
+        lease,
+        ..Settings::default()
+    };
+    let registry =
+        Registry::with_engine("pg", engine(server, "revoked", 2).await, settings).expect("registry");
+    let operator =
+        Registry::with_engine("pg", engine(server, "operator", 2).await, settings).expect("registry");
+    let lock = registry.locks("g").get("r");
+    let first = lock.lock().await.expect("lock");
+    let session = holding_pids(server);
+    assert_eq!(operator.locks("g").get("r").revoke().await.expect("revoke"), 1);
+    tokio::time::timeout(lease, first.revoked())
+        .await
+        .expect("the holder hears it");
+    first.release().await.expect("release");
+
+    let second = lock.lock().await.expect("lock again");
+    assert_eq!(holding_pids(server), session, "the same session holds it again");
+    // Two renewals.
+    tokio::time::sleep(lease * 3 / 4).await;
+    assert!(!second.is_revoked(), "the next hold inherited the mark");
+    second.release().await.expect("release");
 }
 
 /// A hold's record carries the configured `client_name`; once its session
@@ -530,6 +652,11 @@ async fn a_missing_privilege_is_named_with_the_fix() {
         "may not SELECT, INSERT, UPDATE, DELETE on \"locks\".dlock_holds; grant SELECT",
     );
     server.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON locks.dlock_holds TO weak");
+    expect_refusal(
+        PostgresEngine::connect("pg", &weak).await.err(),
+        "may not SELECT, INSERT, UPDATE, DELETE on \"locks\".dlock_forced; grant SELECT",
+    );
+    server.psql("GRANT SELECT, INSERT, UPDATE, DELETE ON locks.dlock_forced TO weak");
     let engine = PostgresEngine::connect("pg", &weak)
         .await
         .expect("connect once granted");

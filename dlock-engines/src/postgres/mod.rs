@@ -26,7 +26,7 @@
 //! creates the sequence on first use, or says which privilege is missing.
 //!
 //! **Records.** A hold's row in the UNLOGGED table `<schema>.dlock_holds`
-//! (group, name, fence, owner digest, label, time granted) names it. A
+//! (group, name, fence, owner digest, label, time granted, lease) names it. A
 //! take at once and its unlock stay the bare lock functions, so the
 //! uncontended cycle writes nothing: the hold writes its row on its own
 //! session once it has lasted 50 ms, and its unlock deletes the row then,
@@ -48,6 +48,18 @@
 //! released, and a stopped process loses all of them. When the server ends
 //! a session this way the next renewal is refused; any other drop of a
 //! connection fires `lost` for every hold on it at once.
+//!
+//! **Force release and revocation** (`control.rs`). An operator's force
+//! release leaves word for each holder in the UNLOGGED table
+//! `<schema>.dlock_forced` (advisory key, owner digest, until its lease
+//! would have ended), then ends with `pg_terminate_backend` the session of
+//! each holder that holds nothing else: no session can unlock another's
+//! lock, and ending one that holds other locks too would end their holds.
+//! A holder forced out whose session lives on reads the word at its next
+//! renewal and lets go. A revocation marks the holds' rows; the renewal,
+//! already a round trip on the hold's session, reads its row's mark and
+//! word in the same statement. The mark dies with the row, so the next
+//! holder never inherits it. Made on first use, like the record table.
 //!
 //! **PgBouncer.** In transaction pooling mode a client's statements run on
 //! whichever server session is free, so an advisory lock stays with a
@@ -73,6 +85,7 @@
 //! ```
 
 mod config;
+mod control;
 mod objects;
 mod permits;
 mod pool;
@@ -90,7 +103,7 @@ use dlock_core::kit::{
 use dlock_core::{LockKey, LockView, Mode};
 
 use permits::Permit;
-use pool::{Conn, Pool};
+use pool::{Conn, Ping, Pool};
 use records::Tag;
 use waiter::{Stage, Waiter, Want};
 
@@ -241,8 +254,8 @@ impl Engine for PostgresEngine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             records: Records::Listed,
-            force_release: false,
-            revoke: false,
+            force_release: true,
+            revoke: true,
             ..Capabilities::FULL
         }
     }
@@ -316,10 +329,18 @@ impl Engine for PostgresEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        match held_conn(req) {
-            Some(conn) => conn.ping().await.map(Renewal::from),
-            None => Ok(Renewal::Gone),
-        }
+        let Some((conn, key)) = held_on(req) else {
+            return Ok(Renewal::Gone);
+        };
+        Ok(match conn.ping(key).await? {
+            Ping::Held => Renewal::Held,
+            Ping::Revoked => Renewal::Revoked,
+            Ping::Forced => {
+                self.release(req).await?;
+                Renewal::Gone
+            }
+            Ping::Gone => Renewal::Gone,
+        })
     }
 
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
@@ -355,7 +376,7 @@ impl Engine for PostgresEngine {
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
-        Some(Box::pin(held_conn(req)?.dropped()))
+        Some(Box::pin(held_on(req)?.0.dropped()))
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
@@ -365,13 +386,27 @@ impl Engine for PostgresEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         records::list(&self.pool, group).await
     }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        control::forced_out(&self.pool, req).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        control::force_release(&self.pool, key).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        control::revoke(&self.pool, key).await
+    }
 }
 
-/// The session a hold or a permit lives on.
-fn held_conn(req: &Request) -> Option<Arc<Conn>> {
+/// The session a hold or a permit lives on, and its advisory key there.
+fn held_on(req: &Request) -> Option<(Arc<Conn>, i64)> {
     match req.permits {
-        Some(_) => Permit::of(req).conn(),
-        None => Hold::of(req).held().map(|(conn, _)| conn),
+        Some(_) => Permit::of(req).held_on(),
+        None => Hold::of(req)
+            .held()
+            .map(|(conn, _)| (conn, advisory_key(&req.key))),
     }
 }
 

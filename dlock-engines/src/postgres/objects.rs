@@ -1,6 +1,6 @@
-//! The engine's database objects, the fence sequence and the record
-//! table: made on first use, or a startup error that says which privilege
-//! is missing.
+//! The engine's database objects, the fence sequence, the record table and
+//! the table of holds forced out: made on first use, or a startup error
+//! that says which privilege is missing.
 
 use dlock_core::Error;
 use dlock_core::kit::EngineError;
@@ -15,18 +15,30 @@ pub(super) struct Objects {
     pub fence: String,
     /// The record table, as a SQL name.
     pub holds: String,
+    /// The table of holds forced out, as a SQL name.
+    pub forced: String,
 }
 
 /// The record table: a row per hold or waiting request, keyed by its
 /// advisory key and session. UNLOGGED, since a row counts only while its
 /// session holds or waits (`pg_locks` tells), and no session outlives a
-/// crash; the primary key is its only index, for every lookup.
+/// crash; the primary key is its only index, for every lookup. `lease` is
+/// the request's, in milliseconds; `revoked`, whether its holder was asked
+/// to let go (`Engine::revoke`): the mark dies with the row, so the next
+/// holder never inherits it.
 const HOLDS: &str = "(key int8, pid int4, grp text NOT NULL, name text NOT NULL, permits int4, \
      fence int8, owner text NOT NULL, label text NOT NULL, \
-     since timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (key, pid))";
+     since timestamptz NOT NULL DEFAULT clock_timestamp(), lease int8 NOT NULL, \
+     revoked bool NOT NULL DEFAULT false, PRIMARY KEY (key, pid))";
 
-/// Makes `<schema>.dlock_fence` and `<schema>.dlock_holds` if missing, and
-/// checks that this role may use them.
+/// Holds ended by `Engine::force_release`, by advisory key and owner
+/// digest, each kept until its lease would have ended, for its holder to
+/// learn why it lost the lock (`Engine::forced_out`). UNLOGGED like the
+/// record table: a restart ends every hold anyway.
+const FORCED: &str = "(key int8, owner text, until timestamptz NOT NULL, PRIMARY KEY (key, owner))";
+
+/// Makes `<schema>.dlock_fence`, `<schema>.dlock_holds` and
+/// `<schema>.dlock_forced` if missing, and checks that this role may use them.
 pub(super) async fn make(
     config: &Config,
     schema: &str,
@@ -66,36 +78,18 @@ pub(super) async fn make(
         }
         Err(e) => return Err(failed(e)),
     }
-    let holds = format!("{}.dlock_holds", quote_ident(schema));
-    at.create_if_missing(
-        &holds,
-        &format!("the record table {holds}"),
-        &format!("CREATE UNLOGGED TABLE {holds} {HOLDS}"),
-        &format!("GRANT {RIGHTS} ON {holds} TO <role>"),
-    )
-    .await?;
-    let missing: Option<String> = client
-        .query_one(
-            "SELECT string_agg(p, ', ') FROM unnest(string_to_array($2, ', ')) AS p \
-             WHERE NOT has_table_privilege($1, p)",
-            &[&holds, &RIGHTS],
-        )
-        .await
-        .map_err(failed)?
-        .get(0);
-    if let Some(missing) = missing {
-        return Err(Error::config(
-            field,
-            format!("this role may not {missing} on {holds}; grant {RIGHTS} ON {holds} to it"),
-        ));
-    }
+    let holds = at.table("dlock_holds", "the record table", HOLDS).await?;
+    let forced = at
+        .table("dlock_forced", "the table of holds forced out", FORCED)
+        .await?;
     Ok(Objects {
         fence: quote_literal(&sequence),
         holds,
+        forced,
     })
 }
 
-/// What the engine does with the record table.
+/// What the engine does with its tables.
 const RIGHTS: &str = "SELECT, INSERT, UPDATE, DELETE";
 
 /// Where the objects go.
@@ -109,6 +103,37 @@ struct Schema<'a, F> {
 }
 
 impl<F: Fn(tokio_postgres::Error) -> Error> Schema<'_, F> {
+    /// The UNLOGGED table `name` (`what`, in messages) with `columns`, made
+    /// if missing, once this role is seen to have [`RIGHTS`] on it; its
+    /// quoted name.
+    async fn table(&self, name: &str, what: &str, columns: &str) -> Result<String, Error> {
+        let table = format!("{}.{name}", quote_ident(self.schema));
+        self.create_if_missing(
+            &table,
+            &format!("{what} {table}"),
+            &format!("CREATE UNLOGGED TABLE {table} {columns}"),
+            &format!("GRANT {RIGHTS} ON {table} TO <role>"),
+        )
+        .await?;
+        let missing: Option<String> = self
+            .client
+            .query_one(
+                "SELECT string_agg(p, ', ') FROM unnest(string_to_array($2, ', ')) AS p \
+                 WHERE NOT has_table_privilege($1, p)",
+                &[&table, &RIGHTS],
+            )
+            .await
+            .map_err(&self.failed)?
+            .get(0);
+        if let Some(missing) = missing {
+            return Err(Error::config(
+                self.field,
+                format!("this role may not {missing} on {table}; grant {RIGHTS} ON {table} to it"),
+            ));
+        }
+        Ok(table)
+    }
+
     /// Runs `create` unless `name` (`what`, in messages) exists; refused,
     /// says to grant CREATE, or to have the owner run it and `grant`.
     async fn create_if_missing(

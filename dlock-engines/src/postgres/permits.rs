@@ -52,9 +52,9 @@ impl Permit {
         &self.turnstile
     }
 
-    /// The session its permit lives on.
-    pub fn conn(&self) -> Option<Arc<Conn>> {
-        self.slot().as_ref().map(|s| s.conn.clone())
+    /// The session its permit lives on, and its slot's key.
+    pub fn held_on(&self) -> Option<(Arc<Conn>, i64)> {
+        self.slot().as_ref().map(|s| (s.conn.clone(), s.key))
     }
 
     /// Runs `work` after any earlier call on this request, on a task of its
@@ -187,7 +187,7 @@ pub(super) async fn step(
     }
     if let Some((conn, _)) = permit.turnstile.held() {
         // Its session must not idle out while it waits for a slot.
-        conn.ping().await?;
+        conn.ping(keys.turnstile).await?;
     }
     // No slot to watch: the turnstile's holder, alone of all waiters, looks
     // again soon, or at once when this process lets a key go. On the core's

@@ -71,7 +71,8 @@ enum Use {
     Take(i64),
     /// A wait in the server's queue: holding nothing, doing nothing.
     Wait,
-    /// A read-only statement: not waiting, preferably holding nothing, so
+    /// A statement that takes and lets go of nothing (a read, an
+    /// operator's control): not waiting, preferably holding nothing, so
     /// that it keeps no holder's session from idling out.
     Look,
 }
@@ -127,15 +128,20 @@ impl Pool {
 
     /// Another count than `count` in use with semaphore number `number`.
     pub async fn count_in_use(&self, number: i32, count: u32) -> Result<Option<u32>, EngineError> {
+        let row = self.one(|s| &s.count_in_use, &[&number, &(count as i32)]).await?;
+        Ok(row.get::<_, Option<i64>>(0).map(|n| n as u32))
+    }
+
+    /// The one row of the statement `pick` chooses, on a connection picked
+    /// to look (`Use::Look`).
+    pub async fn one(
+        &self,
+        pick: impl FnOnce(&Statements) -> &tokio_postgres::Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Row, EngineError> {
         let conn = self.look().await?;
-        let count = count as i32;
-        let row = conn
-            .0
-            .client
-            .query_one(&conn.0.statements.count_in_use, &[&number, &count])
-            .await;
-        let in_use: Option<i64> = row.map_err(failed)?.get(0);
-        Ok(in_use.map(|n| n as u32))
+        let row = conn.0.client.query_one(pick(&conn.0.statements), params).await;
+        row.map_err(failed)
     }
 
     /// The rows of a records statement.
@@ -151,9 +157,7 @@ impl Pool {
 
     /// Whether backend `pid` sleeps in a lock queue.
     pub async fn is_waiting(&self, pid: i32) -> Result<bool, EngineError> {
-        let conn = self.look().await?;
-        let row = conn.0.client.query_one(&conn.0.statements.waiting, &[&pid]).await;
-        Ok(row.map_err(failed)?.get(0))
+        Ok(self.one(|s| &s.waiting, &[&pid]).await?.get(0))
     }
 
     /// A connection for a read-only statement, marked looking until dropped.
@@ -567,9 +571,9 @@ impl Conn {
     ) -> Result<Option<u64>, tokio_postgres::Error> {
         let tag = &want.tag;
         let (group, name, permits) = (tag.key.group(), tag.key.name(), tag.permits.map(|n| n as i32));
-        let ms = timeout.unwrap_or_default().to_string();
+        let (lease, ms) = (want.lease_ms as i64, timeout.unwrap_or_default().to_string());
         let params: [&(dyn ToSql + Sync); ROW_PARAMS + 1] =
-            [&want.key, &group, &name, &permits, &tag.owner, &ms];
+            [&want.key, &group, &name, &permits, &tag.owner, &lease, &ms];
         let count = ROW_PARAMS + usize::from(timeout.is_some());
         let row = self.client.query_opt(statement, &params[..count]).await?;
         Ok(row.and_then(|row| row.get::<_, Option<i64>>(0)).map(|f| f as u64))
@@ -604,11 +608,12 @@ impl Conn {
     /// pid: no other connection is needed, and a session gone writes none.
     fn record_later(self: &Arc<Self>, want: &Want, fence: u64) {
         let (conn, key, tag, taken) = (self.clone(), want.key, want.tag.clone(), Instant::now());
+        let lease = want.lease_ms as i64;
         let row = Deferred::after(RECORD_AFTER, async move {
             let (group, name, permits) = (tag.key.group(), tag.key.name(), tag.permits.map(|n| n as i32));
             let (fence, micros) = (fence as i64, taken.elapsed().as_micros() as i64);
             let params: [&(dyn ToSql + Sync); ROW_PARAMS + 2] =
-                [&key, &group, &name, &permits, &tag.owner, &fence, &micros];
+                [&key, &group, &name, &permits, &tag.owner, &lease, &fence, &micros];
             // A failed statement may still have written: deleting is harmless.
             match conn.client.execute(&conn.statements.record, &params).await {
                 Ok(written) => written > 0,
@@ -755,12 +760,30 @@ impl Conn {
         }
     }
 
-    /// One round trip: true while the session (and so its holds) lives.
-    pub async fn ping(&self) -> Result<bool, EngineError> {
-        match self.client.query_one(&self.statements.ping, &[]).await {
-            Ok(_) => Ok(true),
-            Err(_) if self.client.is_closed() => Ok(false),
+    /// One round trip on the session of the hold on `key`: what became of it.
+    pub async fn ping(&self, key: i64) -> Result<Ping, EngineError> {
+        match self.client.query_opt(&self.statements.ping, &[&key]).await {
+            Ok(None) => Ok(Ping::Held),
+            Ok(Some(row)) => Ok(match (row.get(0), row.get(1)) {
+                (_, true) => Ping::Forced,
+                (true, false) => Ping::Revoked,
+                (false, false) => Ping::Held,
+            }),
+            Err(_) if self.client.is_closed() => Ok(Ping::Gone),
             Err(e) => Err(failed(e)),
         }
     }
+}
+
+/// What a ping learns of a hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ping {
+    Held,
+    /// Held, and its holder was asked to let go.
+    Revoked,
+    /// Forced out, its session kept (it holds other locks too): the holder
+    /// lets go.
+    Forced,
+    /// The session, and so the hold, is gone.
+    Gone,
 }

@@ -23,8 +23,8 @@ fn set_timeout(n: usize) -> String {
 }
 
 /// A row's parameters: the key, then the row's group, name, count (NULL
-/// for a lock) and owner digest.
-pub(super) const ROW_PARAMS: usize = 5;
+/// for a lock), owner digest and lease in milliseconds.
+pub(super) const ROW_PARAMS: usize = 6;
 
 /// One connection's prepared statements.
 pub(super) struct Statements {
@@ -32,14 +32,14 @@ pub(super) struct Statements {
     try_take: [Statement; 2],
     /// The same, also setting the timeout to `$2` if granted.
     try_take_setting: [Statement; 2],
-    /// Writes the row of a hold taken at once with fence `$6`, granted
-    /// `$7` microseconds ago.
+    /// Writes the row of a hold taken at once with fence `$7`, granted
+    /// `$8` microseconds ago.
     pub record: Statement,
     /// Writes a waiting request's row before it waits, so that records
     /// show it in line; its grant overwrites it.
     pub line_up: Statement,
     /// `pg_advisory_lock[_shared]($1)`, waiting in the server's queue; sets
-    /// the timeout to `$6` once granted.
+    /// the timeout to `$7` once granted.
     wait_take: [Statement; 2],
     /// `pg_advisory_unlock[_shared]($1)`: true if it was held.
     give_back: [Statement; 2],
@@ -52,6 +52,10 @@ pub(super) struct Statements {
     /// go: the server grants a holder's own request ahead of its queue.
     /// The row stays: the mode is read from `pg_locks`.
     pub downgrade: Statement,
+    /// The renewal: a round trip on the session, which keeps it from
+    /// idling out, reading the row of its hold on key `$1`: whether its
+    /// holder was asked to let go, and whether it was forced out. No row
+    /// (a hold too young to have one): neither.
     pub ping: Statement,
     /// Whether backend `$1` sleeps in a lock queue.
     pub waiting: Statement,
@@ -67,6 +71,21 @@ pub(super) struct Statements {
     pub inspect: Statement,
     /// Every hold and wait with a row of group `$1`.
     pub list: Statement,
+    /// Marks the rows of the holds of key `$1` revoked: how many, and how
+    /// many holds the key has (those with no row yet are not marked).
+    pub revoke: Statement,
+    /// Leaves word for each holder of key `$1` that it is forced out,
+    /// until its lease would end, and prunes word that has expired: how
+    /// many, and how many holds the key has. A holder learns it at its
+    /// next renewal, and lets go then, unless `end_forced` ends its session.
+    pub force: Statement,
+    /// Ends the sessions of the holders of key `$1` forced out that hold
+    /// nothing else (so no other lock's hold ends), but this one's: how
+    /// many. Waits up to a second for each to end, so that the lock is free
+    /// once this answers.
+    pub end_forced: Statement,
+    /// Whether the holder of key `$1` with owner digest `$2` is forced out.
+    pub forced_out: Statement,
 }
 
 /// This database's advisory locks of the one-number form, each with its
@@ -74,6 +93,11 @@ pub(super) struct Statements {
 const ADVISORY: &str = "(SELECT (classid::int8 << 32) | objid::int8 AS key, pid, granted, mode, waitstart \
      FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS l";
+
+/// How many sessions hold key `$1`.
+const HOLDERS: &str = "(SELECT count(*) FROM (SELECT (classid::int8 << 32) | objid::int8 AS key \
+     FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted \
+     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS k WHERE k.key = $1)";
 
 /// What `records.rs` reads of a lock and its row `h`.
 const SEEN: &str = "l.key, l.granted, l.mode = 'ShareLock', h.fence, h.owner, \
@@ -91,19 +115,22 @@ impl Statements {
     /// carry `label`.
     pub async fn prepare(client: &Client, objects: &Objects, pid: i32, label: &str) -> Result<Self, Error> {
         let (fence, holds, label) = (&objects.fence, &objects.holds, quote_literal(label));
+        let forced = &objects.forced;
         let upsert = |rows: &str| {
             format!(
-                "INSERT INTO {holds} (key, pid, grp, name, permits, fence, owner, label, since) {rows} \
+                "INSERT INTO {holds} (key, pid, grp, name, permits, fence, owner, label, since, lease) {rows} \
                  ON CONFLICT (key, pid) DO UPDATE SET grp = excluded.grp, name = excluded.name, \
                  permits = excluded.permits, fence = excluded.fence, owner = excluded.owner, \
-                 label = excluded.label, since = excluded.since RETURNING fence"
+                 label = excluded.label, since = excluded.since, lease = excluded.lease, \
+                 revoked = false RETURNING fence"
             )
         };
-        let row =
-            |fence: &str, since: &str| format!("$1, {pid}, $2, $3, $4::int4, {fence}, $5, {label}, {since}");
+        let row = |fence: &str, since: &str| {
+            format!("$1, {pid}, $2, $3, $4::int4, {fence}, $5, {label}, {since}, $6::int8")
+        };
         let (now, granted) = (
             "clock_timestamp()",
-            "clock_timestamp() - $7::int8 * interval '1 microsecond'",
+            "clock_timestamp() - $8::int8 * interval '1 microsecond'",
         );
         let take = |function: &str, set: &str| {
             format!(
@@ -138,7 +165,7 @@ impl Statements {
             take("pg_try_advisory_lock_shared", ""),
             take("pg_try_advisory_lock", &set_if_got),
             take("pg_try_advisory_lock_shared", &set_if_got),
-            upsert(&format!("VALUES ({})", row("$6::int8", granted))),
+            upsert(&format!("VALUES ({})", row("$7::int8", granted))),
             upsert(&format!("VALUES ({})", row("NULL::int8", now))),
             wait("pg_advisory_lock"),
             wait("pg_advisory_lock_shared"),
@@ -151,7 +178,11 @@ impl Statements {
             give("pg_advisory_unlock", &set, true),
             give("pg_advisory_unlock_shared", &set, true),
             "SELECT pg_advisory_lock_shared($1), pg_advisory_unlock($1)".to_owned(),
-            "SELECT 1".to_owned(),
+            format!(
+                "SELECT h.revoked, f.key IS NOT NULL FROM {holds} AS h \
+                 LEFT JOIN {forced} AS f ON f.key = h.key AND f.owner = h.owner \
+                 WHERE h.key = $1 AND h.pid = {pid}"
+            ),
             "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_get_activity($1)"
                 .to_owned(),
             "SELECT pg_advisory_lock_shared($1::int4, $2::int4)".to_owned(),
@@ -172,6 +203,39 @@ impl Statements {
             format!(
                 "SELECT {SEEN}, h.label FROM {holds} AS h JOIN {ADVISORY} ON l.key = h.key AND l.pid = h.pid \
                  WHERE h.grp = $1 ORDER BY l.granted DESC, since, l.pid"
+            ),
+            // A row counts once it records its grant (a waiting request's
+            // has no fence): the grant's write would clear an earlier mark.
+            format!(
+                "WITH asked AS (UPDATE {holds} AS h SET revoked = true FROM {ADVISORY} \
+                 WHERE l.key = h.key AND l.pid = h.pid AND l.granted AND h.key = $1 \
+                 AND h.fence IS NOT NULL RETURNING 1) \
+                 SELECT (SELECT count(*) FROM asked), {HOLDERS}"
+            ),
+            // Word of an earlier force on this key is left to the next
+            // prune: a statement must not both delete and insert one row.
+            format!(
+                "WITH held AS (SELECT h.owner, h.lease FROM {ADVISORY} \
+                 JOIN {holds} AS h ON h.key = l.key AND h.pid = l.pid \
+                 WHERE l.key = $1 AND l.granted AND h.fence IS NOT NULL), \
+                 told AS (INSERT INTO {forced} (key, owner, until) \
+                 SELECT $1, owner, clock_timestamp() + lease * interval '1 millisecond' FROM held \
+                 ON CONFLICT (key, owner) DO NOTHING), \
+                 pruned AS (DELETE FROM {forced} WHERE until < clock_timestamp() AND key <> $1) \
+                 SELECT (SELECT count(*) FROM held), {HOLDERS}"
+            ),
+            // Never its own session: it answers this statement.
+            format!(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid, 1000)) FROM {ADVISORY} \
+                 JOIN {holds} AS h ON h.key = l.key AND h.pid = l.pid \
+                 JOIN {forced} AS f ON f.key = h.key AND f.owner = h.owner \
+                 WHERE l.key = $1 AND l.granted AND l.pid <> pg_backend_pid() \
+                 AND NOT EXISTS (SELECT 1 FROM pg_locks AS o WHERE o.pid = l.pid AND o.locktype = 'advisory' \
+                 AND NOT (o.objsubid = 1 AND ((o.classid::int8 << 32) | o.objid::int8) = $1))"
+            ),
+            format!(
+                "SELECT EXISTS (SELECT 1 FROM {forced} WHERE key = $1 AND owner = $2 \
+                 AND until > clock_timestamp())"
             ),
         ];
         let prepared = futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
@@ -195,6 +259,10 @@ impl Statements {
             count_in_use: next(),
             inspect: next(),
             list: next(),
+            revoke: next(),
+            force: next(),
+            end_forced: next(),
+            forced_out: next(),
         })
     }
 

@@ -1,0 +1,71 @@
+//! An operator's control of a lock: force release and revocation.
+//!
+//! No session can unlock another's advisory lock, and holds share
+//! sessions (`pool.rs`), so ending a holder's session could end other
+//! locks' holds too. So force release first leaves word for each holder,
+//! in `dlock_forced`, that it is forced out (until its lease would have
+//! ended), then ends the session of each holder that holds nothing else,
+//! which frees the lock at once. A holder whose session holds other locks
+//! learns it at its next renewal, and lets go then: its lock is free a
+//! third of a lease later, and its other holds go on.
+//!
+//! A revocation marks the holds' rows in `dlock_holds`; the renewal reads
+//! the mark. Both reach a hold through its row, so a hold too young to
+//! have written one ([`RECORD_AFTER`](dlock_core::kit::RECORD_AFTER)) is
+//! waited for, as records are. A hold with no row even then (another
+//! client's) is neither asked nor forced out.
+
+use dlock_core::LockKey;
+use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
+use tokio_postgres::Statement;
+
+use super::advisory_key;
+use super::pool::Pool;
+use super::sql::Statements;
+
+/// Marks every holder of `key` revoked: one round trip, two if a hold is
+/// too young to have its row.
+pub(super) async fn revoke(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
+    each_holder(pool, key, |s| &s.revoke).await
+}
+
+/// Forces every holder of `key` out: a round trip to leave word (two if a
+/// hold is too young to have its row), one to end the sessions that hold
+/// nothing else. The holds forced out, whether ended now or at their
+/// holder's next renewal.
+pub(super) async fn force_release(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
+    let forced = each_holder(pool, key, |s| &s.force).await?;
+    if forced > 0 {
+        pool.one(|s| &s.end_forced, &[&advisory_key(key)]).await?;
+    }
+    Ok(forced)
+}
+
+/// Whether `req`'s hold was forced out: one round trip.
+pub(super) async fn forced_out(pool: &Pool, req: &Request) -> Result<bool, EngineError> {
+    let (key, owner) = (advisory_key(&req.key), req.owner.digest());
+    Ok(pool.one(|s| &s.forced_out, &[&key, &owner]).await?.get(0))
+}
+
+/// Runs `pick`'s statement, which does its work on each holder of `key`
+/// with a row and answers how many, and how many holders there are; once
+/// more after [`RECORD_WAIT`] if some had no row. It must be harmless to
+/// run twice.
+async fn each_holder(
+    pool: &Pool,
+    key: &LockKey,
+    pick: fn(&Statements) -> &Statement,
+) -> Result<u32, EngineError> {
+    let key = advisory_key(key);
+    let mut waited = false;
+    loop {
+        let row = pool.one(pick, &[&key]).await?;
+        let (done, holders): (i64, i64) = (row.get(0), row.get(1));
+        if done < holders && !waited {
+            waited = true;
+            tokio::time::sleep(RECORD_WAIT).await;
+            continue;
+        }
+        return Ok(done as u32);
+    }
+}
