@@ -4,8 +4,9 @@
 //! never blocks the line, `queue = "local"` sends one waiter per lock, odd
 //! keys stay apart, the table is empty once leases have run out, a table
 //! made by an older dlock gets the columns for records, records carry the
-//! configured label, and bad settings, a failed login, a missing privilege
-//! and an unreachable server are clear errors.
+//! configured label, force release deletes a lock's rows and ends its
+//! gate's own session and nothing else, and bad settings, a failed login,
+//! a missing privilege and an unreachable server are clear errors.
 
 #![cfg(feature = "mysql")]
 
@@ -17,7 +18,7 @@ use dlock::engines::conformance;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::kit::ClientSettings;
 use dlock::kit::{Engine, Poll, Request};
-use dlock::{Error, LockKey, Mode, Registry, Settings};
+use dlock::{Error, LockKey, LostReason, Mode, Registry, Settings};
 use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, Mysql};
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};
 
@@ -41,6 +42,67 @@ fn request(name: &str) -> Request {
         Mode::Write,
         Duration::from_secs(30),
     )
+}
+
+/// Force release of a lock held through the table (two readers) deletes
+/// their rows; of a lock held by its gate, it ends the gate's session,
+/// which holds nothing else. Each holder learns at its next renewal that
+/// it was forced out, and the locks are free; another lock, its own gate
+/// session held by the same process all along, is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_release_ends_that_locks_rows_and_gate_session_only() {
+    let fixture = Mysql::start();
+    let server = &fixture.server;
+    let lease = Duration::from_secs(2);
+    let settings = Settings {
+        lease,
+        ..Settings::default()
+    };
+    let connect = || async {
+        let engine = MysqlEngine::connect("my", &config(server))
+            .await
+            .expect("connect");
+        Registry::with_engine("my", Arc::new(engine), settings).expect("registry")
+    };
+    let (registry, operator) = (connect().await, connect().await);
+    let locks = registry.locks("g");
+    let read = locks.get("read");
+    let mut guards = vec![read.read().await.expect("read")];
+    let read = read.clone();
+    guards.push(
+        tokio::spawn(async move { read.read().await.expect("read") })
+            .await
+            .expect("task"),
+    );
+    guards.push(locks.get("gated").lock().await.expect("lock"));
+    let other = locks.get("other").lock().await.expect("lock");
+    assert_eq!(
+        rows(server, "WHERE held = 1"),
+        2,
+        "the readers hold rows, the writers gates"
+    );
+
+    let ops = operator.locks("g");
+    assert_eq!(ops.get("read").force_release().await.expect("force release"), 2);
+    assert_eq!(ops.get("gated").force_release().await.expect("force release"), 1);
+    assert_eq!(rows(server, "WHERE held = 1"), 0);
+    for guard in &guards {
+        let reason = tokio::time::timeout(lease, guard.lost())
+            .await
+            .expect("each holder learns by its next renewal");
+        assert_eq!(reason, LostReason::ForceReleased);
+    }
+    for name in ["read", "gated"] {
+        let next = ops.get(name).try_lock().await.expect("try");
+        next.expect("the lock forced free is free")
+            .release()
+            .await
+            .expect("release");
+    }
+    assert!(!other.is_lost() && !other.is_revoked());
+    let view = ops.get("other").inspect().await.expect("inspect");
+    assert_eq!(view.holders.len(), 1, "the other lock is still held: {view:?}");
+    other.release().await.expect("the other lock's release");
 }
 
 /// A waiter that queued and then never polled again (its process froze)
@@ -445,9 +507,10 @@ async fn an_older_table_gets_the_record_columns_and_records_carry_the_label() {
     );
     let columns = server.sql(&format!(
         "SELECT GROUP_CONCAT(column_name ORDER BY column_name) FROM information_schema.columns \
-         WHERE table_schema = '{DATABASE}' AND table_name = 'dlock_queue' AND column_name IN ('fence', 'since', 'label')"
+         WHERE table_schema = '{DATABASE}' AND table_name = 'dlock_queue' \
+         AND column_name IN ('fence', 'since', 'label', 'revoked')"
     ));
-    assert_eq!(columns, "fence,label,since");
+    assert_eq!(columns, "fence,label,revoked,since");
 
     let mut writer = request("old");
     writer.try_once = true;

@@ -95,12 +95,13 @@ impl MysqlEngine {
             }
             _ => unavailable(e),
         };
-        let exists: Option<(Option<u64>, Option<u64>)> =
+        let exists: Option<(Option<u64>, Option<u64>, Option<u64>)> =
             conn.query_first(sql::TABLES).await.map_err(unavailable)?;
-        let (queue, gate_table) = exists.unwrap_or_default();
+        let (queue, gate_table, forced) = exists.unwrap_or_default();
         for (table, exists, create) in [
             ("dlock_queue", queue, sql::CREATE_TABLE),
             ("dlock_gates", gate_table, sql::CREATE_GATES),
+            ("dlock_forced", forced, sql::CREATE_FORCED),
         ] {
             if exists != Some(1) {
                 conn.query_drop(create).await.map_err(|e| {
@@ -114,19 +115,24 @@ impl MysqlEngine {
                 })?;
             }
         }
-        let present: Vec<String> = conn.query(sql::COLUMNS).await.map_err(unavailable)?;
-        let missing: Vec<_> = sql::RECORD_COLUMNS
-            .iter()
-            .filter(|(column, _)| !present.iter().any(|p| p == column))
-            .collect();
-        if !missing.is_empty() {
-            let names: Vec<&str> = missing.iter().map(|(column, _)| *column).collect();
-            let adds: Vec<&str> = missing.iter().map(|(_, add)| *add).collect();
-            let alter = format!("ALTER TABLE dlock_queue {}", adds.join(", "));
+        let present: Vec<(String, String)> = conn.query(sql::COLUMNS).await.map_err(unavailable)?;
+        for table in ["dlock_queue", "dlock_gates"] {
+            let missing: Vec<_> = sql::ADDED_COLUMNS
+                .iter()
+                .filter(|(t, column, _)| {
+                    *t == table && !present.iter().any(|(pt, pc)| pt == t && pc == column)
+                })
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            let names: Vec<&str> = missing.iter().map(|(_, column, _)| *column).collect();
+            let adds: Vec<&str> = missing.iter().map(|(_, _, add)| *add).collect();
+            let alter = format!("ALTER TABLE {table} {}", adds.join(", "));
             let fix = format!(
-                "the mysql engine's table dlock_queue, made by an older dlock, lacks the columns {} for \
-                 records, and this user may not add them; grant ALTER on `{database}`.dlock_queue to this \
-                 user, or have an administrator run: {alter}",
+                "the mysql engine's table {table}, made by an older dlock, lacks the columns {}, and this \
+                 user may not add them; grant ALTER on `{database}`.{table} to this user, or have an \
+                 administrator run: {alter}",
                 names.join(", ")
             );
             match conn.query_drop(&alter).await {

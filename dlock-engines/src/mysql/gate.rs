@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dlock_core::LockKey;
-use dlock_core::kit::{EngineError, Request};
+use dlock_core::kit::{EngineError, Renewal, Request};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Conn, Opts, Value};
 
@@ -58,11 +58,17 @@ impl Session {
         Ok(self.one(sql::GIVE_GATE, key).await? == Some(1))
     }
 
-    /// Whether this session still holds the gate of `key`; the statement
-    /// also keeps the session from idling out (the renewal). False if the
-    /// session is gone, and the gate with it.
-    pub async fn holds(&mut self, key: &LockKey) -> bool {
-        matches!(self.one(sql::HOLDS_GATE, key).await, Ok(Some(1)))
+    /// Whether this session still holds the gate of `key`, and was asked
+    /// to let go; the statement also keeps the session from idling out (the
+    /// renewal). Gone if the session is gone, and the gate with it.
+    pub async fn renew(&mut self, key: &LockKey) -> Renewal {
+        let gate = name(key);
+        let answer = self.conn.exec_first(sql::HOLDS_GATE, (&gate, &gate)).await;
+        match answer {
+            Ok(Some(Some(1_i64))) => Renewal::Held,
+            Ok(Some(Some(2))) => Renewal::Revoked,
+            _ => Renewal::Gone,
+        }
     }
 
     async fn one(&mut self, statement: &str, key: &LockKey) -> Result<Option<i64>, EngineError> {

@@ -9,7 +9,7 @@
 //! of records wait for young holds (`records.rs`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dlock_core::kit::{Deferred, OwnerId, RECORD_AFTER};
 use mysql_async::Pool;
@@ -27,6 +27,7 @@ pub struct Hold {
     pub owner: OwnerId,
     pub fence: u64,
     pub label: Arc<str>,
+    pub lease: Duration,
 }
 
 /// The record of one hold, to be written once it has lasted.
@@ -51,6 +52,7 @@ impl Record {
                 hold.fence.to_value(),
                 micros(taken.elapsed()),
                 hold.label.as_bytes().to_value(),
+                micros(hold.lease),
                 hold.gate.to_value(),
                 hold.conn.to_value(),
             ];

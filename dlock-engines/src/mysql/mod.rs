@@ -45,12 +45,23 @@
 //! (`permits.rs`).
 //!
 //! **Records** (`records.rs`): a row also keeps its fence, the time it was
-//! granted (or queued) and its label (`client_name`); the columns are added
-//! at startup to a table an older dlock made (the ALTER privilege, once).
+//! granted (or queued) and its label (`client_name`); columns added since
+//! (these, and `revoked`) are added at startup to a table an older dlock
+//! made (the ALTER privilege, once).
 //! A write hold taken at once has no row: it writes its record to
 //! `dlock_gates` only once it has lasted 50 ms (`gate_records.rs`), so the
 //! uncontended cycle writes nothing more than before, and `inspect` and
 //! `list` wait that long for young holds.
+//!
+//! **Force release and revocation** (`control.rs`). Force release leaves
+//! word for each holder in `dlock_forced` (lock, owner digest, until its
+//! lease would have ended), deletes the lock's held rows, and ends the
+//! session holding its gate (`KILL CONNECTION`) when that session is a
+//! write hold's own, which holds nothing else. Revocation marks the held
+//! rows, and the gate hold's record. The renewal reads the mark in the
+//! statement it already was, and a holder whose row or session is gone
+//! reads the word. The mark dies with its row or record, so the next holder
+//! never inherits it.
 //!
 //! **Wake-up.** MySQL has no notifications: waiters poll on the core's
 //! schedule, one indexed statement each time. A release in this process
@@ -72,6 +83,7 @@
 //! ```
 
 mod config;
+mod control;
 mod gate;
 mod gate_records;
 mod permits;
@@ -275,6 +287,7 @@ impl MysqlEngine {
             owner: req.owner,
             fence,
             label: self.label.clone(),
+            lease: req.lease,
         };
         let record = Record::later(self.shared.pool.clone(), hold);
         Mine::keep_gate(
@@ -418,8 +431,8 @@ impl Engine for MysqlEngine {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
             records: Records::Listed,
-            force_release: false,
-            revoke: false,
+            force_release: true,
+            revoke: true,
             ..Capabilities::FULL
         }
     }
@@ -507,20 +520,25 @@ impl Engine for MysqlEngine {
     }
 
     /// A gate hold: a statement on its session, which also keeps the
-    /// session from idling out; a row: its expiry moved on.
+    /// session from idling out; a row: its expiry moved on. Either reads
+    /// whether the holder was asked to let go, in the same statement.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         if let Some(mut hold) = Mine::take_gate(req) {
-            let holds = hold.session.holds(&req.key).await;
-            if holds {
-                Mine::keep_gate(req, hold);
-            } else {
+            let renewal = hold.session.renew(&req.key).await;
+            if renewal == Renewal::Gone {
                 // Its record, if written, shows nothing once the gate is gone.
                 hold.record.stop().await;
+            } else {
+                Mine::keep_gate(req, hold);
             }
-            return Ok(Renewal::from(holds));
+            return Ok(renewal);
         }
         let params = vec![micros(req.lease), owner(req), 1u8.to_value()];
-        Ok(Renewal::from(self.run(&sql::extend(), params).await?.0 == 1))
+        Ok(match self.run(&sql::extend(), params).await? {
+            (1, None) => Renewal::Held,
+            (1, Some(_)) => Renewal::Revoked,
+            _ => Renewal::Gone,
+        })
     }
 
     /// A gate hold writes its read hold's row while it still holds the
@@ -576,5 +594,19 @@ impl Engine for MysqlEngine {
 
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         records::list(&self.shared.pool, group).await
+    }
+
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        control::forced_out(&self.shared.pool, req).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let forced = control::force_release(&self.shared.pool, key).await?;
+        self.shared.waiting.wake(&key_and_name(key).0);
+        Ok(forced)
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        control::revoke(&self.shared.pool, key).await
     }
 }

@@ -306,7 +306,7 @@ fn readable(full: &[u8], semaphore: bool) -> Option<(String, String)> {
 }
 
 /// The digest of an owner id stored as 16 bytes; the id goes no further.
-fn digest(owner: &[u8]) -> Option<String> {
+pub(super) fn digest(owner: &[u8]) -> Option<String> {
     let bits = u128::from_be_bytes(owner.try_into().ok()?);
     Some(OwnerId::from_u128(bits).digest())
 }

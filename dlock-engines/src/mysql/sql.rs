@@ -22,7 +22,9 @@ use mysql_async::{Conn, Value};
 /// end. `lock_key` is the name, or its hash when it would not fit the index;
 /// `name` then keeps the full name, and every lookup compares it. `fence`,
 /// `since` and `label` are for records only: NULL in rows of older dlock
-/// versions, which name their columns and never set them.
+/// versions, which name their columns and never set them. `revoked`: the
+/// holder was asked to let go (`Engine::revoke`); the mark dies with the
+/// row, so the next holder never inherits it.
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     ticket BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     lock_key VARBINARY(255) NOT NULL,
@@ -34,31 +36,48 @@ pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     fence BIGINT UNSIGNED NULL,
     since DATETIME(6) NULL,
     label VARBINARY(255) NULL,
+    revoked TINYINT UNSIGNED NOT NULL DEFAULT 0,
     PRIMARY KEY (ticket),
     UNIQUE KEY by_owner (owner),
     KEY by_lock (lock_key, ticket),
     KEY by_expiry (expires)
 ) ENGINE = InnoDB";
 
-/// Whether each table exists: `dlock_queue`, `dlock_gates`.
-pub const TABLES: &str = "SELECT SUM(table_name = 'dlock_queue'), SUM(table_name = 'dlock_gates') \
-     FROM information_schema.tables WHERE table_schema = DATABASE()";
+/// Whether each table exists: `dlock_queue`, `dlock_gates`, `dlock_forced`.
+pub const TABLES: &str = "SELECT SUM(table_name = 'dlock_queue'), SUM(table_name = 'dlock_gates'), \
+     SUM(table_name = 'dlock_forced') FROM information_schema.tables WHERE table_schema = DATABASE()";
 
-/// The columns for records, and how a table made by an older dlock gets
-/// them (instant on MySQL 8.0.29+ and MariaDB 10.3+).
-pub const RECORD_COLUMNS: [(&str, &str); 3] = [
-    ("fence", "ADD COLUMN fence BIGINT UNSIGNED NULL"),
-    ("since", "ADD COLUMN since DATETIME(6) NULL"),
-    ("label", "ADD COLUMN label VARBINARY(255) NULL"),
+/// The columns added since a table was first made, and how a table made
+/// by an older dlock gets them (instant on MySQL 8.0.29+ and MariaDB 10.3+).
+pub const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+    ("dlock_queue", "fence", "ADD COLUMN fence BIGINT UNSIGNED NULL"),
+    ("dlock_queue", "since", "ADD COLUMN since DATETIME(6) NULL"),
+    ("dlock_queue", "label", "ADD COLUMN label VARBINARY(255) NULL"),
+    (
+        "dlock_queue",
+        "revoked",
+        "ADD COLUMN revoked TINYINT UNSIGNED NOT NULL DEFAULT 0",
+    ),
+    (
+        "dlock_gates",
+        "lease",
+        "ADD COLUMN lease BIGINT UNSIGNED NOT NULL DEFAULT 0",
+    ),
+    (
+        "dlock_gates",
+        "revoked",
+        "ADD COLUMN revoked TINYINT UNSIGNED NOT NULL DEFAULT 0",
+    ),
 ];
 
-/// Which of the record columns `dlock_queue` has.
-pub const COLUMNS: &str = "SELECT column_name FROM information_schema.columns \
-     WHERE table_schema = DATABASE() AND table_name = 'dlock_queue' AND column_name IN ('fence', 'since', 'label')";
+/// The tables and columns there are of [`ADDED_COLUMNS`].
+pub const COLUMNS: &str = "SELECT table_name, column_name FROM information_schema.columns \
+     WHERE table_schema = DATABASE() AND table_name IN ('dlock_queue', 'dlock_gates') \
+     AND column_name IN ('fence', 'since', 'label', 'revoked', 'lease')";
 
 /// Statements that touch no row but need each privilege the engine uses,
 /// so that a missing one shows at startup.
-pub const PRIVILEGE_CHECKS: [(&str, &str, &str); 5] = [
+pub const PRIVILEGE_CHECKS: [(&str, &str, &str); 8] = [
     (
         "dlock_queue",
         "INSERT and SELECT",
@@ -76,7 +95,18 @@ pub const PRIVILEGE_CHECKS: [(&str, &str, &str); 5] = [
         "INSERT and SELECT",
         "REPLACE INTO dlock_gates SELECT * FROM dlock_gates WHERE FALSE",
     ),
+    (
+        "dlock_gates",
+        "UPDATE",
+        "UPDATE dlock_gates SET revoked = revoked WHERE FALSE",
+    ),
     ("dlock_gates", "DELETE", "DELETE FROM dlock_gates WHERE FALSE"),
+    (
+        "dlock_forced",
+        "INSERT and SELECT",
+        "REPLACE INTO dlock_forced SELECT * FROM dlock_forced WHERE FALSE",
+    ),
+    ("dlock_forced", "DELETE", "DELETE FROM dlock_forced WHERE FALSE"),
 ];
 
 const NOW: &str = "UTC_TIMESTAMP(6)";
@@ -85,7 +115,8 @@ const NOW: &str = "UTC_TIMESTAMP(6)";
 /// `dlock_queue`), one per gate, written only by holds that last (see
 /// `gate_records.rs`). A row counts only while session `conn` holds `gate`,
 /// so a row left behind by a closed session shows nothing. `owner` is the
-/// owner id's digest: nothing here needs the id.
+/// owner id's digest: nothing here needs the id. `lease` is the hold's, in
+/// µs; `revoked` as in `dlock_queue`, and a new hold's record replaces it.
 pub const CREATE_GATES: &str = "CREATE TABLE IF NOT EXISTS dlock_gates (
     gate VARBINARY(64) NOT NULL,
     conn BIGINT UNSIGNED NOT NULL,
@@ -95,16 +126,29 @@ pub const CREATE_GATES: &str = "CREATE TABLE IF NOT EXISTS dlock_gates (
     fence BIGINT UNSIGNED NOT NULL,
     since DATETIME(6) NOT NULL,
     label VARBINARY(255) NOT NULL,
+    lease BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    revoked TINYINT UNSIGNED NOT NULL DEFAULT 0,
     PRIMARY KEY (gate)
+) ENGINE = InnoDB";
+
+/// Holds ended by `Engine::force_release`, by lock and owner digest, each
+/// kept until its lease would have ended, for its holder to learn why it
+/// lost the lock (`Engine::forced_out`).
+pub const CREATE_FORCED: &str = "CREATE TABLE IF NOT EXISTS dlock_forced (
+    lock_key VARBINARY(255) NOT NULL,
+    owner CHAR(8) CHARACTER SET ascii NOT NULL,
+    until DATETIME(6) NOT NULL,
+    PRIMARY KEY (lock_key, owner),
+    KEY by_until (until)
 ) ENGINE = InnoDB";
 
 /// A lasting write hold's record, written only while its session holds the
 /// gate. Params: gate, conn, key, name, owner digest, fence, µs since it
-/// was taken, label, gate, conn.
+/// was taken, label, lease µs, gate, conn.
 pub fn record_gate() -> String {
     format!(
-        "REPLACE INTO dlock_gates (gate, conn, lock_key, name, owner, fence, since, label) \
-         SELECT ?, ?, ?, ?, ?, ?, {NOW} - INTERVAL ? MICROSECOND, ? FROM DUAL WHERE IS_USED_LOCK(?) = ?"
+        "REPLACE INTO dlock_gates (gate, conn, lock_key, name, owner, fence, since, label, lease) \
+         SELECT ?, ?, ?, ?, ?, ?, {NOW} - INTERVAL ? MICROSECOND, ?, ? FROM DUAL WHERE IS_USED_LOCK(?) = ?"
     )
 }
 
@@ -136,9 +180,11 @@ pub const TAKE_GATE: &str = "SELECT IF(GET_LOCK(?, 0) = 1, UUID_SHORT(), NULL)";
 /// Lets the gate go. Param: gate. 1 if this session held it.
 pub const GIVE_GATE: &str = "SELECT RELEASE_LOCK(?)";
 
-/// Whether this session still holds the gate; it also keeps the session
-/// from going idle (the lease). Param: gate.
-pub const HOLDS_GATE: &str = "SELECT IS_USED_LOCK(?) = CONNECTION_ID()";
+/// Whether this session still holds the gate (1), and was asked to let go
+/// (2); it also keeps the session from going idle (the lease). Params:
+/// gate, gate.
+pub const HOLDS_GATE: &str = "SELECT (IS_USED_LOCK(?) = CONNECTION_ID()) \
+     * (1 + COALESCE((SELECT revoked FROM dlock_gates WHERE gate = ? AND conn = CONNECTION_ID()), 0))";
 
 /// A read hold, made by a write hold taken at once that downgrades (it
 /// holds the gate meanwhile), keeping its fence. Params: key, name, owner,
@@ -218,12 +264,66 @@ pub fn take_turn() -> String {
 }
 
 /// Extends a live row of this owner, holding (`held` = 1) or waiting (0).
-/// Params: µs, owner, held. One row if it was still live.
+/// Params: µs, owner, held. One row if it was still live; its `revoked`
+/// comes back as the insert id (none if 0).
 pub fn extend() -> String {
     format!(
-        "UPDATE dlock_queue SET expires = {NOW} + INTERVAL ? MICROSECOND \
+        "UPDATE dlock_queue SET expires = {NOW} + INTERVAL ? MICROSECOND, revoked = LAST_INSERT_ID(revoked) \
          WHERE owner = ? AND held = ? AND expires > {NOW}"
     )
+}
+
+/// Marks a lock's live holds revoked. Params: key, name.
+pub fn revoke() -> String {
+    format!(
+        "UPDATE dlock_queue SET revoked = 1 WHERE lock_key = ? AND name <=> ? AND held = 1 AND expires > {NOW}"
+    )
+}
+
+/// Marks a gate hold's record revoked, if its session holds the gate.
+/// Param: gate.
+pub const REVOKE_GATE: &str =
+    "UPDATE dlock_gates SET revoked = 1 WHERE gate = ? AND conn = IS_USED_LOCK(gate)";
+
+/// A lock's live holds: owner, and µs until the lease ends. Params: key, name.
+pub fn holds() -> String {
+    format!(
+        "SELECT owner, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires) FROM dlock_queue \
+         WHERE lock_key = ? AND name <=> ? AND held = 1 AND expires > {NOW}"
+    )
+}
+
+/// The session holding a gate, and the owner digest and lease µs of the
+/// hold's record if it wrote one. Params: gate, gate.
+pub const GATE_HOLD: &str = "SELECT IS_USED_LOCK(?), g.conn, g.owner, g.lease FROM (SELECT 1) one \
+     LEFT JOIN dlock_gates g ON g.gate = ? AND g.conn = IS_USED_LOCK(g.gate)";
+
+/// Removes word of holds forced out whose lease has ended.
+pub fn prune_forced() -> String {
+    format!("DELETE FROM dlock_forced WHERE until < {NOW} LIMIT 1000")
+}
+
+/// Leaves word for `n` holders forced out: `(key, owner digest, lease µs
+/// left)` each.
+pub fn force(n: usize) -> String {
+    let row = format!("(?, ?, {NOW} + INTERVAL ? MICROSECOND)");
+    format!(
+        "REPLACE INTO dlock_forced (lock_key, owner, until) VALUES {}",
+        vec![row; n].join(", ")
+    )
+}
+
+/// Ends the holds of `n` owners, if still held.
+pub fn end_holds(n: usize) -> String {
+    format!(
+        "DELETE FROM dlock_queue WHERE held = 1 AND owner IN ({})",
+        vec!["?"; n].join(", ")
+    )
+}
+
+/// Whether a holder was forced out. Params: key, owner digest.
+pub fn forced_out() -> String {
+    format!("SELECT EXISTS (SELECT 1 FROM dlock_forced WHERE lock_key = ? AND owner = ? AND until > {NOW})")
 }
 
 /// Lets a live hold go. Param: owner. One row if it was still held.

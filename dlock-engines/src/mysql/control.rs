@@ -1,0 +1,146 @@
+//! An operator's control of a lock: force release and revocation.
+//!
+//! A hold through the table is a row: force release deletes it, and
+//! revocation marks it, for the renewal to read. A write hold taken at
+//! once is its gate, held by a session of its own (`gate.rs`) that holds
+//! nothing else: force release ends that session (`KILL CONNECTION`),
+//! which lets the gate go and no other lock's hold, and revocation marks
+//! the hold's record in `dlock_gates`. Both find such a hold by its
+//! record, so a hold too young to have one is waited for, as records are;
+//! a gate held with no record even then (a waiter's grant holds it a
+//! moment; another client's lock) is left alone.
+//!
+//! Before it ends any hold, force release leaves word for its holder in
+//! `dlock_forced` (lock, owner digest, until its lease would have ended),
+//! pruning word that has expired: the holder, finding at its next renewal
+//! that its row or session is gone, asks there why (`forced_out`).
+
+use dlock_core::LockKey;
+use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
+use mysql_async::prelude::{Queryable, ToValue};
+use mysql_async::{Conn, Pool, Value};
+
+use super::gate;
+use super::records::digest;
+use super::sql::{self, key_and_name};
+
+/// A write hold taken at once, as its record tells.
+struct GateHold {
+    /// The id of its session.
+    conn: u64,
+    owner: String,
+    lease_micros: u64,
+}
+
+/// Marks every holder of `key` revoked: two round trips (three if its gate
+/// is held with no record yet), and one more per kind of hold found.
+pub(super) async fn revoke(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
+    let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
+    let gated = gate_hold(&mut conn, key).await?.is_some();
+    if gated {
+        sql::exec(&mut conn, sql::REVOKE_GATE, vec![gate::name(key).to_value()]).await?;
+    }
+    let rows = row_holds(&mut conn, key).await?;
+    if !rows.is_empty() {
+        let (lock_key, name) = key_and_name(key);
+        sql::exec(
+            &mut conn,
+            &sql::revoke(),
+            vec![lock_key.to_value(), name.to_value()],
+        )
+        .await?;
+    }
+    Ok(u32::from(gated) + rows.len() as u32)
+}
+
+/// Forces every holder of `key` out: two round trips to find them (three
+/// if its gate is held with no record yet), then two to leave word and
+/// one per kind of hold found to end them. The holds ended.
+pub(super) async fn force_release(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
+    let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
+    let gated = gate_hold(&mut conn, key).await?;
+    let rows = row_holds(&mut conn, key).await?;
+    let lock_key = key_and_name(key).0;
+    let mut word = Vec::new();
+    for (owner, left) in &rows {
+        word.extend([lock_key.to_value(), digest(owner).to_value(), left.to_value()]);
+    }
+    if let Some(hold) = &gated {
+        word.extend([
+            lock_key.to_value(),
+            hold.owner.to_value(),
+            hold.lease_micros.to_value(),
+        ]);
+    }
+    if word.is_empty() {
+        return Ok(0);
+    }
+    sql::exec(&mut conn, &sql::prune_forced(), Vec::new()).await?;
+    sql::exec(&mut conn, &sql::force(word.len() / 3), word).await?;
+    let mut ended = 0;
+    if !rows.is_empty() {
+        let owners = rows.into_iter().map(|(owner, _)| owner.to_value());
+        let owners: Vec<Value> = owners.collect();
+        ended += sql::exec(&mut conn, &sql::end_holds(owners.len()), owners)
+            .await?
+            .0;
+    }
+    if let Some(hold) = gated {
+        match conn.query_drop(format!("KILL CONNECTION {}", hold.conn)).await {
+            Ok(()) => ended += 1,
+            // 1094: no such session: it let go and closed meanwhile.
+            Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+            Err(e) => return Err(EngineError::failed(e)),
+        }
+    }
+    Ok(ended as u32)
+}
+
+/// Whether `req`'s hold was forced out: one round trip.
+pub(super) async fn forced_out(pool: &Pool, req: &Request) -> Result<bool, EngineError> {
+    let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
+    let params = (key_and_name(&req.key).0, req.owner.digest());
+    let forced: Option<u8> = conn
+        .exec_first(sql::forced_out(), params)
+        .await
+        .map_err(EngineError::failed)?;
+    Ok(forced == Some(1))
+}
+
+/// The write hold taken at once on `key`, if its session holds the gate
+/// and it wrote its record; once more after [`RECORD_WAIT`] if the gate is
+/// held with no record.
+async fn gate_hold(conn: &mut Conn, key: &LockKey) -> Result<Option<GateHold>, EngineError> {
+    let gate = gate::name(key);
+    let mut waited = false;
+    loop {
+        type Columns = (Option<u64>, Option<u64>, Option<String>, Option<u64>);
+        let row: Option<Columns> = conn
+            .exec_first(sql::GATE_HOLD, (&gate, &gate))
+            .await
+            .map_err(EngineError::failed)?;
+        match row {
+            Some((Some(_), Some(conn), Some(owner), Some(lease_micros))) => {
+                return Ok(Some(GateHold {
+                    conn,
+                    owner,
+                    lease_micros,
+                }));
+            }
+            Some((Some(_), ..)) if !waited => {
+                waited = true;
+                tokio::time::sleep(RECORD_WAIT).await;
+            }
+            _ => return Ok(None),
+        }
+    }
+}
+
+/// The live holds of `key` through the table: each owner id, and the µs
+/// left of its lease.
+async fn row_holds(conn: &mut Conn, key: &LockKey) -> Result<Vec<(Vec<u8>, i64)>, EngineError> {
+    let (lock_key, name) = key_and_name(key);
+    conn.exec(sql::holds(), (lock_key, name))
+        .await
+        .map_err(EngineError::failed)
+}
