@@ -22,6 +22,8 @@
 //! each command and so counts every round trip.
 //! Memory: `HELD` locks held at once on a fresh server, for dlock and for
 //! the floor under the same key names, `used_memory` per lock.
+//! Records: the commands one `inspect` sends, and listing `LISTED` held
+//! locks against the bare `SCAN` of their keys.
 //!
 //! ```text
 //! cargo bench --bench redis --features redis
@@ -50,6 +52,8 @@ const ROUNDS: usize = 5;
 const CONTENDED_FOR: Duration = Duration::from_secs(1);
 /// Locks held at once in the memory section.
 const HELD: usize = 100_000;
+/// Locks held at once in the records section.
+const LISTED: usize = 10_000;
 /// The memory section's `fence_retention`, short so that its check that
 /// the server empties after release does not wait the default minute.
 const RETENTION: Duration = Duration::from_secs(1);
@@ -359,11 +363,34 @@ where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send,
 {
+    each_of(HELD, step).await
+}
+
+/// Every one of `requests` granted, 32 at a time.
+async fn take_all(engine: &Arc<RedisEngine>, requests: &Arc<Vec<Request>>) {
+    each_of(requests.len(), {
+        let (engine, requests) = (engine.clone(), requests.clone());
+        move |i| {
+            let (engine, requests) = (engine.clone(), requests.clone());
+            async move {
+                assert!(matches!(engine.acquire(&requests[i]).await, Ok(Poll::Held(_))));
+            }
+        }
+    })
+    .await;
+}
+
+/// Runs `step(i)` for every i in `0..n`, 32 at a time.
+async fn each_of<F, Fut>(n: usize, step: F)
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
     let tasks: Vec<_> = (0..32)
         .map(|worker| {
             let step = step.clone();
             tokio::spawn(async move {
-                for i in (worker..HELD).step_by(32) {
+                for i in (worker..n).step_by(32) {
                     step(i).await;
                 }
             })
@@ -432,16 +459,7 @@ async fn memory() {
         .expect("flushall");
 
     let before = used_memory(&mut raw).await;
-    each_lock({
-        let (engine, requests) = (engine.clone(), requests.clone());
-        move |i| {
-            let (engine, requests) = (engine.clone(), requests.clone());
-            async move {
-                assert!(matches!(engine.acquire(&requests[i]).await, Ok(Poll::Held(_))));
-            }
-        }
-    })
-    .await;
+    take_all(&engine, &requests).await;
     let keys = dbsize(&mut raw).await;
     let dlock = (used_memory(&mut raw).await - before) as f64 / HELD as f64;
     println!(
@@ -486,6 +504,88 @@ async fn memory() {
         released.elapsed()
     );
     assert_eq!(after, 0, "keys left after the retention");
+}
+
+/// Records, on a server of their own with `LISTED` locks held: the
+/// commands one `inspect` sends, and `list` of the group against the bare
+/// enumeration of the same keys (the `SCAN` loop `list` starts with,
+/// alone), in turns, median of `ROUNDS`.
+async fn records() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let mut raw = connection(&server).await;
+    let config = RedisConfig::new(format!("redis://{}", server.address()));
+    let engine = Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"));
+    let lease = Duration::from_secs(300);
+    let requests: Arc<Vec<Request>> = Arc::new(
+        (0..LISTED)
+            .map(|i| {
+                let key = LockKey::new("listed", format!("held-{i}")).expect("key");
+                Request::new(key, Mode::Write, lease)
+            })
+            .collect(),
+    );
+    take_all(&engine, &requests).await;
+
+    let one = &requests[0].key;
+    engine.inspect(one, None).await.expect("warm");
+    const INSPECTS: u64 = 100;
+    let cpu = reset(&mut raw).await;
+    for _ in 0..INSPECTS {
+        let view = engine.inspect(one, None).await.expect("inspect");
+        assert_eq!(view.holders.len(), 1);
+    }
+    // The commands the client sent: a script's own calls are not round trips.
+    let counted = commands(&mut raw, &["evalsha", "eval", "script"], cpu).await;
+    let sent = counted.calls as f64 / INSPECTS as f64;
+    row(
+        "redis",
+        "round trips per `inspect` (`INFO commandstats`)",
+        &format!("{sent:.0}"),
+        "one command",
+        "1",
+        sent,
+        Target::AtMost(2.0),
+    );
+
+    let pattern = "{dlock:listed:*}:[ws]";
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for round in 0..ROUNDS * 2 {
+        let started = Instant::now();
+        if round % 2 == 0 {
+            let views = engine.list("listed").await.expect("list");
+            assert_eq!(views.len(), LISTED);
+        } else {
+            let (mut cursor, mut found) = (0_u64, 0);
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("scan");
+                found += keys.len();
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+            assert_eq!(found, LISTED);
+        }
+        times[round % 2].push(started.elapsed());
+    }
+    let (list, scan) = (p50(&times[0]), p50(&times[1]));
+    row(
+        "redis",
+        &format!("list of {LISTED} held locks (median of {ROUNDS})"),
+        &format!("{list:.1?}"),
+        "bare `SCAN` of the same keys",
+        &format!("{scan:.1?}"),
+        list.as_secs_f64() / scan.as_secs_f64(),
+        Target::AtMost(1.5),
+    );
 }
 
 #[tokio::main]
@@ -739,6 +839,7 @@ async fn main() {
     );
 
     memory().await;
+    records().await;
 }
 
 fn millis(d: Duration) -> u64 {

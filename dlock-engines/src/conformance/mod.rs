@@ -294,10 +294,15 @@ macro_rules! conformance_suite {
         )*
     };
     (@each $factory:ident; $($case:ident [$($need:ident),*],)*) => {
-        $({
-            let harness = $crate::conformance::Harness::new($factory().await);
-            $crate::conformance_suite!(@run harness $case [$($need),*]);
-        })*
+        // Each case boxed with its engine's making: inline, the whole list
+        // polled as one future needs more stack than a test thread has.
+        $(
+            ::std::boxed::Box::pin(async {
+                let harness = $crate::conformance::Harness::new($factory().await);
+                $crate::conformance_suite!(@run harness $case [$($need),*]);
+            })
+            .await;
+        )*
     };
     (@run $harness:ident $case:ident [$($need:ident),*]) => {
         // Boxed, the checks of what it needs too: the whole list run in one
