@@ -147,12 +147,8 @@ async fn local_turn(
 async fn confirm(hold: &Arc<Hold>) -> Instant {
     let sent = Instant::now();
     match hold.renewal().await {
-        Ok(Renewal::Held) => hold.renewed(sent),
-        Ok(Renewal::Revoked) => {
-            hold.renewed(sent);
-            hold.mark_revoked();
-        }
-        _ => {}
+        Ok(Renewal::Gone) | Err(_) => {}
+        Ok(renewal) => hold.renewed(sent, renewal),
     }
     Instant::now()
 }

@@ -123,9 +123,7 @@ impl HeldLock {
             .await
         }
     }
-}
 
-impl HeldLock {
     /// Whether the holder was asked to let go ([`Lock::revoke`](crate::Lock::revoke)).
     /// The hold stays sound: letting go is the holder's choice.
     pub fn is_revoked(&self) -> bool {

@@ -155,21 +155,34 @@ pub(crate) struct Grant {
     pub valid_until: Instant,
 }
 
-/// Whether and why a hold is lost, and who watches for it: the channel is
-/// made only when someone asks for the signal, as most holds are never lost
-/// and nobody watches.
+/// A state that is set once (whether and why a hold is lost; whether its
+/// holder was asked to let go), and who watches for it: the channel is
+/// made only when someone asks, as most holds are never lost or asked.
 #[derive(Default)]
-struct Lost {
-    reason: Option<LostReason>,
-    watchers: Option<watch::Sender<Option<LostReason>>>,
+struct Signal<T> {
+    state: T,
+    watchers: Option<watch::Sender<T>>,
 }
 
-/// Whether the holder was asked to let go, and who watches for it (made
-/// on demand, as for loss).
-#[derive(Default)]
-struct Asked {
-    revoked: bool,
-    watchers: Option<watch::Sender<bool>>,
+impl<T: Clone + Default + PartialEq> Signal<T> {
+    /// Sets the state unless it was set already; true if this set it.
+    fn set(&mut self, state: T) -> bool {
+        if self.state != T::default() {
+            return false;
+        }
+        self.state = state.clone();
+        if let Some(watchers) = &self.watchers {
+            watchers.send_replace(state);
+        }
+        true
+    }
+
+    fn subscribe(&mut self) -> watch::Receiver<T> {
+        let state = self.state.clone();
+        self.watchers
+            .get_or_insert_with(|| watch::Sender::new(state))
+            .subscribe()
+    }
 }
 
 /// Stops a hold's watchdog: unfiles it from the timer, or aborts its task.
@@ -198,8 +211,8 @@ pub(crate) struct Hold {
     pub req: Request,
     filed: HoldKey,
     counts: Mutex<Counts>,
-    lost: Mutex<Lost>,
-    asked: Mutex<Asked>,
+    lost: Mutex<Signal<Option<LostReason>>>,
+    asked: Mutex<Signal<bool>>,
     /// Until when the engine is known to keep the hold; the watchdog moves it
     /// on with each renewal. `None` once released.
     valid_until: Mutex<Option<Instant>>,
@@ -397,27 +410,30 @@ impl Hold {
         match result {
             Ok(true) => self.ok_unless_lost(),
             Ok(false) => {
-                if self.lost_reason().is_none() {
-                    self.mark_lost(self.why_gone(LostReason::Rejected).await);
-                }
+                self.mark_gone(LostReason::Rejected).await;
                 self.ok_unless_lost()
             }
             Err(e) => Err(self.group.engine_error(&self.req, e)),
         }
     }
 
-    /// Why the engine no longer has this hold: `otherwise`, unless an
-    /// operator forced it out. Asked only on this cold path, as it may cost
-    /// a round trip.
-    pub(crate) async fn why_gone(&self, otherwise: LostReason) -> LostReason {
-        if !self.group.capabilities.force_release {
-            return otherwise;
+    /// The engine no longer has this hold: marks it lost, as `otherwise`
+    /// unless an operator forced it out. Asked only on this cold path, and
+    /// only if not lost already, as it may cost a round trip.
+    pub(crate) async fn mark_gone(&self, otherwise: LostReason) {
+        if self.lost_reason().is_some() {
+            return;
         }
-        let call = self.call(|engine, req| async move { engine.forced_out(&req).await });
-        match within(Instant::now() + self.group.settings.call_timeout, call).await {
-            Ok(true) => LostReason::ForceReleased,
-            _ => otherwise,
-        }
+        let forced = self.group.capabilities.force_release && {
+            let call = self.call(|engine, req| async move { engine.forced_out(&req).await });
+            let until = Instant::now() + self.group.settings.call_timeout;
+            matches!(within(until, call).await, Ok(true))
+        };
+        self.mark_lost(if forced {
+            LostReason::ForceReleased
+        } else {
+            otherwise
+        });
     }
 
     /// The engine call `make` makes for this hold, as a [`Call`].
@@ -458,9 +474,7 @@ impl Hold {
                 self.ok_unless_lost()
             }
             Ok(false) => {
-                if self.lost_reason().is_none() {
-                    self.mark_lost(self.why_gone(LostReason::Rejected).await);
-                }
+                self.mark_gone(LostReason::Rejected).await;
                 self.ok_unless_lost()
             }
             Err(e) => Err(self.group.engine_error(&self.req, e)),
@@ -479,17 +493,7 @@ impl Hold {
 
     /// Records the loss once; later reasons are ignored.
     pub fn mark_lost(&self, reason: LostReason) {
-        let first = {
-            let mut lost = lock(&self.lost);
-            let first = lost.reason.is_none();
-            if first {
-                lost.reason = Some(reason);
-                if let Some(watchers) = &lost.watchers {
-                    watchers.send_replace(Some(reason));
-                }
-            }
-            first
-        };
+        let first = lock(&self.lost).set(Some(reason));
         if first {
             // The next local waiter may go to the engine: this hold no
             // longer keeps it out, whether or not its task lets go.
@@ -503,7 +507,7 @@ impl Hold {
     /// past its validity is lost even before the watchdog wakes (a process
     /// resumed after a long pause must not act first and learn later).
     pub fn lost_reason(&self) -> Option<LostReason> {
-        if let Some(reason) = lock(&self.lost).reason {
+        if let Some(reason) = lock(&self.lost).state {
             return Some(reason);
         }
         let expired = lock(&self.valid_until).is_some_and(|until| Instant::now() >= until);
@@ -519,24 +523,20 @@ impl Hold {
         *lock(&self.valid_until)
     }
 
-    /// A renewal sent at `sent` succeeded.
-    pub fn renewed(&self, sent: Instant) {
+    /// A renewal sent at `sent` found the hold still held; `Revoked`: and
+    /// its holder asked to let go.
+    pub fn renewed(&self, sent: Instant, renewal: Renewal) {
         if let Some(until) = lock(&self.valid_until).as_mut() {
             *until = (*until).max(sent + self.req.lease);
+        }
+        if renewal == Renewal::Revoked {
+            self.mark_revoked();
         }
     }
 
     /// The holder was asked to let go; told once.
-    pub fn mark_revoked(&self) {
-        let first = {
-            let mut asked = lock(&self.asked);
-            let first = !asked.revoked;
-            asked.revoked = true;
-            if let (true, Some(watchers)) = (first, &asked.watchers) {
-                watchers.send_replace(true);
-            }
-            first
-        };
+    fn mark_revoked(&self) {
+        let first = lock(&self.asked).set(true);
         if first {
             self.group.labels.event(Series::of(&self.req), Event::Revoked);
             trace::revoked(&self.span);
@@ -544,23 +544,14 @@ impl Hold {
     }
 
     pub fn is_revoked(&self) -> bool {
-        lock(&self.asked).revoked
+        lock(&self.asked).state
     }
 
     pub fn subscribe_revoked(&self) -> watch::Receiver<bool> {
-        let mut asked = lock(&self.asked);
-        let revoked = asked.revoked;
-        asked
-            .watchers
-            .get_or_insert_with(|| watch::Sender::new(revoked))
-            .subscribe()
+        lock(&self.asked).subscribe()
     }
 
     pub fn subscribe_lost(&self) -> watch::Receiver<Option<LostReason>> {
-        let mut lost = lock(&self.lost);
-        let reason = lost.reason;
-        lost.watchers
-            .get_or_insert_with(|| watch::Sender::new(reason))
-            .subscribe()
+        lock(&self.lost).subscribe()
     }
 }

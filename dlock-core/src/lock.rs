@@ -274,15 +274,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn force_release(&self) -> Result<u32, Error> {
-        let group = &self.group;
-        if !group.capabilities.force_release {
-            return Err(group.unsupported("force release".to_owned()));
-        }
-        let key = LockKey::new(group.name.clone(), self.name.clone())?;
-        let until = Instant::now() + group.settings.call_timeout;
-        within(until, group.engine.force_release(&key))
-            .await
-            .map_err(|error| group.engine_error_at(key, None, error))
+        self.act(Act::ForceRelease).await
     }
 
     /// Asks every holder of this lock to let go: each learns it at its next
@@ -291,15 +283,29 @@ impl Lock {
     /// from a holder that does not comply. Answers how many holders were
     /// asked (0: the lock was free).
     pub async fn revoke(&self) -> Result<u32, Error> {
+        self.act(Act::Revoke).await
+    }
+
+    /// An operator's act on this lock's holders, if the engine can do it.
+    async fn act(&self, act: Act) -> Result<u32, Error> {
         let group = &self.group;
-        if !group.capabilities.revoke {
-            return Err(group.unsupported("revocation".to_owned()));
+        let (able, what) = match act {
+            Act::ForceRelease => (group.capabilities.force_release, "force release"),
+            Act::Revoke => (group.capabilities.revoke, "revocation"),
+        };
+        if !able {
+            return Err(group.unsupported(what.to_owned()));
         }
         let key = LockKey::new(group.name.clone(), self.name.clone())?;
+        let call = async {
+            match act {
+                Act::ForceRelease => group.engine.force_release(&key).await,
+                Act::Revoke => group.engine.revoke(&key).await,
+            }
+        };
         let until = Instant::now() + group.settings.call_timeout;
-        within(until, group.engine.revoke(&key))
-            .await
-            .map_err(|error| group.engine_error_at(key, None, error))
+        let done = within(until, call).await;
+        done.map_err(|error| group.engine_error_at(key, None, error))
     }
 
     /// Where this lock comes in a [`LockSet`](crate::LockSet)'s one order.
@@ -311,6 +317,13 @@ impl Lock {
             self.permits,
         )
     }
+}
+
+/// What an operator does to a lock's holders.
+#[derive(Clone, Copy)]
+enum Act {
+    ForceRelease,
+    Revoke,
 }
 
 /// A semaphore: at most `permits` holders at once, across processes, each

@@ -214,7 +214,7 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
         tokio::select! {
             // A fired signal comes first, before a renewal that is due.
             biased;
-            _ = &mut pushed => return hold.mark_lost(hold.why_gone(LostReason::Engine).await),
+            _ = &mut pushed => return hold.mark_gone(LostReason::Engine).await,
             _ = sleep_until((Instant::now() + pause).min(deadline)) => {}
         }
         if hold.lost_reason().is_some() {
@@ -222,15 +222,12 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
         }
         let sent = Instant::now();
         match timeout_at(deadline, hold.renewal()).await {
-            Ok(Ok(renewal @ (Renewal::Held | Renewal::Revoked))) => {
-                hold.renewed(sent);
+            Ok(Ok(Renewal::Gone)) => return hold.mark_gone(LostReason::Rejected).await,
+            Ok(Ok(renewal)) => {
+                hold.renewed(sent, renewal);
                 pause = lease / 3;
                 hold.group.labels.event(Series::of(&hold.req), Event::Renewed);
-                if renewal == Renewal::Revoked {
-                    hold.mark_revoked();
-                }
             }
-            Ok(Ok(Renewal::Gone)) => return hold.mark_lost(hold.why_gone(LostReason::Rejected).await),
             // Keep trying, more often, until the validity runs out.
             failed => {
                 pause = lease / 9;
