@@ -360,7 +360,10 @@ async fn a_revocation_ends_with_the_hold_on_its_session() {
 
 /// A hold's record carries the configured `client_name`; once its session
 /// is gone (the backend terminated) the hold no longer shows, though its
-/// row stays in the table until a new connection sweeps it.
+/// row stays in the table until a new connection sweeps it. The hold is
+/// taken on the engine itself: a `Lock`'s watchdog would notice the loss and
+/// ask, on a new connection, whether it was forced out, sweeping the row
+/// before the test can see it stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn records_name_the_client_and_never_show_a_session_gone() {
     let fixture = Postgres::start();
@@ -368,19 +371,20 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     let mut named = config(server, "records", 2);
     named.client.client_name = Some("billing".to_owned());
     let holding = PostgresEngine::connect("pg", &named).await.expect("connect");
-    let registry = Registry::with_engine("pg", Arc::new(holding), Settings::default()).expect("registry");
     // Its one connection is open already, so looking sweeps nothing.
     let looking = engine(server, "looking", 2).await;
-    let key = LockKey::new("g", "stale").expect("key");
-    let guard = registry.locks("g").get("stale").lock().await.expect("lock");
-    let view = looking.inspect(&key, None).await.expect("inspect");
+    let req = request("stale");
+    let Ok(Poll::Held(fence)) = holding.acquire(&req).await else {
+        panic!("not granted")
+    };
+    let view = looking.inspect(&req.key, None).await.expect("inspect");
     let [holder] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };
     assert_eq!(holder.label.as_deref(), Some("billing"), "{view:?}");
     assert_eq!(
         (holder.fence, holder.owner.clone()),
-        (Some(guard.fence()), Some(guard.owner_digest()))
+        (Some(fence), Some(req.owner.digest()))
     );
 
     let killed = server.psql(
@@ -389,20 +393,20 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     assert_eq!(killed, "1");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let view = looking.inspect(&key, None).await.expect("inspect");
+        let view = looking.inspect(&req.key, None).await.expect("inspect");
         if view.is_free() {
             break;
         }
         assert!(Instant::now() < deadline, "the hold still shows: {view:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let listed = looking.list("g").await.expect("list");
+    let listed = looking.list("pg").await.expect("list");
     assert!(listed.is_empty(), "{listed:?}");
     let rows = "SELECT count(*) FROM dlock_holds";
     assert_eq!(server.psql(rows), "1", "the stale row is still there");
     drop(engine(server, "sweeping", 2).await);
     assert_eq!(server.psql(rows), "0", "a new connection swept it");
-    drop(guard);
+    drop(holding);
 }
 
 /// Sessions killed over and over while waiters wait, in four processes'
