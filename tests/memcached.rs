@@ -6,11 +6,11 @@
 
 #![cfg(feature = "memcached")]
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Poll, Renewal, Request};
+use dlock::kit::{Engine, Poll, Renewal, Request};
 use dlock::{Error, LockKey, Mode};
 use dlock_testkit::fixtures::memcached::Memcached;
 use dlock_testkit::server::free_port;
@@ -191,6 +191,93 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
     assert_eq!(engine.renew(&next).await.expect("renew"), Renewal::Held);
     assert!(!engine.forced_out(&next).await.expect("forced out"));
     assert!(engine.release(&next).await.expect("release"));
+}
+
+/// A hold's record comes from its item alone: the configured label, the
+/// owner's digest, when it was granted by this client's clock, and the
+/// item's end (the lease rounded up, plus a second); no fence, which is
+/// taken after the item is written. A semaphore shows each slot held, and
+/// the count its items keep. An item dlock did not write still shows as a
+/// holder, with nothing it cannot tell.
+#[tokio::test]
+async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
+    let fixture = Memcached::start();
+    let config = MemcachedConfig {
+        address: fixture.server.address(),
+        connections: 2,
+        client: ClientSettings {
+            client_name: Some("billing 7".to_owned()),
+            ..ClientSettings::default()
+        },
+    };
+    let named = MemcachedEngine::connect("mc", &config).await.expect("connect");
+    let looking = engine(&fixture).await;
+    let holder = request("shown");
+    let before = SystemTime::now();
+    assert!(matches!(named.acquire(&holder).await, Ok(Poll::Held(_))));
+    let after = SystemTime::now();
+    let view = looking.inspect(&holder.key, None).await.expect("inspect");
+    let [record] = view.holders.as_slice() else {
+        panic!("one holder expected: {view:?}");
+    };
+    assert_eq!(
+        (
+            record.label.as_deref(),
+            record.owner.clone(),
+            record.fence,
+            record.mode
+        ),
+        (Some("billing 7"), Some(holder.owner.digest()), None, Mode::Write)
+    );
+    let since = record.since.expect("since");
+    let millis = Duration::from_millis(1);
+    assert!(since + millis >= before && since <= after, "since {since:?}");
+    // A 5 s lease is an item of 6 s, of which memcached says 5 or 6 are left.
+    let ends = record.lease_ends.expect("lease end");
+    let read = SystemTime::now();
+    assert!(
+        ends >= read + Duration::from_secs(4) && ends <= read + Duration::from_secs(6),
+        "ends {ends:?}, read at {read:?}"
+    );
+    assert!(named.release(&holder).await.expect("release"));
+    assert!(
+        looking
+            .inspect(&holder.key, None)
+            .await
+            .expect("inspect")
+            .is_free()
+    );
+
+    let permit = |name: &str| {
+        let mut req = request(name);
+        req.permits = Some(3);
+        req
+    };
+    let (first, second) = (permit("sem"), permit("sem"));
+    for req in [&first, &second] {
+        assert!(matches!(named.acquire(req).await, Ok(Poll::Held(_))));
+    }
+    // Asked with another count, the view keeps the one the items agree on.
+    let view = looking.inspect(&first.key, Some(5)).await.expect("inspect");
+    let mut owners: Vec<_> = view.holders.iter().map(|r| r.owner.clone()).collect();
+    owners.sort_unstable();
+    let mut expected = vec![Some(first.owner.digest()), Some(second.owner.digest())];
+    expected.sort_unstable();
+    assert_eq!((view.permits, owners), (Some(3), expected), "{view:?}");
+
+    assert_eq!(
+        raw(&fixture, "ms dlock:mc:foreign 3 T60\r\nabc\r\n").await,
+        "HD\r\n"
+    );
+    let foreign = LockKey::new("mc", "foreign").expect("key");
+    let view = looking.inspect(&foreign, None).await.expect("inspect");
+    let [record] = view.holders.as_slice() else {
+        panic!("one holder expected: {view:?}");
+    };
+    assert_eq!(
+        (record.label.clone(), record.owner.clone(), record.since),
+        (None, None, None)
+    );
 }
 
 #[tokio::test]

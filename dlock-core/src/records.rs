@@ -40,7 +40,8 @@ impl LockView {
 /// One hold. A field the engine cannot tell is `None`: a hold made by
 /// another client of the same layout (Curator on ZooKeeper, `etcdctl lock`
 /// on etcd) carries no dlock label or owner; a dlock hold always has its
-/// label, fence, since and owner digest.
+/// label, since and owner digest, and its fence where the engine's records
+/// show fences ([`Capabilities::fence_in_records`](crate::kit::Capabilities::fence_in_records)).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HolderRecord {
     /// The holding process's label: its `client_name`, by default

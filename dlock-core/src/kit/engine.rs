@@ -227,6 +227,9 @@ pub struct Capabilities {
     pub semaphore: bool,
     /// What [`Engine::inspect`] and [`Engine::list`] can tell; see [`Records`].
     pub records: Records,
+    /// Whether a record shows the hold's fence: not where the token is
+    /// taken after the hold is written, in the same round trip (memcached).
+    pub fence_in_records: bool,
     /// An operator can end a hold from outside ([`Engine::force_release`]),
     /// and its holder learns why ([`Engine::forced_out`]).
     pub force_release: bool,
@@ -247,6 +250,7 @@ impl Capabilities {
         waiter_ttl: None,
         semaphore: true,
         records: Records::Listed,
+        fence_in_records: true,
         force_release: true,
         revoke: true,
     };
@@ -261,7 +265,7 @@ impl Capabilities {
     /// guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -273,6 +277,10 @@ impl Capabilities {
                 "no semaphores"
             },
             self.records.as_str(),
+            match self.records != Records::None && !self.fence_in_records {
+                true => " without fences",
+                false => "",
+            },
             if self.force_release {
                 "force release"
             } else {

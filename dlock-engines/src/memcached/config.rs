@@ -40,7 +40,7 @@ impl MemcachedEngine {
             name,
             kind: "memcached",
         };
-        config.client.label(&at)?;
+        let label = config.client.label(&at)?;
         if config.address.trim().is_empty() {
             return Err(at.bad("address", "name the server as host:port"));
         }
@@ -64,6 +64,7 @@ impl MemcachedEngine {
         Ok(MemcachedEngine {
             pool,
             address: config.address.clone(),
+            label,
         })
     }
 }

@@ -16,7 +16,7 @@ use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, OwnerId, Request};
 
 use super::wire::Reply;
-use super::{Item, MemcachedEngine, item_key};
+use super::{MemcachedEngine, item_key, owner_of};
 
 /// The client flags of a revoked holder's item.
 pub(super) const REVOKED: &str = "1";
@@ -27,12 +27,6 @@ const ATTEMPTS: usize = 3;
 /// Where word is left that `owner` was forced out of lock `key`.
 fn tombstone(key: &LockKey, owner: OwnerId) -> String {
     format!("dlock-forced:{:032x}:{}", key.stable_hash(), owner.digest())
-}
-
-/// The owner id an item's value starts with (see `item_value`).
-fn owner_of(value: &[u8]) -> Option<OwnerId> {
-    let hex = std::str::from_utf8(value.get(..32)?).ok()?;
-    u128::from_str_radix(hex, 16).ok().map(OwnerId::from_u128)
 }
 
 /// A read item's CAS value and its seconds left, as a TTL that ends when
@@ -113,7 +107,10 @@ pub(super) async fn forced_out(engine: &MemcachedEngine, req: &Request) -> Resul
     }
     let command = format!("mg {} v\r\n", tombstone(&req.key, req.owner));
     let found = engine.call(command.as_bytes(), 1).await?.remove(0);
-    Ok(found.value.is_some_and(|v| v == Item::of(req).value))
+    let held = MemcachedEngine::held(req);
+    Ok(found
+        .value
+        .is_some_and(|v| held.is_some_and(|item| v == item.value)))
 }
 
 #[cfg(test)]

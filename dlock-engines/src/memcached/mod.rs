@@ -35,6 +35,11 @@
 //! count no held slot bears out gives way to the next. No queue, as for locks; and, as for
 //! the fences, a restart or eviction forgets slots and count.
 //!
+//! **Records** (`records.rs`): an item's value carries, after the owner id,
+//! when the hold was granted and the process's label, so one round trip
+//! shows a lock's holder, or a semaphore's; no fence (it is taken after the
+//! item is written), no waiters (no queue), and no listing.
+//!
 //! **Force release and revoke** (`control.rs`): force release leaves a
 //! tombstone for the holder, then deletes its item, CAS-checked; revoke
 //! sets the item's client flags, CAS-checked, which the holder's next
@@ -58,17 +63,18 @@
 mod config;
 mod control;
 mod permits;
+mod records;
 mod wire;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
 
-use dlock_core::LockKey;
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Renewal, Request,
-    async_trait, percent_escape,
+    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, OwnerId, Poll, Records, Renewal,
+    Request, async_trait, percent_escape,
 };
+use dlock_core::{LockKey, LockView};
 
 use wire::{Pool, Reply};
 
@@ -100,12 +106,14 @@ const MAX_KEY: usize = 250;
 pub struct MemcachedEngine {
     pool: Pool,
     address: String,
+    /// The label each item's value carries (`client_name`).
+    label: String,
 }
 
-/// What a request keeps from its acquire to its release: its item's key
-/// and value, made once (escaping the name and writing the owner cost a
-/// fifth of the client's work a cycle when made on every call), and the
-/// item's CAS value after its last change, for the next CAS-checked one.
+/// What a hold keeps from its grant to its release: its item's key and
+/// value, made once (escaping the name and writing the owner cost a fifth
+/// of the client's work a cycle when made on every call), and the item's
+/// CAS value after its last change, for the next CAS-checked one.
 struct Item {
     key: String,
     value: Vec<u8>,
@@ -115,13 +123,14 @@ struct Item {
 }
 
 impl Item {
-    fn of(req: &Request) -> &Item {
-        req.state_or_init(|| Item {
-            key: item_key(&req.key),
-            value: item_value(req),
-            cas: Mutex::default(),
+    /// The item `key` valued `value`, added with CAS value `cas`.
+    fn added(key: String, value: Vec<u8>, cas: Option<u64>) -> Item {
+        Item {
+            key,
+            value,
+            cas: Mutex::new(cas),
             revoked: AtomicBool::new(false),
-        })
+        }
     }
 
     fn cas(&self) -> Option<u64> {
@@ -137,6 +146,10 @@ impl Item {
     }
 }
 
+/// A lock's request state: its item once granted. The value is made at
+/// each attempt, as it records when the hold began.
+type Taken = OnceLock<Item>;
+
 impl MemcachedEngine {
     async fn call(&self, request: &[u8], replies: usize) -> Result<Vec<Reply>, EngineError> {
         self.pool
@@ -150,8 +163,32 @@ impl MemcachedEngine {
     fn held(req: &Request) -> Option<&Item> {
         match req.permits {
             Some(_) => permits::Permit::of(req).taken.get(),
-            None => Some(Item::of(req)),
+            None => req.state_or_init(Taken::new).get(),
         }
+    }
+
+    /// Adds `key` valued `value` if it is missing, and takes a token in
+    /// the same round trip, after the add (see the module docs): the item,
+    /// and the token, if it was added.
+    async fn add(
+        &self,
+        key: String,
+        value: Vec<u8>,
+        lease: Duration,
+    ) -> Result<Option<(Item, u64)>, EngineError> {
+        let mut command = format!("ms {key} {} T{} ME c\r\n", value.len(), ttl(lease)).into_bytes();
+        command.extend_from_slice(&value);
+        command.extend_from_slice(format!("\r\nma {FENCE_KEY} v\r\n").as_bytes());
+        let [added, fence] = <[Reply; 2]>::try_from(self.call(&command, 2).await?).expect("two replies");
+        if added.code() != "HD" {
+            return Ok(None);
+        }
+        let item = Item::added(key, value, added.flag('c').and_then(|c| c.parse().ok()));
+        let fence = match fence.code() {
+            "NF" => self.restart_fences().await?,
+            _ => counter(fence)?,
+        };
+        Ok(Some((item, fence)))
     }
 
     /// A CAS-checked set of the item to `req`'s value with a fresh TTL;
@@ -280,9 +317,22 @@ fn escape_into(text: &str, out: &mut String) {
     percent_escape(text, |c| c == ':', out);
 }
 
-/// The owner and the full name, so a hashed key's item still says whose it is.
-fn item_value(req: &Request) -> Vec<u8> {
-    format!("{} {}\0{}", req.owner, req.key.group(), req.key.name()).into_bytes()
+/// The owner, then the record (when granted, in ms since the epoch, and
+/// the label, which has no control character), then the full name, so a
+/// hashed key's item still says whose it is: `<owner> <since> <label>\0
+/// <group>\0<name>`. The owner and the time make it unique to the hold.
+fn item_value(req: &Request, label: &str) -> Vec<u8> {
+    let since = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |t| t.as_millis());
+    let (group, name) = (req.key.group(), req.key.name());
+    format!("{} {since} {label}\0{group}\0{name}", req.owner).into_bytes()
+}
+
+/// The owner id an item's value starts with (see `item_value`).
+fn owner_of(value: &[u8]) -> Option<OwnerId> {
+    let hex = std::str::from_utf8(value.get(..32)?).ok()?;
+    u128::from_str_radix(hex, 16).ok().map(OwnerId::from_u128)
 }
 
 /// Whole seconds, one more than the lease rounds up to (see the module docs).
@@ -306,7 +356,8 @@ impl Engine for MemcachedEngine {
             fairness: Fairness::None,
             fencing: Fencing::BestEffort,
             lease_unit: Duration::from_secs(1),
-            records: Records::None,
+            records: Records::ByName,
+            fence_in_records: false,
             force_release: true,
             revoke: true,
             ..Capabilities::FULL
@@ -318,26 +369,12 @@ impl Engine for MemcachedEngine {
         if let Some(n) = req.permits {
             return self.take_permit(req, n).await;
         }
-        let item = Item::of(req);
-        let mut command = format!(
-            "ms {} {} T{} ME c\r\n",
-            item.key,
-            item.value.len(),
-            ttl(req.lease)
-        )
-        .into_bytes();
-        command.extend_from_slice(&item.value);
-        command.extend_from_slice(format!("\r\nma {FENCE_KEY} v\r\n").as_bytes());
-        let [added, fence] = <[Reply; 2]>::try_from(self.call(&command, 2).await?).expect("two replies");
-        if added.code() != "HD" {
+        let value = item_value(req, &self.label);
+        let Some((item, fence)) = self.add(item_key(&req.key), value, req.lease).await? else {
             // No queue, no notification: the core polls.
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
-        }
-        item.set_cas(added.flag('c').and_then(|c| c.parse().ok()));
-        let fence = match fence.code() {
-            "NF" => self.restart_fences().await?,
-            _ => counter(fence)?,
         };
+        let _ = req.state_or_init(Taken::new).set(item);
         Ok(Poll::Held(fence))
     }
 
@@ -373,6 +410,10 @@ impl Engine for MemcachedEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        records::inspect(self, key, permits).await
     }
 
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {

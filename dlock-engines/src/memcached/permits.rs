@@ -9,33 +9,26 @@
 //! slots and count.
 
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, Poll, Request};
 
 use super::wire::Reply;
-use super::{FENCE_KEY, Item, MAX_KEY, MemcachedEngine, counter, item_value, ttl};
+use super::{Item, MAX_KEY, MemcachedEngine, item_value, ttl};
 
 /// What a permit's request keeps: its semaphore's keys, and once granted,
-/// the slot's item.
+/// the slot's item, valued as a lock's is and then `\0<count>`.
 pub(super) struct Permit {
     base: String,
-    value: Vec<u8>,
     pub taken: OnceLock<Item>,
 }
 
 impl Permit {
     pub fn of(req: &Request) -> &Permit {
-        req.state_or_init(|| {
-            let mut value = item_value(req);
-            value.extend_from_slice(format!("\0{}", req.permits.unwrap_or(1)).as_bytes());
-            Permit {
-                base: base_key(&req.key),
-                value,
-                taken: OnceLock::new(),
-            }
+        req.state_or_init(|| Permit {
+            base: base_key(&req.key),
+            taken: OnceLock::new(),
         })
     }
 
@@ -61,11 +54,10 @@ impl MemcachedEngine {
             let _ = write!(command, "mg {}#{slot} v\r\n", permit.base);
         }
         let replies = self.call(command.as_bytes(), 2 + n as usize).await?;
-        let count = |value: &[u8]| std::str::from_utf8(value).ok()?.parse::<u32>().ok();
         let slot_count = |slot: &Reply| {
             slot.value
                 .as_deref()
-                .and_then(|v| count(v.rsplit(|b| *b == 0).next()?))
+                .and_then(|v| count_of(v.rsplit(|b| *b == 0).next()?))
         };
         if let Some(in_use) = replies[2..]
             .iter()
@@ -77,7 +69,7 @@ impl MemcachedEngine {
         if let Some(in_use) = replies[1]
             .value
             .as_deref()
-            .and_then(count)
+            .and_then(count_of)
             .filter(|in_use| *in_use != n)
         {
             self.recount(permit, n, in_use, ttl).await?;
@@ -94,24 +86,12 @@ impl MemcachedEngine {
             permit.base,
             free[(req.owner.as_u128() % free.len() as u128) as usize]
         );
-        let mut command = format!("ms {key} {} T{ttl} ME c\r\n", permit.value.len()).into_bytes();
-        command.extend_from_slice(&permit.value);
-        command.extend_from_slice(format!("\r\nma {FENCE_KEY} v\r\n").as_bytes());
-        let [added, fence] = <[_; 2]>::try_from(self.call(&command, 2).await?).expect("two replies");
-        if added.code() != "HD" {
+        let mut value = item_value(req, &self.label);
+        value.extend_from_slice(format!("\0{n}").as_bytes());
+        let Some((item, fence)) = self.add(key, value, req.lease).await? else {
             return waiting(); // another client took it first
-        }
-        let item = Item {
-            key,
-            value: permit.value.clone(),
-            cas: Mutex::new(added.flag('c').and_then(|c| c.parse().ok())),
-            revoked: AtomicBool::new(false),
         };
         let _ = permit.taken.set(item);
-        let fence = match fence.code() {
-            "NF" => self.restart_fences().await?,
-            _ => counter(fence)?,
-        };
         Ok(Poll::Held(fence))
     }
 
@@ -144,10 +124,15 @@ impl MemcachedEngine {
     }
 }
 
+/// A count, as the count item holds it and each slot's value ends with.
+pub(super) fn count_of(text: &[u8]) -> Option<u32> {
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
 /// `dlock-sem:<group>:<name>` (`%`, `:` and `#` percent-escaped) when its
 /// slot keys fit memcached's; otherwise `dlock-sem:#<hash>`. Never a lock's
 /// key, which starts `dlock:`.
-fn base_key(key: &LockKey) -> String {
+pub(super) fn base_key(key: &LockKey) -> String {
     let mut readable = String::from("dlock-sem:");
     let escape =
         |text: &str, out: &mut String| dlock_core::kit::percent_escape(text, |c| matches!(c, ':' | '#'), out);
