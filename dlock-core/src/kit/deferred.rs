@@ -3,13 +3,21 @@
 //! [`RECORD_AFTER`]: a short hold then writes nothing, and a longer one
 //! pays a write and a delete, a small share of its length. Readers of
 //! records wait [`RECORD_WAIT`] for holds too young to have written.
+//!
+//! One task per engine ([`Deferrals`]) keeps the writes in line and starts
+//! each when it is due: a hold that ends sooner costs a place in a queue,
+//! not a task and a timer of its own.
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// How long a hold lasts before it writes its record.
 pub const RECORD_AFTER: Duration = Duration::from_millis(50);
@@ -18,90 +26,199 @@ pub const RECORD_AFTER: Duration = Duration::from_millis(50);
 /// hold's wait, and time to spare for the write.
 pub const RECORD_WAIT: Duration = RECORD_AFTER.saturating_mul(3);
 
+// A write's phase.
 const WAITING: u8 = 0;
 const WRITING: u8 = 1;
 const STOPPED: u8 = 2;
 
-/// A write that runs on a task of its own after a delay, unless stopped
-/// before.
-pub struct Deferred {
-    phase: Arc<AtomicU8>,
-    task: JoinHandle<bool>,
+// What a started write did.
+const UNKNOWN: u8 = 0;
+const WROTE: u8 = 1;
+const NOTHING: u8 = 2;
+
+type Write = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// One engine's put-off writes, each run `delay` after it was put off
+/// unless stopped before. Dropping it drops the writes not yet started.
+pub struct Deferrals {
+    line: Arc<Line>,
+    task: JoinHandle<()>,
 }
 
-impl Deferred {
-    /// Runs `write` once `delay` has passed, unless stopped before.
+struct Line {
+    delay: Duration,
+    queue: Mutex<VecDeque<(Instant, Arc<State>, Write)>>,
+    /// Something joined an empty line.
+    joined: Notify,
+}
+
+/// One put-off write.
+pub struct Deferred(Arc<State>);
+
+#[derive(Default)]
+struct State {
+    phase: AtomicU8,
+    outcome: AtomicU8,
+    done: Notify,
+}
+
+impl Deferrals {
+    /// Writes run `delay` after they are put off, by a task of their own on
+    /// this runtime.
+    pub fn new(delay: Duration) -> Deferrals {
+        let line = Arc::new(Line {
+            delay,
+            queue: Mutex::default(),
+            joined: Notify::new(),
+        });
+        let task = tokio::spawn(line.clone().run());
+        Deferrals { line, task }
+    }
+
+    /// Runs `write` once the delay has passed, unless stopped before.
     /// `write` answers whether it wrote; it is not polled before the delay.
-    pub fn after<W>(delay: Duration, write: W) -> Deferred
+    pub fn after<W>(&self, write: W) -> Deferred
     where
         W: Future<Output = bool> + Send + 'static,
     {
-        let phase = Arc::new(AtomicU8::new(WAITING));
-        let task = tokio::spawn({
-            let phase = phase.clone();
-            async move {
-                tokio::time::sleep(delay).await;
-                if phase
+        let state = Arc::new(State::default());
+        let due = Instant::now() + self.line.delay;
+        let was_empty = {
+            let mut queue = self.line.queue.lock().unwrap_or_else(|e| e.into_inner());
+            queue.push_back((due, state.clone(), Box::pin(write)));
+            queue.len() == 1
+        };
+        if was_empty {
+            self.line.joined.notify_one();
+        }
+        Deferred(state)
+    }
+}
+
+impl Drop for Deferrals {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Line {
+    /// Starts each write when due: all have the same delay, so the line is
+    /// in the order they fall due.
+    async fn run(self: Arc<Self>) {
+        loop {
+            let front = self.locked().front().map(|(due, ..)| *due);
+            let Some(due) = front else {
+                self.joined.notified().await;
+                continue;
+            };
+            tokio::time::sleep_until(due).await;
+            let now = Instant::now();
+            let mut queue = self.locked();
+            while queue.front().is_some_and(|(due, ..)| *due <= now) {
+                let (_, state, write) = queue.pop_front().expect("a front");
+                if state
+                    .phase
                     .compare_exchange(WAITING, WRITING, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_err()
+                    .is_ok()
                 {
-                    return false;
+                    tokio::spawn(async move {
+                        let mut outcome = Outcome(state, WROTE);
+                        outcome.1 = if write.await { WROTE } else { NOTHING };
+                    });
                 }
-                write.await
             }
-        });
-        Deferred { phase, task }
+        }
     }
 
+    fn locked(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, Arc<State>, Write)>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Tells a stopper what a started write did once it ends, however it ends:
+/// one that panicked counts as written, since it may have been.
+struct Outcome(Arc<State>, u8);
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        self.0.outcome.store(self.1, Ordering::SeqCst);
+        self.0.done.notify_waiters();
+    }
+}
+
+impl Deferred {
     /// Stops it: whether it wrote, and so what it wrote must be removed.
     /// Stopped before its delay, it neither waits nor writes; stopped while
-    /// writing, it waits for the write. A write that panicked counts as
-    /// written, since it may have been.
+    /// writing, it waits for the write.
     pub async fn stop(self) -> bool {
-        if self.phase.swap(STOPPED, Ordering::SeqCst) == WAITING {
-            self.task.abort();
+        if self.0.phase.swap(STOPPED, Ordering::SeqCst) == WAITING {
             return false;
         }
-        self.task.await.unwrap_or(true)
+        loop {
+            let done = self.0.done.notified();
+            match self.0.outcome.load(Ordering::SeqCst) {
+                UNKNOWN => done.await,
+                outcome => return outcome == WROTE,
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::AtomicUsize;
 
     use super::*;
 
-    fn counted(done: &Arc<AtomicBool>) -> impl Future<Output = bool> + Send + 'static {
+    fn counted(done: &Arc<AtomicUsize>) -> impl Future<Output = bool> + Send + 'static {
         let done = done.clone();
         async move {
-            done.store(true, Ordering::SeqCst);
+            done.fetch_add(1, Ordering::SeqCst);
             true
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_write_runs_only_once_its_delay_has_passed() {
-        let done = Arc::new(AtomicBool::new(false));
-        let early = Deferred::after(RECORD_AFTER, counted(&done));
+        let deferrals = Deferrals::new(RECORD_AFTER);
+        let done = Arc::new(AtomicUsize::new(0));
+        let early = deferrals.after(counted(&done));
         tokio::time::sleep(RECORD_AFTER / 2).await;
         assert!(!early.stop().await, "stopped before its delay");
         tokio::time::sleep(RECORD_AFTER).await;
-        assert!(!done.load(Ordering::SeqCst), "a stopped write never runs");
+        assert_eq!(done.load(Ordering::SeqCst), 0, "a stopped write never runs");
 
-        let late = Deferred::after(RECORD_AFTER, counted(&done));
+        let late = deferrals.after(counted(&done));
         tokio::time::sleep(RECORD_AFTER * 2).await;
         assert!(late.stop().await, "written, so to be removed");
-        assert!(done.load(Ordering::SeqCst));
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_put_off_apart_run_each_at_its_own_time() {
+        let deferrals = Deferrals::new(RECORD_AFTER);
+        let done = Arc::new(AtomicUsize::new(0));
+        let first = deferrals.after(counted(&done));
+        tokio::time::sleep(RECORD_AFTER / 2).await;
+        let second = deferrals.after(counted(&done));
+        tokio::time::sleep(RECORD_AFTER / 2 + Duration::from_millis(1)).await;
+        assert_eq!(done.load(Ordering::SeqCst), 1, "only the first is due");
+        tokio::time::sleep(RECORD_AFTER / 2).await;
+        assert_eq!(done.load(Ordering::SeqCst), 2);
+        assert!(first.stop().await && second.stop().await);
     }
 
     #[tokio::test(start_paused = true)]
     async fn stopping_while_writing_waits_for_the_write() {
-        let slow = Deferred::after(Duration::ZERO, async {
+        let deferrals = Deferrals::new(Duration::ZERO);
+        let slow = deferrals.after(async {
             tokio::time::sleep(RECORD_AFTER).await;
             false
         });
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert!(!slow.stop().await, "the write's own answer: nothing written");
+        let panicking = deferrals.after(async { panic!("a failed write") });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(panicking.stop().await, "a write that panicked may have written");
     }
 }

@@ -51,7 +51,7 @@ mod waiters;
 
 pub use crate::config::{LABEL_MAX, check_label};
 pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsPem, process_label};
-pub use deferred::{Deferred, RECORD_AFTER, RECORD_WAIT};
+pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Kinds, Waiters};
+use dlock_core::kit::{ClientSettings, Connecting, Deferrals, Kinds, RECORD_AFTER, Waiters};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use serde::Deserialize;
@@ -151,6 +151,7 @@ impl MysqlEngine {
             pool,
             gates,
             waiting: Waiters::default(),
+            records: Deferrals::new(RECORD_AFTER),
         });
         tokio::spawn(sweep(Arc::downgrade(&shared)));
         Ok(MysqlEngine {

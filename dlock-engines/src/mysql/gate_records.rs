@@ -3,7 +3,7 @@
 //! than that session's id (`IS_USED_LOCK`). Writing its record as it takes
 //! the gate would add a write to every uncontended cycle, which writes
 //! nothing today. So a hold writes its record (`dlock_gates`) only once it
-//! has lasted [`RECORD_AFTER`], through the pool, and removes it before it
+//! has lasted [`RECORD_AFTER`](dlock_core::kit::RECORD_AFTER), through the pool, and removes it before it
 //! lets the gate go: a shorter hold writes nothing, a longer one pays a
 //! write, a delete and a round trip, a small share of its length. Readers
 //! of records wait for young holds (`records.rs`).
@@ -11,19 +11,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::kit::{Deferred, OwnerId, RECORD_AFTER};
+use dlock_core::LockKey;
+use dlock_core::kit::{Deferrals, Deferred, OwnerId};
 use mysql_async::Pool;
 use mysql_async::prelude::ToValue;
 
-use super::{micros, sql};
+use super::sql::key_and_name;
+use super::{gate, micros, sql};
 
 /// What a record says of a hold.
 pub struct Hold {
-    pub gate: String,
+    pub lock: LockKey,
     /// The id of the session holding the gate.
     pub conn: u32,
-    pub key: Vec<u8>,
-    pub name: Option<Vec<u8>>,
     pub owner: OwnerId,
     pub fence: u64,
     pub label: Arc<str>,
@@ -34,26 +34,28 @@ pub struct Hold {
 pub struct Record(Deferred);
 
 impl Record {
-    /// Writes the record of `hold`, taken now, [`RECORD_AFTER`] from now,
-    /// unless stopped before; the statement checks that the session still
-    /// holds the gate.
-    pub fn later(pool: Pool, hold: Hold) -> Record {
+    /// Writes the record of `hold`, taken now, [`RECORD_AFTER`](dlock_core::kit::RECORD_AFTER) from now
+    /// (`records` waits that long), unless stopped before; the statement
+    /// checks that the session still holds the gate. What only the write
+    /// needs is made in it.
+    pub fn later(records: &Deferrals, pool: Pool, hold: Hold) -> Record {
         let taken = Instant::now();
-        Record(Deferred::after(RECORD_AFTER, async move {
+        Record(records.after(async move {
             let Ok(mut conn) = pool.get_conn().await else {
                 return false;
             };
+            let (gate, (key, name)) = (gate::name(&hold.lock), key_and_name(&hold.lock));
             let params = vec![
-                hold.gate.to_value(),
+                gate.to_value(),
                 hold.conn.to_value(),
-                hold.key.to_value(),
-                hold.name.to_value(),
+                key.to_value(),
+                name.to_value(),
                 hold.owner.digest().to_value(),
                 hold.fence.to_value(),
                 micros(taken.elapsed()),
                 hold.label.as_bytes().to_value(),
                 micros(hold.lease),
-                hold.gate.to_value(),
+                gate.to_value(),
                 hold.conn.to_value(),
             ];
             // A failed statement may still have written: removing is harmless.
@@ -65,7 +67,7 @@ impl Record {
     }
 
     /// Stops it: whether it was written, and so must be removed. A hold
-    /// that ends before [`RECORD_AFTER`] neither waits nor writes.
+    /// that ends before [`RECORD_AFTER`](dlock_core::kit::RECORD_AFTER) neither waits nor writes.
     pub async fn stop(self) -> bool {
         self.0.stop().await
     }

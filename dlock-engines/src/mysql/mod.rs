@@ -94,8 +94,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, Poll, Records, Renewal, Request, Waiters, Wake, Woken,
-    async_trait,
+    Capabilities, Deferrals, Engine, EngineError, LostSignal, Poll, Records, Renewal, Request, Waiters, Wake,
+    Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 use mysql_async::prelude::{Queryable, ToValue};
@@ -163,6 +163,8 @@ struct Shared {
     gates: gate::Sessions,
     /// This process's waiters per lock, and how to wake them.
     waiting: Waiters<Vec<u8>>,
+    /// Records of gate holds, written once they last.
+    records: Deferrals,
 }
 
 /// What a request remembers.
@@ -280,16 +282,14 @@ impl MysqlEngine {
             return Ok(None);
         };
         let hold = Hold {
-            gate: gate::name(&req.key),
+            lock: req.key.clone(),
             conn: session.id(),
-            key: key.to_vec(),
-            name: name.clone(),
             owner: req.owner,
             fence,
             label: self.label.clone(),
             lease: req.lease,
         };
-        let record = Record::later(self.shared.pool.clone(), hold);
+        let record = Record::later(&self.shared.records, self.shared.pool.clone(), hold);
         Mine::keep_gate(
             req,
             GateHold {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use dlock_core::Mode;
-use dlock_core::kit::{Deferred, EngineError, OwnerId, RECORD_AFTER, Waiters};
+use dlock_core::kit::{Deferrals, Deferred, EngineError, OwnerId, RECORD_AFTER, Waiters};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -56,6 +56,8 @@ pub(super) struct Pool {
     pub waits: Arc<Semaphore>,
     /// This process's waiting requests per key, in line or queued.
     pub waiting: Waiters<i64>,
+    /// Rows of holds taken at once, written once they last.
+    rows: Deferrals,
 }
 
 #[derive(Default)]
@@ -88,6 +90,7 @@ impl Pool {
             changed: Arc::new(Notify::new()),
             waits: Arc::new(Semaphore::new(max - 1)),
             waiting: Waiters::default(),
+            rows: Deferrals::new(RECORD_AFTER),
         }
     }
 
@@ -110,7 +113,7 @@ impl Pool {
         let Some(fence) = fence.map_err(failed)? else {
             return Ok(None);
         };
-        conn.record_later(want, fence);
+        conn.record_later(&self.rows, want, fence);
         Ok(Some((conn, fence)))
     }
 
@@ -606,10 +609,10 @@ impl Conn {
     /// has lasted [`RECORD_AFTER`], unless let go before (`let_go` waits
     /// for a write under way). On this session, whose statements carry its
     /// pid: no other connection is needed, and a session gone writes none.
-    fn record_later(self: &Arc<Self>, want: &Want, fence: u64) {
+    fn record_later(self: &Arc<Self>, rows: &Deferrals, want: &Want, fence: u64) {
         let (conn, key, tag, taken) = (self.clone(), want.key, want.tag.clone(), Instant::now());
         let lease = want.lease_ms as i64;
-        let row = Deferred::after(RECORD_AFTER, async move {
+        let row = rows.after(async move {
             let (group, name, permits) = (tag.key.group(), tag.key.name(), tag.permits.map(|n| n as i32));
             let (fence, micros) = (fence as i64, taken.elapsed().as_micros() as i64);
             let params: [&(dyn ToSql + Sync); ROW_PARAMS + 2] =
