@@ -152,7 +152,7 @@ impl RedisEngine {
         };
         let connection = connection::single(client.clone(), &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Single(Box::new(client)));
-        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
+        let engine = Self::new(target, connection, notifier, "PUBLISH", timings).await?;
         Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 
@@ -174,7 +174,7 @@ impl RedisEngine {
         };
         let connection = connection::cluster(&config.nodes, &target).await?;
         let notifier = notify::Notifier::new(notify::Source::Cluster(config.nodes.clone()));
-        Ok(Self::new(target, connection, notifier, "SPUBLISH", timings))
+        Self::new(target, connection, notifier, "SPUBLISH", timings).await
     }
 
     /// Connects Sentinel engine `name` to the primary its sentinels name.
@@ -242,7 +242,7 @@ impl RedisEngine {
         let connection = connection::sentinel(primary.clone(), &target).await?;
         primary.follow(infos, &config.master_name);
         let notifier = notify::Notifier::new(notify::Source::Sentinel(primary));
-        let engine = Self::new(target, connection, notifier, "PUBLISH", timings);
+        let engine = Self::new(target, connection, notifier, "PUBLISH", timings).await?;
         Ok(engine.acknowledged_by(config.replicas_ack, config.replicas_ack_timeout))
     }
 }

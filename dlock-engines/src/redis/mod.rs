@@ -41,6 +41,13 @@
 //! command, the retention, `waiter_ttl`) are constants in the scripts'
 //! text, not arguments.
 //!
+//! **Records.** A writer's gate, a reader's and a waiter's entry, and a
+//! permit keep the grant time and a six-character reference to the
+//! process's label (`labels.rs`), registered once per engine, so the
+//! memory a held lock costs does not grow with the host's name.
+//! `scripts/inspect.lua` reads a lock's records in one call; the labels
+//! come from one `MGET`, once per reference.
+//!
 //! **Semaphores** keep apart from the lock of their name, under the same
 //! hash tag (`scripts/semaphore.lua`, one script for every call): a record
 //! with the count its holders and waiters agreed on and the last token, the
@@ -114,6 +121,7 @@
 pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod keys;
+mod labels;
 mod notify;
 mod records;
 
@@ -193,8 +201,8 @@ pub struct RedisEngine {
     /// Names this engine's channel for each lock (`<prefix>:n:<id>`), so a
     /// release wakes only the process whose waiter is next.
     id: String,
-    /// Every hold's and waiter's label.
-    label: String,
+    /// The label every hold's and waiter's record refers to.
+    labels: labels::Labels,
 }
 
 impl RedisEngine {
@@ -219,19 +227,23 @@ impl RedisEngine {
         Ok(acked >= replicas)
     }
 
-    fn new(
+    /// Registers the target's label (see `labels`) and makes the engine.
+    async fn new(
         target: Target<'_>,
         connection: Connection,
         notifier: notify::Notifier,
         publish: &'static str,
         (fence_retention, waiter_ttl): (Duration, Duration),
-    ) -> Self {
+    ) -> Result<Self, dlock_core::Error> {
+        let labels = target
+            .within(labels::Labels::register(&connection, &target.label))
+            .await?;
         let settings = format!(
             "local publish, retain, waiter_ttl = '{publish}', {}, {}\n",
             millis(fence_retention),
             millis(waiter_ttl)
         );
-        RedisEngine {
+        Ok(RedisEngine {
             kind: target.at.kind,
             connection,
             notifier,
@@ -249,8 +261,8 @@ impl RedisEngine {
             waiter_ttl,
             replicas_ack: None,
             id: OwnerId::random().to_string(),
-            label: target.label,
-        }
+            labels,
+        })
     }
 
     /// One try. A receiver taken before the script runs catches a release
@@ -266,7 +278,7 @@ impl RedisEngine {
         // The answer, and for a semaphore when its first holder's lease ends.
         let (answer, expires): (i64, i64) = match req.permits {
             Some(n) => {
-                let args = (owner, "acquire", n, lease, join, &self.id, &self.label);
+                let args = (owner, "acquire", n, lease, join, &self.id, &self.labels.reference);
                 self.eval(&self.scripts.semaphore, &record, args).await
             }
             None => {
@@ -274,7 +286,7 @@ impl RedisEngine {
                     dlock_core::Mode::Write => "w",
                     dlock_core::Mode::Read => "r",
                 };
-                let args = (owner, mode, lease, join, &self.id, &self.label);
+                let args = (owner, mode, lease, join, &self.id, &self.labels.reference);
                 self.eval(&self.scripts.acquire, &record, args)
                     .await
                     .map(|fence| (fence, -1))
@@ -321,6 +333,14 @@ impl RedisEngine {
             Err(_) => wake,
         };
         Ok(Poll::Waiting(wake))
+    }
+
+    /// What inspect.lua reads of lock or semaphore `key`.
+    async fn records(&self, key: &LockKey, permits: Option<u32>) -> Result<records::Reply, EngineError> {
+        let record = keys::record(key, permits.is_some());
+        self.eval(&self.scripts.inspect, &record, &[] as &[&str])
+            .await
+            .map_err(EngineError::failed)
     }
 
     /// Forces out the holders of lock `key`, or asks them to let go
@@ -484,34 +504,42 @@ impl Engine for RedisEngine {
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-        let reply = self
-            .eval(
-                &self.scripts.inspect,
-                &keys::record(key, permits.is_some()),
-                &[] as &[&str],
-            )
-            .await
-            .map_err(EngineError::failed)?;
-        Ok(records::view(key, permits, reply))
+        let reply = self.records(key, permits).await?;
+        let labels = self
+            .labels
+            .resolve(&self.connection, records::labels(&reply))
+            .await?;
+        Ok(records::view(key, permits, reply, &labels))
     }
 
     /// `SCAN` for the group's records (on every primary of a cluster), then
-    /// one script per lock found, all at once on the connection.
+    /// one script per lock found, all at once on the connection, and the
+    /// labels they name in one `MGET`.
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let found = self
             .connection
             .scan(&keys::pattern(group, ":[ws]"))
             .await
             .map_err(EngineError::failed)?;
-        let keys: Vec<(LockKey, bool)> = found
+        let keys: Vec<(LockKey, Option<u32>)> = found
             .iter()
             .filter_map(|record| keys::name_in(record, group))
-            .filter_map(|(name, tail)| Some((LockKey::new(group, name.as_str()).ok()?, tail == ":s")))
+            .filter_map(|(name, tail)| {
+                // A semaphore's count is the one stored, whatever is asked.
+                let permits = (tail == ":s").then_some(0);
+                Some((LockKey::new(group, name.as_str()).ok()?, permits))
+            })
             .collect();
-        // A semaphore's count is the one stored, whatever is asked.
-        let views = keys
-            .iter()
-            .map(|(key, semaphore)| self.inspect(key, semaphore.then_some(0)));
-        futures_util::future::try_join_all(views).await
+        let replies =
+            futures_util::future::try_join_all(keys.iter().map(|(key, permits)| self.records(key, *permits)))
+                .await?;
+        let labels = self
+            .labels
+            .resolve(&self.connection, replies.iter().flat_map(records::labels))
+            .await?;
+        let views = keys.iter().zip(replies);
+        Ok(views
+            .map(|((key, permits), reply)| records::view(key, *permits, reply, &labels))
+            .collect())
     }
 }

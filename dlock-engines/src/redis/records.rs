@@ -1,5 +1,6 @@
 //! Holder records as `scripts/inspect.lua` reads them.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::OwnerId;
@@ -10,9 +11,20 @@ use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 pub(crate) type Reply = (String, Vec<Entry>);
 type Entry = (String, String, String, String, String, String, String);
 
-/// The view of `key` from `reply`; a semaphore (`permits`) shows the count
-/// its holders and waiters agreed on, or the one asked about if none.
-pub(crate) fn view(key: &LockKey, permits: Option<u32>, reply: Reply) -> LockView {
+/// The label references `reply` carries (see `labels.rs`).
+pub(crate) fn labels(reply: &Reply) -> impl Iterator<Item = &str> {
+    reply.1.iter().map(|entry| entry.6.as_str())
+}
+
+/// The view of `key` from `reply`, its label references read in `labels`;
+/// a semaphore (`permits`) shows the count its holders and waiters agreed
+/// on, or the one asked about if none.
+pub(crate) fn view(
+    key: &LockKey,
+    permits: Option<u32>,
+    reply: Reply,
+    labels: &HashMap<String, String>,
+) -> LockView {
     let (count, entries) = reply;
     // Server ms since the epoch, on the server's clock.
     let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
@@ -29,7 +41,7 @@ pub(crate) fn view(key: &LockKey, permits: Option<u32>, reply: Reply) -> LockVie
         let owner = u128::from_str_radix(&owner, 16)
             .ok()
             .map(|id| OwnerId::from_u128(id).digest());
-        let label = (!label.is_empty()).then_some(label);
+        let label = labels.get(&label).cloned();
         let since = hex(&since).map(at);
         if role == "h" {
             view.holders.push(HolderRecord {
