@@ -138,6 +138,9 @@ use connection::{Connection, Target};
 
 pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, register};
 
+/// Locks a listing reads in one script call.
+const LIST_BATCH: usize = 1000;
+
 /// A script: this engine's settings as Lua constants (one script per
 /// setting in use, not per process), the names all scripts share
 /// (`scripts/head.lua`), its lone-writer path, then the helpers
@@ -335,10 +338,14 @@ impl RedisEngine {
         Ok(Poll::Waiting(wake))
     }
 
-    /// What inspect.lua reads of lock or semaphore `key`.
-    async fn records(&self, key: &LockKey, permits: Option<u32>) -> Result<records::Reply, EngineError> {
-        let record = keys::record(key, permits.is_some());
-        self.eval(&self.scripts.inspect, &record, &[] as &[&str])
+    /// What inspect.lua reads of each of `records` (see `keys::record`), in
+    /// one call: all on one node, and in a cluster of one slot.
+    async fn records(&self, records: &[String]) -> Result<Vec<records::Reply>, EngineError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.inspect.get_hash())
+            .arg(records.len())
+            .arg(records);
+        self.send(&self.scripts.inspect, cmd)
             .await
             .map_err(EngineError::failed)
     }
@@ -412,6 +419,16 @@ impl RedisEngine {
             .arg(1)
             .arg(gate)
             .arg(args);
+        self.send(script, cmd).await
+    }
+
+    /// Sends `cmd`, an `EVALSHA` of `script`, loading the script first if
+    /// the server does not have it.
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: redis::Cmd,
+    ) -> redis::RedisResult<T> {
         let mut connection = self.connection.clone();
         match cmd.query_async(&mut connection).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
@@ -504,7 +521,11 @@ impl Engine for RedisEngine {
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-        let reply = self.records(key, permits).await?;
+        let reply = self
+            .records(&[keys::record(key, permits.is_some())])
+            .await?
+            .pop()
+            .ok_or_else(|| EngineError::failed("inspect.lua answered nothing"))?;
         let labels = self
             .labels
             .resolve(&self.connection, records::labels(&reply))
@@ -513,26 +534,33 @@ impl Engine for RedisEngine {
     }
 
     /// `SCAN` for the group's records (on every primary of a cluster), then
-    /// one script per lock found, all at once on the connection, and the
-    /// labels they name in one `MGET`.
+    /// one script per batch of them (per lock in a cluster, whose locks
+    /// each have a slot of their own), all at once on the connection, and
+    /// the labels they name in one `MGET`.
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let found = self
             .connection
             .scan(&keys::pattern(group, ":[ws]"))
             .await
             .map_err(EngineError::failed)?;
-        let keys: Vec<(LockKey, Option<u32>)> = found
-            .iter()
-            .filter_map(|record| keys::name_in(record, group))
-            .filter_map(|(name, tail)| {
+        let (found, keys): (Vec<String>, Vec<(LockKey, Option<u32>)>) = found
+            .into_iter()
+            .filter_map(|record| {
+                let (name, tail) = keys::name_in(&record, group)?;
                 // A semaphore's count is the one stored, whatever is asked.
                 let permits = (tail == ":s").then_some(0);
-                Some((LockKey::new(group, name.as_str()).ok()?, permits))
+                let key = LockKey::new(group, name.as_str()).ok()?;
+                Some((record, (key, permits)))
             })
-            .collect();
+            .unzip();
+        let batch = match self.connection {
+            Connection::Cluster(_) => 1,
+            _ => LIST_BATCH,
+        };
         let replies =
-            futures_util::future::try_join_all(keys.iter().map(|(key, permits)| self.records(key, *permits)))
-                .await?;
+            futures_util::future::try_join_all(found.chunks(batch).map(|records| self.records(records)))
+                .await?
+                .concat();
         let labels = self
             .labels
             .resolve(&self.connection, replies.iter().flat_map(records::labels))
