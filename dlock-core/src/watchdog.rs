@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::hold::{Hold, Stop, Unfile};
-use crate::kit::{LostSignal, Renewal};
+use crate::kit::{LostSignal, Renewal, RevokedSignal};
 use crate::metrics::{Event, Series};
 use crate::{LostReason, trace};
 
@@ -172,6 +172,17 @@ impl Timer {
     }
 }
 
+/// Resolves when `asked` fires, and then takes it; never without one.
+async fn fired(asked: &mut Option<RevokedSignal>) {
+    match asked {
+        Some(signal) => {
+            signal.await;
+            *asked = None;
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// One runtime's timer and its task.
 struct Running {
     runtime: Id,
@@ -203,18 +214,22 @@ fn this_runtimes_timer() -> Arc<Timer> {
     timer
 }
 
-/// Renews `hold` now, then every lease/3, until released or lost.
+/// Renews `hold` now, then every lease/3, until released or lost; at once
+/// when the engine hears it may have been asked to let go.
 async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
     let lease = hold.req.lease;
     let mut pause = Duration::ZERO;
+    let mut asked = hold.group.engine.revoked(&hold.req);
     loop {
         let Some(deadline) = hold.valid_until() else {
             return;
         };
+        let mut heard = false;
         tokio::select! {
             // A fired signal comes first, before a renewal that is due.
             biased;
             _ = &mut pushed => return hold.mark_gone(LostReason::Engine).await,
+            _ = fired(&mut asked) => heard = true,
             _ = sleep_until((Instant::now() + pause).min(deadline)) => {}
         }
         if hold.lost_reason().is_some() {
@@ -239,6 +254,10 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
                     _ => trace::renewal_failed(&hold.span, &"no answer while the lease lasted"),
                 }
             }
+        }
+        // Once asked, it stays so: nothing more to hear.
+        if heard && !hold.is_revoked() {
+            asked = hold.group.engine.revoked(&hold.req);
         }
     }
 }

@@ -19,6 +19,10 @@ pub type Wake = Pin<Box<dyn Future<Output = Woken> + Send + 'static>>;
 /// A future that resolves when the engine learns, on its own, that a hold is gone.
 pub type LostSignal = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
+/// A future that resolves when the engine hears, on its own, that a hold
+/// may have been asked to let go.
+pub type RevokedSignal = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
 /// What a [`Wake`] says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Woken {
@@ -418,7 +422,9 @@ impl EngineError {
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use dlock::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, async_trait};
+/// use dlock::kit::{
+///     Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
+/// };
 /// use dlock::{LockKey, LockView};
 ///
 /// struct Counted {
@@ -441,6 +447,7 @@ impl EngineError {
 ///     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> { self.inner.downgrade(req).await }
 ///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
 ///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
+///     fn revoked(&self, req: &Request) -> Option<RevokedSignal> { self.inner.revoked(req) }
 ///     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
 ///         self.inner.inspect(key, permits).await
 ///     }
@@ -504,6 +511,17 @@ pub trait Engine: Send + Sync + 'static {
     /// No default: a wrapper engine that forgot to pass it on would drop
     /// the signal without a word.
     fn lost(&self, req: &Request) -> Option<LostSignal>;
+
+    /// A future that resolves when the engine hears, on its own (a watch),
+    /// that this hold may have been asked to let go: the core then renews
+    /// at once, and the renewal's answer says whether it was, and asks for
+    /// the signal again if not. Asked for once the hold's first renewal is
+    /// due, not on the hot path. `None`, the default: renewals alone tell,
+    /// within a third of the lease.
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        let _ = req;
+        None
+    }
 
     /// Who holds and who waits for the lock `key`, or with `permits`, the
     /// semaphore `key`. Called only if [`Capabilities::records`] says so.

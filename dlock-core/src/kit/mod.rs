@@ -55,7 +55,7 @@ pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
     Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,
-    Renewal, Request, RequestState, Wake, Woken,
+    Renewal, Request, RequestState, RevokedSignal, Wake, Woken,
 };
 pub use kinds::Kinds;
 pub use waiters::Waiters;

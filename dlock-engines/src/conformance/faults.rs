@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
-use dlock_core::kit::{Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, async_trait};
+use dlock_core::kit::{
+    Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
+};
 use dlock_core::{LockKey, LockView};
 
 /// The fault wrapper: an [`Engine`] that passes every call to `inner`
@@ -167,6 +169,10 @@ impl Engine for Faults {
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         self.inner.lost(req)
+    }
+
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        self.inner.revoked(req)
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {

@@ -19,20 +19,76 @@
 //! compresses nothing unless told to (`enableCompression`); this writes
 //! the plain message, so such a holder cannot read it.
 //!
+//! A dlock holder watches too, once its first renewal is due: that
+//! renewal's stat sets a data watch on the node (the same one request), and
+//! a data change wakes the core, which renews at once. So a revocation is
+//! heard at once after the first renewal, and within a third of the lease
+//! before it; a hold that ends sooner never sets a watch.
+//!
 //! The message overwrites the node's record (`records.rs`). A dlock holder
 //! that reads it writes its record back, conditional on the version it
 //! read, so another request landing meanwhile is not lost.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use dlock_core::LockKey;
-use dlock_core::kit::{EngineError, Renewal, Request};
-use zookeeper_client::Error as ZkError;
+use dlock_core::kit::{EngineError, Renewal, Request, RevokedSignal};
+use tokio::sync::Notify;
+use zookeeper_client::{Error as ZkError, EventType, Stat};
 
 use super::inspect::read_children;
 use super::records::{self, REVOKE};
 use super::session::{self, Session};
 use super::{ZooKeeperEngine, nodes};
 
+/// A holder's ear for a revocation, made when the core first listens.
+#[derive(Default)]
+pub(super) struct Asked {
+    heard: Notify,
+    /// A data watch is set on the node.
+    watching: AtomicBool,
+}
+
 impl ZooKeeperEngine {
+    /// What the core listens to while it renews a lock's hold.
+    pub(super) fn listen(&self, req: &Request) -> Option<RevokedSignal> {
+        if req.permits.is_some() {
+            return None;
+        }
+        let asked = self
+            .node(req, |n| n.asked.get_or_insert_with(Default::default).clone())
+            .ok()?;
+        Some(Box::pin(async move { asked.heard.notified().await }))
+    }
+
+    /// The stat of `req`'s node at `path`, for a renewal: with a data
+    /// watch, if the core listens and none is set.
+    pub(super) async fn stat(
+        &self,
+        req: &Request,
+        session: &Session,
+        path: &str,
+    ) -> Result<Option<Stat>, ZkError> {
+        let asked = self.node(req, |n| n.asked.clone()).ok().flatten();
+        let Some(asked) = asked.filter(|asked| !asked.watching.swap(true, Ordering::SeqCst)) else {
+            return session.client.check_stat(path).await;
+        };
+        let watched = session.client.check_and_watch_stat(path).await;
+        let Ok((Some(stat), watcher)) = watched else {
+            asked.watching.store(false, Ordering::SeqCst);
+            return watched.map(|(stat, _)| stat);
+        };
+        // Fires on a write, the node's delete or the session's end.
+        tokio::spawn(async move {
+            let event = watcher.changed().await;
+            asked.watching.store(false, Ordering::SeqCst);
+            if event.event_type == EventType::NodeDataChanged {
+                asked.heard.notify_one();
+            }
+        });
+        Ok(Some(stat))
+    }
+
     /// Deletes the holding nodes of the lock `key`; how many it deleted.
     pub(super) async fn force_out(&self, key: &LockKey) -> Result<u32, EngineError> {
         let session = self.sessions.live().await?;

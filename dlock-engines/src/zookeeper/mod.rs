@@ -84,7 +84,7 @@ use std::time::Duration;
 
 use dlock_core::kit::{
     Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Renewal, Request, RequestState,
-    Wake, Woken, async_trait,
+    RevokedSignal, Wake, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
@@ -114,6 +114,8 @@ struct Node {
     seen: i32,
     /// Asked to let go: stays so while it holds.
     revoked: bool,
+    /// Its ear for a revocation, once the core listens (`control.rs`).
+    asked: Option<Arc<control::Asked>>,
 }
 
 /// A waiter's watch, and whether it fired; stopped when dropped.
@@ -219,6 +221,7 @@ impl ZooKeeperEngine {
             watch: None,
             seen: 0,
             revoked: false,
+            asked: None,
         };
         *NodeState::of(req).lock() = Some(node);
         self.look(req, &path, children).await
@@ -571,7 +574,7 @@ impl Engine for ZooKeeperEngine {
         if session.is_ended() {
             return Ok(Renewal::Gone);
         }
-        match session.client.check_stat(&path).await {
+        match self.stat(req, &session, &path).await {
             Ok(Some(stat)) if req.permits.is_none() => self.revoked(req, &session, &path, stat.version).await,
             Ok(found) => Ok(Renewal::from(found.is_some())),
             Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
@@ -633,6 +636,10 @@ impl Engine for ZooKeeperEngine {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         let (session, _) = self.held_node(req)?;
         Some(Box::pin(session.ended()))
+    }
+
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        self.listen(req)
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
