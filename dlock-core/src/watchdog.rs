@@ -255,8 +255,8 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
                 }
             }
         }
-        // Once asked, it stays so: nothing more to hear.
-        if heard && !hold.is_revoked() {
+        // Listens again: a revoked hold may still be forced out.
+        if heard {
             asked = hold.group.engine.revoked(&hold.req);
         }
     }

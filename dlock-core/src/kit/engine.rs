@@ -513,9 +513,9 @@ pub trait Engine: Send + Sync + 'static {
     fn lost(&self, req: &Request) -> Option<LostSignal>;
 
     /// A future that resolves when the engine hears, on its own (a watch),
-    /// that this hold may have been asked to let go: the core then renews
-    /// at once, and the renewal's answer says whether it was, and asks for
-    /// the signal again if not. Asked for once the hold's first renewal is
+    /// that this hold may have been asked to let go or forced out: the core
+    /// then renews at once, the renewal's answer says which, and it asks
+    /// for the signal again. Asked for once the hold's first renewal is
     /// due, not on the hot path. `None`, the default: renewals alone tell,
     /// within a third of the lease.
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {

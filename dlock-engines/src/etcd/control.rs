@@ -7,21 +7,43 @@
 //! alone. The session's lease is never revoked: the holds of the session's
 //! other locks live on it.
 //!
+//! A holder watches its key once its first renewal is due (on the
+//! engine's one watch stream): a mark, or the key's delete, wakes the
+//! core, which renews at once and so hears of it then, not a third of a
+//! lease later. A hold that ends sooner watches nothing.
+//!
 //! Keys `etcdctl lock` put are holders like any other: deleting one lets
 //! the next waiter in, and a mark leaves it a writer (its value no more
 //! starts with the reader's mark than it did).
 
-use dlock_core::kit::EngineError;
+use std::sync::Arc;
+
+use dlock_core::kit::{EngineError, RevokedSignal};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::queue;
 use super::records::contenders;
 use super::session::Session;
+use super::watches::Watches;
 
 /// The last line of a revoked holder's key's value. Nothing is written
 /// after it (a handoff rewrites waiters' keys, not holders'), and a first
 /// line holds no newline.
 pub(crate) const REVOKED: &[u8] = b"\nrevoked";
+
+/// Resolves when the holder's `key` is written or deleted: the core then
+/// renews at once. A watch that cannot be made, or a stream that breaks,
+/// leaves it to the renewals.
+pub(crate) fn listen(watches: Arc<Watches>, key: String) -> RevokedSignal {
+    Box::pin(async move {
+        if let Some(mut watch) = watches.watch(key.into_bytes(), false, false).await
+            && watch.changed().await.is_some()
+        {
+            return;
+        }
+        std::future::pending().await
+    })
+}
 
 /// Sub-transactions per transaction, well under etcd's `--max-txn-ops`.
 const BATCH: usize = 64;

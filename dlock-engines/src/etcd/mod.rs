@@ -85,7 +85,7 @@ use std::time::{Duration, SystemTime};
 use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
     Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Renewal, Request, RequestState,
-    async_trait,
+    RevokedSignal, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
@@ -753,6 +753,15 @@ impl Engine for EtcdEngine {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         let session = self.contending(req, |c| c.session.clone()).ok()?;
         Some(Box::pin(session.ended()))
+    }
+
+    /// A lock's holder watches its key; a permit cannot be revoked.
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        if req.permits.is_some() {
+            return None;
+        }
+        let key = self.contending(req, |c| c.key.clone()).ok()?;
+        Some(control::listen(self.watches.clone(), key))
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
