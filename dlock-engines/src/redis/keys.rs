@@ -32,6 +32,14 @@ pub(crate) fn channel(record: &str, engine: &str) -> String {
     format!("{base}:n:{engine}")
 }
 
+/// The channel on which an operator's act on lock `key` is published
+/// (`scripts/control.lua`): `<prefix>:c`.
+pub(crate) fn control_channel(key: &LockKey) -> String {
+    let mut out = prefix(key);
+    out.push_str(":c");
+    out
+}
+
 /// The `SCAN` pattern of keys `{dlock:<group>:<any name>}<tail>`, the
 /// escaped group's glob characters escaped once more (`tail` is a pattern).
 pub(crate) fn pattern(group: &str, tail: &str) -> String {

@@ -125,11 +125,12 @@ mod labels;
 mod notify;
 mod records;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Renewal, Request, Wake,
-    async_trait,
+    Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Renewal, Request, RevokedSignal,
+    Wake, async_trait,
 };
 use dlock_core::{LockKey, LockView};
 use redis::Script;
@@ -195,7 +196,7 @@ struct Scripts {
 pub struct RedisEngine {
     kind: &'static str,
     connection: Connection,
-    notifier: notify::Notifier,
+    notifier: Arc<notify::Notifier>,
     scripts: Scripts,
     address: String,
     waiter_ttl: Duration,
@@ -249,7 +250,7 @@ impl RedisEngine {
         Ok(RedisEngine {
             kind: target.at.kind,
             connection,
-            notifier,
+            notifier: Arc::new(notifier),
             scripts: Scripts {
                 acquire: script(include_str!("scripts/acquire.lua"), &settings),
                 renew: script(include_str!("scripts/renew.lua"), &settings),
@@ -504,6 +505,24 @@ impl Engine for RedisEngine {
     }
 
     /// No signal of its own: a failed renewal tells the core.
+    /// A lock's holder subscribes to the lock's control channel, on which
+    /// an operator's revoke or force release is published.
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        if req.permits.is_some() {
+            return None;
+        }
+        let (notifier, channel) = (self.notifier.clone(), keys::control_channel(&req.key));
+        Some(Box::pin(async move {
+            if let Some(mut heard) = notifier.subscribe(&channel).await {
+                // A message, or messages lost, or the subscriber gone: look.
+                let _ = heard.recv().await;
+                return;
+            }
+            // No subscriber now: the renewals tell.
+            std::future::pending().await
+        }))
+    }
+
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }

@@ -3,7 +3,8 @@
 -- `f:<owner>` or `r:<owner>`, for as long as its lease runs: what its
 -- renewal (renew.lua) or its question after a failed one (forced.lua)
 -- reads. Forcing out passes the lock on as a release does; the last token
--- stays, so the next holder's is greater.
+-- stays, so the next holder's is greater. Either is published on the
+-- lock's channel `:c`, which holders past their first renewal hear.
 -- ARGV[1]  empty: the caller holds nothing
 -- ARGV[2]  "force" or "revoke"
 -- returns  how many holders were forced out or asked
@@ -33,6 +34,7 @@ if redis.call('PTTL', noted) < longest then
   redis.call('PEXPIRE', noted, longest)
 end
 local count = (holder and 1 or 0) + #live / 2
+redis.call(publish, p .. ':c', ARGV[2])
 if ARGV[2] == 'revoke' then
   return count
 end
