@@ -409,6 +409,33 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     drop(holding);
 }
 
+/// A record table made before revocation has no `revoked` column: the
+/// engine adds it at startup, and revocation works on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_older_record_table_gets_the_revoked_column() {
+    let fixture = Postgres::start();
+    let server = &fixture.server;
+    server.psql(
+        "CREATE UNLOGGED TABLE public.dlock_holds (key int8, pid int4, grp text NOT NULL, \
+         name text NOT NULL, permits int4, fence int8, owner text NOT NULL, label text NOT NULL, \
+         since timestamptz NOT NULL DEFAULT clock_timestamp(), lease int8 NOT NULL, \
+         PRIMARY KEY (key, pid))",
+    );
+    let column = "SELECT count(*) FROM information_schema.columns \
+                  WHERE table_name = 'dlock_holds' AND column_name = 'revoked'";
+    assert_eq!(server.psql(column), "0");
+    let engine = engine(server, "older", 2).await;
+    assert_eq!(server.psql(column), "1", "the column was not added");
+    let req = request("older");
+    assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
+    assert_eq!(engine.revoke(&req.key).await.expect("revoke"), 1);
+    assert_eq!(
+        engine.renew(&req).await.expect("renew"),
+        dlock::kit::Renewal::Revoked
+    );
+    assert!(engine.release(&req).await.expect("release"));
+}
+
 /// Sessions killed over and over while waiters wait, in four processes'
 /// worth of engines with two connections each: a status check cut short
 /// mid-connect (its wait granted or its session killed meanwhile) gives its

@@ -31,6 +31,9 @@ const HOLDS: &str = "(key int8, pid int4, grp text NOT NULL, name text NOT NULL,
      since timestamptz NOT NULL DEFAULT clock_timestamp(), lease int8 NOT NULL, \
      revoked bool NOT NULL DEFAULT false, PRIMARY KEY (key, pid))";
 
+/// The column a record table made before revocation lacks.
+const REVOKED: &str = "revoked bool NOT NULL DEFAULT false";
+
 /// Holds ended by `Engine::force_release`, by advisory key and owner
 /// digest, each kept until its lease would have ended, for its holder to
 /// learn why it lost the lock (`Engine::forced_out`). UNLOGGED like the
@@ -79,6 +82,7 @@ pub(super) async fn make(
         Err(e) => return Err(failed(e)),
     }
     let holds = at.table("dlock_holds", "the record table", HOLDS).await?;
+    at.add_missing(&holds, "revoked", REVOKED).await?;
     let forced = at
         .table("dlock_forced", "the table of holds forced out", FORCED)
         .await?;
@@ -132,6 +136,36 @@ impl<F: Fn(tokio_postgres::Error) -> Error> Schema<'_, F> {
             ));
         }
         Ok(table)
+    }
+
+    /// Adds `column` (its definition `definition`) to `table` if a table
+    /// made by an older dlock lacks it; refused, says who may add it.
+    async fn add_missing(&self, table: &str, column: &str, definition: &str) -> Result<(), Error> {
+        let present: bool = self
+            .client
+            .query_one(
+                "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::text::regclass \
+                 AND attname = $2 AND NOT attisdropped)",
+                &[&table, &column],
+            )
+            .await
+            .map_err(&self.failed)?
+            .get(0);
+        if present {
+            return Ok(());
+        }
+        let alter = format!("ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {definition}");
+        match self.client.batch_execute(&alter).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Err(refused(
+                self.field,
+                format!(
+                    "{table}, made by an older dlock, lacks the column {column}; have its owner run `{alter}`"
+                ),
+                &e,
+            )),
+            Err(e) => Err((self.failed)(e)),
+        }
     }
 
     /// Runs `create` unless `name` (`what`, in messages) exists; refused,
