@@ -632,30 +632,12 @@ async fn holds_watch_their_session_without_a_task_each() {
     drop(guards);
 }
 
-/// Past its first renewal a holder watches its key, so a revocation, or a
-/// force release, reaches it at once, not at its next renewal: on a 6 s
-/// lease renewed every 2 s, each comes a second after a renewal and is
-/// heard within 0.6 s, where the next renewal would take a second.
+/// Past its first renewal a holder watches its lock, so a revocation or a
+/// force release reaches it at once (see the helper).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_its_first_renewal_a_holder_hears_a_revocation_and_a_force_release_at_once() {
     let registry = registry(engine_at(shared().server.address()).await);
-    let lease = Duration::from_secs(6);
-    let lock = registry.locks("pushed").get("k").with_lease(lease);
-    let guard = lock.lock().await.expect("lock");
-    tokio::time::sleep(lease / 3 + Duration::from_secs(1)).await;
-    assert_eq!(lock.revoke().await.expect("revoke"), 1);
-    tokio::time::timeout(Duration::from_millis(600), guard.revoked())
-        .await
-        .expect("the holder heard of the revocation only at its next renewal");
-
-    // Renewed right away, and again 2 s on: this comes a second after that.
-    tokio::time::sleep(lease / 3 + Duration::from_secs(1)).await;
-    assert!(!guard.is_lost());
-    assert_eq!(lock.force_release().await.expect("force release"), 1);
-    tokio::time::timeout(Duration::from_millis(600), guard.lost())
-        .await
-        .expect("the holder learned it was forced out only at its next renewal");
-    assert_eq!(guard.held().lost_reason(), Some(dlock::LostReason::ForceReleased));
+    dlock_testkit::assert_acts_heard_at_once(&registry).await;
 }
 
 /// etcd 11456 (Jepsen): a lock returned to a waiter whose lease had expired

@@ -737,23 +737,12 @@ async fn a_curator_revoker_reaches_a_dlock_holder_whose_record_comes_back() {
     assert_eq!(curator.say("release"), "released");
 }
 
-/// Past its first renewal a dlock holder watches its node, so a revocation
-/// reaches it at once, not at its next renewal: on a 6 s lease renewed
-/// every 2 s, one asked a second after a renewal is heard within 0.6 s,
-/// where the next renewal would take a second.
+/// Past its first renewal a dlock holder watches its node, so a
+/// revocation or a force release reaches it at once (see the helper).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn past_its_first_renewal_a_holder_hears_a_revocation_at_once() {
-    let lease = Duration::from_secs(6);
-    let dlock = leased(engine_at(server().address()).await, lease);
-    let lock = dlock.locks("pushed").get("k");
-    let guard = lock.lock().await.expect("lock");
-    tokio::time::sleep(lease / 3 + Duration::from_secs(1)).await;
-    assert_eq!(lock.revoke().await.expect("revoke"), 1);
-    tokio::time::timeout(Duration::from_millis(600), guard.revoked())
-        .await
-        .expect("the holder heard only at its next renewal");
-    assert!(!guard.is_lost());
-    guard.release().await.expect("release");
+async fn past_its_first_renewal_a_holder_hears_a_revocation_and_a_force_release_at_once() {
+    let dlock = registry(engine_at(server().address()).await);
+    dlock_testkit::assert_acts_heard_at_once(&dlock).await;
 }
 
 /// dlock's revocation reaches a Curator holder that made itself revocable:

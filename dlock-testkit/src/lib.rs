@@ -91,6 +91,34 @@ pub async fn assert_capabilities_documented<F: Fixture>(fixture: &F, doc: &std::
     );
 }
 
+/// On an engine that watches its holds (`Engine::revoked`), a revocation
+/// and then a force release each reach a holder past its first renewal at
+/// once, not at its next renewal: on a 6 s lease renewed every 2 s, each
+/// comes a second after a renewal and must be heard within 0.6 s, where
+/// the next renewal would take a second.
+pub async fn assert_acts_heard_at_once(registry: &dlock_core::Registry) {
+    let lease = Duration::from_secs(6);
+    let lock = registry.locks("pushed").get("k").with_lease(lease);
+    let guard = lock.lock().await.expect("lock");
+    tokio::time::sleep(lease / 3 + Duration::from_secs(1)).await;
+    assert_eq!(lock.revoke().await.expect("revoke"), 1);
+    tokio::time::timeout(Duration::from_millis(600), guard.revoked())
+        .await
+        .expect("the holder heard of the revocation only at its next renewal");
+
+    // Renewed right away, and again 2 s on: this comes a second after that.
+    tokio::time::sleep(lease / 3 + Duration::from_secs(1)).await;
+    assert!(!guard.is_lost());
+    assert_eq!(lock.force_release().await.expect("force release"), 1);
+    tokio::time::timeout(Duration::from_millis(600), guard.lost())
+        .await
+        .expect("the holder learned it was forced out only at its next renewal");
+    assert_eq!(
+        guard.held().lost_reason(),
+        Some(dlock_core::LostReason::ForceReleased)
+    );
+}
+
 #[doc(hidden)]
 pub use dlock_engines as __engines;
 

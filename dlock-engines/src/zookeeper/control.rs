@@ -20,10 +20,11 @@
 //! the plain message, so such a holder cannot read it.
 //!
 //! A dlock holder watches too, once its first renewal is due: that
-//! renewal's stat sets a data watch on the node (the same one request), and
-//! a data change wakes the core, which renews at once. So a revocation is
-//! heard at once after the first renewal, and within a third of the lease
-//! before it; a hold that ends sooner never sets a watch.
+//! renewal's stat sets a watch on the node (the same one request), and a
+//! write or a delete wakes the core, which renews at once. So a revocation
+//! or a force release is heard at once after the first renewal, and
+//! within a third of the lease before it; a hold that ends sooner never
+//! sets a watch.
 //!
 //! The message overwrites the node's record (`records.rs`). A dlock holder
 //! that reads it writes its record back, conditional on the version it
@@ -78,11 +79,16 @@ impl ZooKeeperEngine {
             asked.watching.store(false, Ordering::SeqCst);
             return watched.map(|(stat, _)| stat);
         };
-        // Fires on a write, the node's delete or the session's end.
+        // Fires on a write (a revocation), the node's delete (a force
+        // release, or the holder's own release or downgrade, which a
+        // renewal sees through) or the session's end.
         tokio::spawn(async move {
             let event = watcher.changed().await;
             asked.watching.store(false, Ordering::SeqCst);
-            if event.event_type == EventType::NodeDataChanged {
+            if matches!(
+                event.event_type,
+                EventType::NodeDataChanged | EventType::NodeDeleted
+            ) {
                 asked.heard.notify_one();
             }
         });
