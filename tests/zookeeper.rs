@@ -745,6 +745,22 @@ async fn past_its_first_renewal_a_holder_hears_a_revocation_and_a_force_release_
     dlock_testkit::assert_acts_heard_at_once(&dlock).await;
 }
 
+/// A permit past its renewals keeps its hold: a renewal asks the watch of
+/// a lock's node only of a lock (a permit's node state is another's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_permit_renewed_many_times_keeps_its_hold() {
+    let dlock = leased(engine_at(server().address()).await, LEASE);
+    let permit = dlock
+        .locks("renewed")
+        .semaphore("permits", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(!permit.is_lost(), "{:?}", permit.held().lost_reason());
+    permit.release().await.expect("release");
+}
+
 /// dlock's revocation reaches a Curator holder that made itself revocable:
 /// its listener runs, it lets go, and the dlock waiter gets in, not asked
 /// to let go itself.

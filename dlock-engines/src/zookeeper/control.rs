@@ -70,7 +70,11 @@ impl ZooKeeperEngine {
         session: &Session,
         path: &str,
     ) -> Result<Option<Stat>, ZkError> {
-        let asked = self.node(req, |n| n.asked.clone()).ok().flatten();
+        // A permit's node is no lock's: it is never watched (`listen`).
+        let asked = match req.permits {
+            Some(_) => None,
+            None => self.node(req, |n| n.asked.clone()).ok().flatten(),
+        };
         let Some(asked) = asked.filter(|asked| !asked.watching.swap(true, Ordering::SeqCst)) else {
             return session.client.check_stat(path).await;
         };
