@@ -190,8 +190,13 @@ impl<F: Fn(tokio_postgres::Error) -> Error> Schema<'_, F> {
         }
         match self.client.batch_execute(create).await {
             Ok(()) => Ok(()),
-            // Another process made it at the same moment.
-            Err(e) if matches!(e.code(), Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::DUPLICATE_TABLE) => {
+            // Another process made it at the same moment: a table's race
+            // may end on its row type, as DUPLICATE_OBJECT.
+            Err(e)
+                if matches!(e.code(), Some(c) if *c == SqlState::UNIQUE_VIOLATION
+                    || *c == SqlState::DUPLICATE_TABLE
+                    || *c == SqlState::DUPLICATE_OBJECT) =>
+            {
                 Ok(())
             }
             Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Err(refused(
