@@ -601,11 +601,13 @@ async fn holds_watch_their_session_without_a_task_each() {
         );
     }
     // Counted once nothing is in flight: a release finishing in the
-    // background from before is not a hold's task.
-    assert_eq!(
-        settled_task_count().await,
-        before,
-        "a hold spawned a task to watch its session"
+    // background from before is not a hold's task. The gRPC client may
+    // open a stream or connection task of its own meanwhile (CI saw one);
+    // a task per hold would be 20.
+    let after = settled_task_count().await;
+    assert!(
+        after <= before + 2,
+        "{after} tasks after {HOLDS} holds, {before} before: a hold spawned a task to watch its session"
     );
 
     let revoked = Instant::now();
