@@ -29,74 +29,95 @@ fn tombstone(key: &LockKey, owner: OwnerId) -> String {
     format!("dlock-forced:{:032x}:{}", key.stable_hash(), owner.digest())
 }
 
-/// A read item's CAS value and its seconds left, as a TTL that ends when
-/// it does (0, none, if it had none).
-fn cas_and_ttl(found: &Reply) -> Option<(u64, i64)> {
-    let cas = found.flag('c')?.parse().ok()?;
-    let left: i64 = found.flag('t')?.parse().ok()?;
-    Some((cas, if left < 0 { 0 } else { left.max(1) }))
+/// A holder's item as read: its value, CAS value, a TTL that ends when it
+/// does (0, none, if it had none), and whether it was revoked.
+struct Found {
+    value: Vec<u8>,
+    cas: u64,
+    ttl: i64,
+    revoked: bool,
 }
 
-/// Reads lock `key`'s item: value, CAS value, seconds left, flags.
-async fn read_item(engine: &MemcachedEngine, key: &str) -> Result<Reply, EngineError> {
-    let command = format!("mg {key} v c t f\r\n");
-    Ok(engine.call(command.as_bytes(), 1).await?.remove(0))
+/// Reads lock `key`'s item (`item`) and runs `act` on it, again if `act`
+/// finds that the holder changed it meanwhile (answers `None`); 0 if
+/// nobody holds it. One round trip for the read, and `act`'s.
+async fn on_holder<F, Fut>(engine: &MemcachedEngine, item: &str, act: F) -> Result<u32, EngineError>
+where
+    F: Fn(Found) -> Fut,
+    Fut: Future<Output = Result<Option<u32>, EngineError>>,
+{
+    for _ in 0..ATTEMPTS {
+        let command = format!("mg {item} v c t f\r\n");
+        let mut read = engine.call(command.as_bytes(), 1).await?.remove(0);
+        let cas = read.flag('c').and_then(|c| c.parse().ok());
+        let left: Option<i64> = read.flag('t').and_then(|t| t.parse().ok());
+        let revoked = read.flag('f') == Some(REVOKED);
+        let (Some(value), Some(cas), Some(left)) = (read.value.take(), cas, left) else {
+            return Ok(0);
+        };
+        let ttl = if left < 0 { 0 } else { left.max(1) };
+        if let Some(answer) = act(Found {
+            value,
+            cas,
+            ttl,
+            revoked,
+        })
+        .await?
+        {
+            return Ok(answer);
+        }
+    }
+    Err(EngineError::failed(
+        "memcached: the holder kept changing its item",
+    ))
 }
 
 /// Two round trips: a read, then the tombstone and the delete.
 pub(super) async fn force_release(engine: &MemcachedEngine, key: &LockKey) -> Result<u32, EngineError> {
-    let item = item_key(key);
-    for _ in 0..ATTEMPTS {
-        let found = read_item(engine, &item).await?;
-        let (Some(value), Some((cas, ttl))) = (found.value.as_deref(), cas_and_ttl(&found)) else {
-            return Ok(0);
-        };
-        let Some(owner) = owner_of(value) else {
+    let item = &item_key(key);
+    on_holder(engine, item, move |found| async move {
+        let Some(owner) = owner_of(&found.value) else {
             return Err(EngineError::failed("memcached: a lock item dlock did not write"));
         };
         // The word first: a holder never finds its item gone without it.
         let tomb = tombstone(key, owner);
-        let mut command = format!("ms {tomb} {} T{ttl}\r\n", value.len()).into_bytes();
-        command.extend_from_slice(value);
-        command.extend_from_slice(format!("\r\nmd {item} C{cas}\r\n").as_bytes());
+        let mut command = format!("ms {tomb} {} T{}\r\n", found.value.len(), found.ttl).into_bytes();
+        command.extend_from_slice(&found.value);
+        command.extend_from_slice(format!("\r\nmd {item} C{}\r\n", found.cas).as_bytes());
         let [_, deleted] = <[Reply; 2]>::try_from(engine.call(&command, 2).await?).expect("two replies");
         if deleted.code() == "HD" {
-            return Ok(1);
+            return Ok(Some(1));
         }
         // Renewed (EX) or gone (NF) meanwhile: this holder was not forced out.
         engine.call(format!("md {tomb}\r\n").as_bytes(), 1).await?;
-        if deleted.code() == "NF" {
-            return Ok(0);
-        }
-    }
-    Err(EngineError::failed(
-        "memcached: the holder kept changing its item",
-    ))
+        Ok((deleted.code() == "NF").then_some(0))
+    })
+    .await
 }
 
 /// Two round trips: a read, then the flags set.
 pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey) -> Result<u32, EngineError> {
-    let item = item_key(key);
-    for _ in 0..ATTEMPTS {
-        let found = read_item(engine, &item).await?;
-        let (Some(value), Some((cas, ttl))) = (found.value.as_deref(), cas_and_ttl(&found)) else {
-            return Ok(0);
-        };
-        if found.flag('f') == Some(REVOKED) {
-            return Ok(1);
+    let item = &item_key(key);
+    on_holder(engine, item, move |found| async move {
+        if found.revoked {
+            return Ok(Some(1));
         }
-        let mut command = format!("ms {item} {} T{ttl} F{REVOKED} C{cas}\r\n", value.len()).into_bytes();
-        command.extend_from_slice(value);
+        let mut command = format!(
+            "ms {item} {} T{} F{REVOKED} C{}\r\n",
+            found.value.len(),
+            found.ttl,
+            found.cas
+        )
+        .into_bytes();
+        command.extend_from_slice(&found.value);
         command.extend_from_slice(b"\r\n");
-        match engine.call(&command, 1).await?.remove(0).code() {
-            "HD" => return Ok(1),
-            "NF" => return Ok(0),
-            _ => {} // Renewed meanwhile: read it again.
-        }
-    }
-    Err(EngineError::failed(
-        "memcached: the holder kept changing its item",
-    ))
+        Ok(match engine.call(&command, 1).await?.remove(0).code() {
+            "HD" => Some(1),
+            "NF" => Some(0),
+            _ => None, // Renewed meanwhile: read it again.
+        })
+    })
+    .await
 }
 
 /// Whether a tombstone for `req`'s hold is there: one round trip. A
