@@ -236,6 +236,66 @@ async fn holds_without_records_show_what_is_known() {
     );
 }
 
+/// A listing reads a lone writer's or an idle lock's gate raw and the
+/// others by script, and each lock it shows is what `inspect` shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_shows_every_lock_as_inspect_does() {
+    let server = start();
+    let engine = engine(&server).await;
+    let lease = Duration::from_secs(10);
+    let take = async |name: &str, mode: Mode, queue: bool| {
+        let req = request("mix", name, mode, lease, queue);
+        let poll = engine.acquire(&req).await.expect("acquire");
+        (req, matches!(poll, Poll::Held(_)))
+    };
+    let (_lone, held) = take("lone", Mode::Write, false).await;
+    assert!(held);
+    let (_writer, held) = take("queued", Mode::Write, false).await;
+    assert!(held);
+    let (_waiter, held) = take("queued", Mode::Write, true).await;
+    assert!(!held);
+    for _ in 0..2 {
+        assert!(take("read", Mode::Read, false).await.1);
+    }
+    let (idle, held) = take("idle", Mode::Write, false).await;
+    assert!(held && engine.release(&idle).await.expect("release"));
+    let mut raw = raw(&server).await;
+    let older = format!("{:014x}{:011x}~{}", 7, 1000, dlock::kit::OwnerId::random());
+    let _: () = redis::cmd("SET")
+        .arg("{dlock:mix:older}:w")
+        .arg(&older)
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut raw)
+        .await
+        .expect("set");
+
+    let mut listed = engine.list("mix").await.expect("list");
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
+    let names: Vec<&str> = listed.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["idle", "lone", "older", "queued", "read"]);
+    let shape: Vec<(usize, usize)> = listed
+        .iter()
+        .map(|v| (v.holders.len(), v.waiters.len()))
+        .collect();
+    assert_eq!(shape, [(0, 0), (1, 0), (1, 0), (1, 1), (2, 0)], "{listed:?}");
+    for mut view in listed {
+        let key = LockKey::new("mix", view.name.as_str()).expect("key");
+        let mut inspected = engine.inspect(&key, None).await.expect("inspect");
+        // The lease's end, read a moment apart, from the same deadline.
+        for (a, b) in view.holders.iter_mut().zip(&mut inspected.holders) {
+            let (x, y) = (a.lease_ends.expect("an end"), b.lease_ends.expect("an end"));
+            let apart = x
+                .duration_since(y)
+                .or_else(|_| y.duration_since(x))
+                .expect("apart");
+            assert!(apart < Duration::from_secs(1), "{x:?} and {y:?}");
+            a.lease_ends = b.lease_ends;
+        }
+        assert_eq!(view, inspected);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thirty_queued_readers_are_admitted_on_one_notification() {
     let server = start();

@@ -46,7 +46,10 @@
 //! process's label (`labels.rs`), registered once per engine, so the
 //! memory a held lock costs does not grow with the host's name.
 //! `scripts/inspect.lua` reads a lock's records in one call; the labels
-//! come from one `MGET`, once per reference.
+//! come from one `MGET`, once per reference. A listing reads the gates
+//! raw (`MGET` and `PTTL`s, pipelined): most locks are a lone writer or
+//! idle, which the gate alone tells, and only the others go to the script,
+//! whose calls cost the server several times the raw commands.
 //!
 //! **Semaphores** keep apart from the lock of their name, under the same
 //! hash tag (`scripts/semaphore.lua`, one script for every call): a record
@@ -139,7 +142,7 @@ use connection::{Connection, Target};
 
 pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, register};
 
-/// Locks a listing reads in one script call.
+/// Locks a listing reads in one pipeline or script call.
 const LIST_BATCH: usize = 1000;
 
 /// A script: this engine's settings as Lua constants (one script per
@@ -341,7 +344,7 @@ impl RedisEngine {
 
     /// What inspect.lua reads of each of `records` (see `keys::record`), in
     /// one call: all on one node, and in a cluster of one slot.
-    async fn records(&self, records: &[String]) -> Result<Vec<records::Reply>, EngineError> {
+    async fn records(&self, records: &[&str]) -> Result<Vec<records::Reply>, EngineError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.scripts.inspect.get_hash())
             .arg(records.len())
@@ -349,6 +352,39 @@ impl RedisEngine {
         self.send(&self.scripts.inspect, cmd)
             .await
             .map_err(EngineError::failed)
+    }
+
+    /// Locks' gates read raw, for a listing: the server's clock, an `MGET`
+    /// and each one's `PTTL`, in one pipeline, far cheaper on the server
+    /// than a script's calls; what each gate tells alone (records::gate).
+    async fn gates(&self, gates: &[&str]) -> Result<Vec<Option<records::Reply>>, EngineError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME").cmd("MGET").arg(gates);
+        for gate in gates {
+            pipe.cmd("PTTL").arg(gate);
+        }
+        let mut connection = self.connection.clone();
+        let read = async {
+            let mut replies = pipe
+                .query_async::<Vec<redis::Value>>(&mut connection)
+                .await?
+                .into_iter();
+            let mut next = || replies.next().unwrap_or(redis::Value::Nil);
+            let (seconds, micros): (u64, u64) = redis::from_redis_value(next())?;
+            let now = seconds * 1000 + micros / 1000;
+            let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(next())?;
+            values
+                .iter()
+                .map(|value| {
+                    Ok(records::gate(
+                        value.as_deref(),
+                        redis::from_redis_value(next())?,
+                        now,
+                    ))
+                })
+                .collect::<redis::RedisResult<Vec<_>>>()
+        };
+        read.await.map_err(EngineError::failed)
     }
 
     /// Forces out the holders of lock `key`, or asks them to let go
@@ -541,7 +577,7 @@ impl Engine for RedisEngine {
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let reply = self
-            .records(&[keys::record(key, permits.is_some())])
+            .records(&[&keys::record(key, permits.is_some())])
             .await?
             .pop()
             .ok_or_else(|| EngineError::failed("inspect.lua answered nothing"))?;
@@ -553,9 +589,10 @@ impl Engine for RedisEngine {
     }
 
     /// `SCAN` for the group's records (on every primary of a cluster), then
-    /// one script per batch of them (per lock in a cluster, whose locks
-    /// each have a slot of their own), all at once on the connection, and
-    /// the labels they name in one `MGET`.
+    /// the gates of its locks raw, in batches, and inspect.lua for the
+    /// semaphores and the locks whose gate alone does not tell (per lock in
+    /// a cluster, whose locks each have a slot of their own), all at once
+    /// on the connection; and the labels they name in one `MGET`.
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let found = self
             .connection
@@ -572,14 +609,34 @@ impl Engine for RedisEngine {
                 Some((record, (key, permits)))
             })
             .unzip();
-        let batch = match self.connection {
-            Connection::Cluster(_) => 1,
-            _ => LIST_BATCH,
-        };
-        let replies =
-            futures_util::future::try_join_all(found.chunks(batch).map(|records| self.records(records)))
-                .await?
-                .concat();
+        let mut replies: Vec<Option<records::Reply>> = vec![None; found.len()];
+        let cluster = matches!(self.connection, Connection::Cluster(_));
+        if !cluster {
+            let locks: Vec<usize> = (0..found.len()).filter(|&i| keys[i].1.is_none()).collect();
+            let read = locks.chunks(LIST_BATCH).map(|batch| {
+                let gates: Vec<&str> = batch.iter().map(|&i| found[i].as_str()).collect();
+                async move { self.gates(&gates).await }
+            });
+            for (i, reply) in locks
+                .iter()
+                .zip(futures_util::future::try_join_all(read).await?.concat())
+            {
+                replies[*i] = reply;
+            }
+        }
+        let rest: Vec<usize> = (0..found.len()).filter(|&i| replies[i].is_none()).collect();
+        let batch = if cluster { 1 } else { LIST_BATCH };
+        let read = rest.chunks(batch).map(|batch| {
+            let records: Vec<&str> = batch.iter().map(|&i| found[i].as_str()).collect();
+            async move { self.records(&records).await }
+        });
+        for (i, reply) in rest
+            .iter()
+            .zip(futures_util::future::try_join_all(read).await?.concat())
+        {
+            replies[*i] = Some(reply);
+        }
+        let replies: Vec<records::Reply> = replies.into_iter().flatten().collect();
         let labels = self
             .labels
             .resolve(&self.connection, replies.iter().flat_map(records::labels))

@@ -1,4 +1,5 @@
-//! Holder records as `scripts/inspect.lua` reads them.
+//! Holder records as `scripts/inspect.lua` reads them, or as a listing
+//! reads a lone writer's gate raw.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -67,6 +68,100 @@ pub(crate) fn view(
     view
 }
 
+/// What inspect.lua would answer for a lock whose gate (see head.lua) is
+/// `value`, with `pttl` left, read at server ms `now`, if the gate alone
+/// tells: nothing there, an idle lock, or a lone writer (`~`); `None` where
+/// others may be about, or the gate changed between the reads, and only
+/// the script can tell.
+pub(crate) fn gate(value: Option<&[u8]>, pttl: i64, now: u64) -> Option<Reply> {
+    let none = || Some((String::new(), Vec::new()));
+    let Some(value) = value else { return none() };
+    match value.get(25) {
+        Some(b'.') if value.len() == 26 => none(),
+        Some(b'~') if value.len() >= 58 && pttl >= 0 => {
+            let text = std::str::from_utf8(value).ok()?;
+            // Fields past the id may be short or missing (an older dlock's).
+            let part = |from: usize, to: usize| text.get(from.min(text.len())..to.min(text.len()));
+            // The gate outlives the writer's deadline by the retention.
+            let deadline = (now + pttl.unsigned_abs()).checked_sub(hex(part(14, 25)?)?)?;
+            if deadline <= now {
+                return none();
+            }
+            let entry = (
+                "h".to_owned(),
+                "w".to_owned(),
+                part(26, 58)?.to_owned(),
+                part(0, 14)?.to_owned(),
+                part(58, 69)?.to_owned(),
+                format!("{deadline:x}"),
+                part(69, usize::MAX)?.to_owned(),
+            );
+            Some((String::new(), vec![entry]))
+        }
+        _ => None,
+    }
+}
+
 fn hex(text: &str) -> Option<u64> {
     u64::from_str_radix(text, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWNER: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_gate_alone_tells_of_a_lone_writer_an_idle_lock_or_none() {
+        let now = 1_000_000;
+        // Retention 0x3e8 = 1000 ms past the writer's deadline.
+        let lone = format!("0000000000002a000000003e8~{OWNER}000000f4240abc123");
+        let (count, entries) = gate(Some(lone.as_bytes()), 1500, now).expect("a lone writer");
+        assert_eq!(count, "");
+        let deadline = format!("{:x}", now + 500);
+        let want = (
+            "h",
+            "w",
+            OWNER,
+            "0000000000002a",
+            "000000f4240",
+            deadline.as_str(),
+            "abc123",
+        );
+        let got = &entries[0];
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            (&*got.0, &*got.1, &*got.2, &*got.3, &*got.4, &*got.5, &*got.6),
+            want
+        );
+        // Past the deadline, within the retention: nobody holds.
+        assert_eq!(
+            gate(Some(lone.as_bytes()), 900, now),
+            Some((String::new(), Vec::new()))
+        );
+        // An older dlock's writer: the id alone.
+        let older = &lone[..58];
+        let (_, entries) = gate(Some(older.as_bytes()), 1500, now).expect("an older writer");
+        assert_eq!((&*entries[0].4, &*entries[0].6), ("", ""));
+        let idle = "0000000000002a00000000000.";
+        assert_eq!(
+            gate(Some(idle.as_bytes()), 900, now),
+            Some((String::new(), Vec::new()))
+        );
+        assert_eq!(gate(None, -2, now), Some((String::new(), Vec::new())));
+    }
+
+    #[test]
+    fn a_gate_with_others_about_or_changed_between_reads_is_left_to_the_script() {
+        let now = 1_000_000;
+        let crowd = format!("0000000000002a000000f4628|{OWNER}");
+        assert_eq!(gate(Some(crowd.as_bytes()), 1500, now), None);
+        assert_eq!(gate(Some(b"0000000000002a00000000000|"), 1500, now), None);
+        let lone = format!("0000000000002a000000003e8~{OWNER}");
+        // Gone (-2) or made anew without a lease (-1) after the MGET.
+        assert_eq!(gate(Some(lone.as_bytes()), -2, now), None);
+        assert_eq!(gate(Some(lone.as_bytes()), -1, now), None);
+        assert_eq!(gate(Some(b"short~"), 1500, now), None);
+    }
 }
