@@ -50,6 +50,9 @@ struct Line {
     queue: Mutex<VecDeque<(Instant, Arc<State>, Write)>>,
     /// Something joined an empty line.
     joined: Notify,
+    /// Times the task woke for a write falling due.
+    #[cfg(test)]
+    wakes: std::sync::atomic::AtomicUsize,
 }
 
 /// One put-off write.
@@ -70,6 +73,8 @@ impl Deferrals {
             delay,
             queue: Mutex::default(),
             joined: Notify::new(),
+            #[cfg(test)]
+            wakes: Default::default(),
         });
         let task = tokio::spawn(line.clone().run());
         Deferrals { line, task }
@@ -106,12 +111,26 @@ impl Line {
     /// in the order they fall due.
     async fn run(self: Arc<Self>) {
         loop {
-            let front = self.locked().front().map(|(due, ..)| *due);
+            let front = {
+                let mut queue = self.locked();
+                // Writes stopped already leave now, wherever they are due:
+                // short holds, one after another, then wake the task once
+                // per delay, not at every timer tick.
+                while queue
+                    .front()
+                    .is_some_and(|(_, state, _)| state.phase.load(Ordering::SeqCst) == STOPPED)
+                {
+                    queue.pop_front();
+                }
+                queue.front().map(|(due, ..)| *due)
+            };
             let Some(due) = front else {
                 self.joined.notified().await;
                 continue;
             };
             tokio::time::sleep_until(due).await;
+            #[cfg(test)]
+            self.wakes.fetch_add(1, Ordering::SeqCst);
             let now = Instant::now();
             let mut queue = self.locked();
             while queue.front().is_some_and(|(due, ..)| *due <= now) {
@@ -206,6 +225,26 @@ mod tests {
         tokio::time::sleep(RECORD_AFTER / 2).await;
         assert_eq!(done.load(Ordering::SeqCst), 2);
         assert!(first.stop().await && second.stop().await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn short_holds_one_after_another_wake_the_task_once_per_delay() {
+        let deferrals = Deferrals::new(RECORD_AFTER);
+        let done = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        while started.elapsed() < RECORD_AFTER * 4 {
+            let hold = deferrals.after(counted(&done));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(!hold.stop().await);
+        }
+        let wakes = deferrals.line.wakes.load(Ordering::SeqCst);
+        assert!(wakes <= 5, "woke {wakes} times in four delays");
+        assert_eq!(done.load(Ordering::SeqCst), 0);
+        // A write still runs on time behind the stopped ones.
+        let late = deferrals.after(counted(&done));
+        tokio::time::sleep(RECORD_AFTER + Duration::from_millis(1)).await;
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        assert!(late.stop().await);
     }
 
     #[tokio::test(start_paused = true)]
