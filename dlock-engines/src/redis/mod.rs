@@ -357,7 +357,7 @@ impl RedisEngine {
     /// Locks' gates read raw, for a listing: the server's clock, an `MGET`
     /// and each one's `PTTL`, in one pipeline, far cheaper on the server
     /// than a script's calls; what each gate tells alone (records::gate).
-    async fn gates(&self, gates: &[&str]) -> Result<Vec<Option<records::Reply>>, EngineError> {
+    async fn gates(&self, gates: &[&str]) -> Result<Vec<Option<records::Read>>, EngineError> {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME").cmd("MGET").arg(gates);
         for gate in gates {
@@ -372,15 +372,16 @@ impl RedisEngine {
             let mut next = || replies.next().unwrap_or(redis::Value::Nil);
             let (seconds, micros): (u64, u64) = redis::from_redis_value(next())?;
             let now = seconds * 1000 + micros / 1000;
-            let values: Vec<Option<Vec<u8>>> = redis::from_redis_value(next())?;
+            let values: Vec<redis::Value> = redis::from_redis_value(next())?;
             values
-                .iter()
+                .into_iter()
                 .map(|value| {
-                    Ok(records::gate(
-                        value.as_deref(),
-                        redis::from_redis_value(next())?,
-                        now,
-                    ))
+                    // The value's bytes become the record as they are.
+                    let value = match value {
+                        redis::Value::BulkString(bytes) => Some(bytes),
+                        _ => None,
+                    };
+                    Ok(records::gate(value, redis::from_redis_value(next())?, now))
                 })
                 .collect::<redis::RedisResult<Vec<_>>>()
         };
@@ -576,16 +577,17 @@ impl Engine for RedisEngine {
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-        let reply = self
+        let read = self
             .records(&[&keys::record(key, permits.is_some())])
             .await?
             .pop()
+            .map(records::Read::Script)
             .ok_or_else(|| EngineError::failed("inspect.lua answered nothing"))?;
         let labels = self
             .labels
-            .resolve(&self.connection, records::labels(&reply))
+            .resolve(&self.connection, records::labels(&read))
             .await?;
-        Ok(records::view(key, permits, reply, &labels))
+        Ok(records::view(key, permits, read, &labels))
     }
 
     /// `SCAN` for the group's records (on every primary of a cluster), then
@@ -609,7 +611,7 @@ impl Engine for RedisEngine {
                 Some((record, (key, permits)))
             })
             .unzip();
-        let mut replies: Vec<Option<records::Reply>> = vec![None; found.len()];
+        let mut replies: Vec<Option<records::Read>> = vec![None; found.len()];
         let cluster = matches!(self.connection, Connection::Cluster(_));
         if !cluster {
             let locks: Vec<usize> = (0..found.len()).filter(|&i| keys[i].1.is_none()).collect();
@@ -634,9 +636,9 @@ impl Engine for RedisEngine {
             .iter()
             .zip(futures_util::future::try_join_all(read).await?.concat())
         {
-            replies[*i] = Some(reply);
+            replies[*i] = Some(records::Read::Script(reply));
         }
-        let replies: Vec<records::Reply> = replies.into_iter().flatten().collect();
+        let replies: Vec<records::Read> = replies.into_iter().flatten().collect();
         let labels = self
             .labels
             .resolve(&self.connection, replies.iter().flat_map(records::labels))

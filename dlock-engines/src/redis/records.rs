@@ -12,38 +12,70 @@ use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 pub(crate) type Reply = (String, Vec<Entry>);
 type Entry = (String, String, String, String, String, String, String);
 
-/// The label references `reply` carries (see `labels.rs`).
-pub(crate) fn labels(reply: &Reply) -> impl Iterator<Item = &str> {
-    reply.1.iter().map(|entry| entry.6.as_str())
+/// What was read of one lock or semaphore.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Read {
+    /// inspect.lua's answer.
+    Script(Reply),
+    /// A lock whose gate alone tells (see [`gate`]): its lone writer's
+    /// record, the gate's value, and the writer's deadline; or nobody.
+    Gate(Option<(String, u64)>),
 }
 
-/// The view of `key` from `reply`, its label references read in `labels`;
+/// The label references `read` carries (see `labels.rs`).
+pub(crate) fn labels(read: &Read) -> impl Iterator<Item = &str> {
+    let (entries, lone) = match read {
+        Read::Script((_, entries)) => (&entries[..], None),
+        Read::Gate(lone) => (
+            &[][..],
+            lone.as_ref().map(|(value, _)| part(value, 69, usize::MAX)),
+        ),
+    };
+    entries.iter().map(|entry| entry.6.as_str()).chain(lone)
+}
+
+/// The view of `key` from `read`, its label references read in `labels`;
 /// a semaphore (`permits`) shows the count its holders and waiters agreed
 /// on, or the one asked about if none.
 pub(crate) fn view(
     key: &LockKey,
     permits: Option<u32>,
-    reply: Reply,
+    read: Read,
     labels: &HashMap<String, String>,
 ) -> LockView {
-    let (count, entries) = reply;
-    // Server ms since the epoch, on the server's clock.
-    let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
     let mut view = LockView {
         group: key.group().to_owned(),
         name: key.name().to_owned(),
-        permits: permits.map(|asked| count.parse().unwrap_or(asked)),
+        permits,
         holders: Vec::new(),
         waiters: Vec::new(),
     };
+    let (count, entries) = match read {
+        Read::Script(reply) => reply,
+        Read::Gate(lone) => {
+            if let Some((value, deadline)) = lone {
+                let fence = hex(part(&value, 0, 14));
+                let (owner, since, label) = (
+                    part(&value, 26, 58),
+                    part(&value, 58, 69),
+                    part(&value, 69, usize::MAX),
+                );
+                let (label, since, owner) = common(labels, owner, since, label);
+                view.holders.push(HolderRecord {
+                    label,
+                    mode: Mode::Write,
+                    fence,
+                    since,
+                    lease_ends: Some(at(deadline)),
+                    owner,
+                });
+            }
+            return view;
+        }
+    };
     for (role, mode, owner, fence, since, ends, label) in entries {
         let mode = if mode == "r" { Mode::Read } else { Mode::Write };
-        // The id is digested at once and goes no further.
-        let owner = u128::from_str_radix(&owner, 16)
-            .ok()
-            .map(|id| OwnerId::from_u128(id).digest());
-        let label = labels.get(&label).cloned();
-        let since = hex(&since).map(at);
+        let (label, since, owner) = common(labels, &owner, &since, &label);
         if role == "h" {
             view.holders.push(HolderRecord {
                 label,
@@ -62,44 +94,63 @@ pub(crate) fn view(
             });
         }
     }
-    if view.is_free() {
-        view.permits = permits;
+    if !view.is_free() {
+        view.permits = permits.map(|asked| count.parse().unwrap_or(asked));
     }
     view
 }
 
-/// What inspect.lua would answer for a lock whose gate (see head.lua) is
-/// `value`, with `pttl` left, read at server ms `now`, if the gate alone
-/// tells: nothing there, an idle lock, or a lone writer (`~`); `None` where
-/// others may be about, or the gate changed between the reads, and only
-/// the script can tell.
-pub(crate) fn gate(value: Option<&[u8]>, pttl: i64, now: u64) -> Option<Reply> {
-    let none = || Some((String::new(), Vec::new()));
-    let Some(value) = value else { return none() };
+/// What holders' and waiters' records share: the label, the grant or
+/// request time, and the owner id's digest (the id goes no further).
+fn common(
+    labels: &HashMap<String, String>,
+    owner: &str,
+    since: &str,
+    label: &str,
+) -> (Option<String>, Option<SystemTime>, Option<String>) {
+    let owner = u128::from_str_radix(owner, 16)
+        .ok()
+        .map(|id| OwnerId::from_u128(id).digest());
+    (labels.get(label).cloned(), hex(since).map(at), owner)
+}
+
+/// Server ms since the epoch, on the server's clock, as a time.
+fn at(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// What a lock's gate (see head.lua), `value` with `pttl` left, read at
+/// server ms `now`, tells alone: nothing there, an idle lock, or a lone
+/// writer (`~`) and its deadline; `None` where others may be about, or the
+/// gate changed between the reads, and only the script can tell.
+pub(crate) fn gate(value: Option<Vec<u8>>, pttl: i64, now: u64) -> Option<Read> {
+    let Some(value) = value else {
+        return Some(Read::Gate(None));
+    };
     match value.get(25) {
-        Some(b'.') if value.len() == 26 => none(),
+        Some(b'.') if value.len() == 26 => Some(Read::Gate(None)),
         Some(b'~') if value.len() >= 58 && pttl >= 0 => {
-            let text = std::str::from_utf8(value).ok()?;
-            // Fields past the id may be short or missing (an older dlock's).
-            let part = |from: usize, to: usize| text.get(from.min(text.len())..to.min(text.len()));
+            let value = String::from_utf8(value).ok()?;
             // The gate outlives the writer's deadline by the retention.
-            let deadline = (now + pttl.unsigned_abs()).checked_sub(hex(part(14, 25)?)?)?;
-            if deadline <= now {
-                return none();
+            let retention = hex(value.get(14..25)?)?;
+            let deadline = (now + pttl.unsigned_abs()).checked_sub(retention)?;
+            // Fields past the id may be short or missing (an older dlock's).
+            let whole = value.is_char_boundary(26) && value.is_char_boundary(58);
+            match deadline > now {
+                true if whole => Some(Read::Gate(Some((value, deadline)))),
+                true => None,
+                false => Some(Read::Gate(None)),
             }
-            let entry = (
-                "h".to_owned(),
-                "w".to_owned(),
-                part(26, 58)?.to_owned(),
-                part(0, 14)?.to_owned(),
-                part(58, 69)?.to_owned(),
-                format!("{deadline:x}"),
-                part(69, usize::MAX)?.to_owned(),
-            );
-            Some((String::new(), vec![entry]))
         }
         _ => None,
     }
+}
+
+/// Bytes `from..to` of a gate's value, cut short where it is.
+fn part(value: &str, from: usize, to: usize) -> &str {
+    value
+        .get(from.min(value.len())..to.min(value.len()))
+        .unwrap_or("")
 }
 
 fn hex(text: &str) -> Option<u64> {
@@ -112,56 +163,61 @@ mod tests {
 
     const OWNER: &str = "0123456789abcdef0123456789abcdef";
 
+    fn read(value: &str, pttl: i64, now: u64) -> Option<Read> {
+        gate(Some(value.as_bytes().to_vec()), pttl, now)
+    }
+
+    fn lone(read: Option<Read>) -> LockView {
+        let key = LockKey::new("g", "a").expect("key");
+        let labels = HashMap::from([("abc123".to_owned(), "billing 7".to_owned())]);
+        view(&key, None, read.expect("the gate tells"), &labels)
+    }
+
     #[test]
     fn a_gate_alone_tells_of_a_lone_writer_an_idle_lock_or_none() {
         let now = 1_000_000;
         // Retention 0x3e8 = 1000 ms past the writer's deadline.
-        let lone = format!("0000000000002a000000003e8~{OWNER}000000f4240abc123");
-        let (count, entries) = gate(Some(lone.as_bytes()), 1500, now).expect("a lone writer");
-        assert_eq!(count, "");
-        let deadline = format!("{:x}", now + 500);
-        let want = (
-            "h",
-            "w",
-            OWNER,
-            "0000000000002a",
-            "000000f4240",
-            deadline.as_str(),
-            "abc123",
-        );
-        let got = &entries[0];
-        assert_eq!(entries.len(), 1);
+        let value = format!("0000000000002a000000003e8~{OWNER}000000f4240abc123");
+        let view = lone(read(&value, 1500, now));
+        let [holder] = view.holders.as_slice() else {
+            panic!("{view:?}")
+        };
+        let owner = OwnerId::from_u128(u128::from_str_radix(OWNER, 16).expect("hex")).digest();
         assert_eq!(
-            (&*got.0, &*got.1, &*got.2, &*got.3, &*got.4, &*got.5, &*got.6),
-            want
+            holder,
+            &HolderRecord {
+                label: Some("billing 7".to_owned()),
+                mode: Mode::Write,
+                fence: Some(42),
+                since: Some(at(1_000_000)),
+                lease_ends: Some(at(now + 500)),
+                owner: Some(owner),
+            }
         );
         // Past the deadline, within the retention: nobody holds.
-        assert_eq!(
-            gate(Some(lone.as_bytes()), 900, now),
-            Some((String::new(), Vec::new()))
-        );
+        assert!(lone(read(&value, 900, now)).is_free());
         // An older dlock's writer: the id alone.
-        let older = &lone[..58];
-        let (_, entries) = gate(Some(older.as_bytes()), 1500, now).expect("an older writer");
-        assert_eq!((&*entries[0].4, &*entries[0].6), ("", ""));
-        let idle = "0000000000002a00000000000.";
+        let older = lone(read(&value[..58], 1500, now));
         assert_eq!(
-            gate(Some(idle.as_bytes()), 900, now),
-            Some((String::new(), Vec::new()))
+            (older.holders[0].since, older.holders[0].label.as_deref()),
+            (None, None)
         );
-        assert_eq!(gate(None, -2, now), Some((String::new(), Vec::new())));
+        assert!(lone(read("0000000000002a00000000000.", 900, now)).is_free());
+        assert!(lone(gate(None, -2, now)).is_free());
     }
 
     #[test]
     fn a_gate_with_others_about_or_changed_between_reads_is_left_to_the_script() {
         let now = 1_000_000;
-        let crowd = format!("0000000000002a000000f4628|{OWNER}");
-        assert_eq!(gate(Some(crowd.as_bytes()), 1500, now), None);
-        assert_eq!(gate(Some(b"0000000000002a00000000000|"), 1500, now), None);
-        let lone = format!("0000000000002a000000003e8~{OWNER}");
+        assert_eq!(
+            read(&format!("0000000000002a000000f4628|{OWNER}"), 1500, now),
+            None
+        );
+        assert_eq!(read("0000000000002a00000000000|", 1500, now), None);
+        let value = format!("0000000000002a000000003e8~{OWNER}");
         // Gone (-2) or made anew without a lease (-1) after the MGET.
-        assert_eq!(gate(Some(lone.as_bytes()), -2, now), None);
-        assert_eq!(gate(Some(lone.as_bytes()), -1, now), None);
-        assert_eq!(gate(Some(b"short~"), 1500, now), None);
+        assert_eq!(read(&value, -2, now), None);
+        assert_eq!(read(&value, -1, now), None);
+        assert_eq!(read("short~", 1500, now), None);
     }
 }
