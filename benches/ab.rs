@@ -31,6 +31,10 @@ use dlock_testkit::fixtures::redlock::RedLock;
 use dlock_testkit::fixtures::zookeeper::ZooKeeper;
 
 const ROUNDS: usize = 200;
+/// The most a change may cost: a tree against itself gives medians 1 %
+/// apart here (0.99–1.01) and unchanged engines 4 % (0.96–1.04), so a
+/// stricter bound would judge the machine, not the change.
+const NOISE: f64 = 1.03;
 /// How long a block should take: long enough that switching sides costs
 /// nothing measurable, short enough that both sides see the same load.
 const BLOCK_TIME: f64 = 20e6;
@@ -133,7 +137,7 @@ fn main() {
             &format!("at {base_name}"),
             &base_cycle,
             ratio,
-            Target::AtMost(1.0),
+            Target::AtMost(NOISE),
         );
     }
 }
