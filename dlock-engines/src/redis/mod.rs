@@ -615,27 +615,21 @@ impl Engine for RedisEngine {
         let cluster = matches!(self.connection, Connection::Cluster(_));
         if !cluster {
             let locks: Vec<usize> = (0..found.len()).filter(|&i| keys[i].1.is_none()).collect();
-            let read = locks.chunks(LIST_BATCH).map(|batch| {
-                let gates: Vec<&str> = batch.iter().map(|&i| found[i].as_str()).collect();
-                async move { self.gates(&gates).await }
-            });
-            for (i, reply) in locks
-                .iter()
-                .zip(futures_util::future::try_join_all(read).await?.concat())
-            {
-                replies[*i] = reply;
+            let read = batched(&found, &locks, LIST_BATCH, |gates| async move {
+                self.gates(&gates).await
+            })
+            .await?;
+            for (i, read) in locks.iter().zip(read) {
+                replies[*i] = read;
             }
         }
         let rest: Vec<usize> = (0..found.len()).filter(|&i| replies[i].is_none()).collect();
         let batch = if cluster { 1 } else { LIST_BATCH };
-        let read = rest.chunks(batch).map(|batch| {
-            let records: Vec<&str> = batch.iter().map(|&i| found[i].as_str()).collect();
-            async move { self.records(&records).await }
-        });
-        for (i, reply) in rest
-            .iter()
-            .zip(futures_util::future::try_join_all(read).await?.concat())
-        {
+        let read = batched(&found, &rest, batch, |records| async move {
+            self.records(&records).await
+        })
+        .await?;
+        for (i, reply) in rest.iter().zip(read) {
             replies[*i] = Some(records::Read::Script(reply));
         }
         let replies: Vec<records::Read> = replies.into_iter().flatten().collect();
@@ -648,4 +642,22 @@ impl Engine for RedisEngine {
             .map(|((key, permits), reply)| records::view(key, *permits, reply, &labels))
             .collect())
     }
+}
+
+/// What `read` answers for the keys `found[i]` of each `i` in `which`, in
+/// batches of `size`, all sent at once, in their order.
+async fn batched<'k, T, F: Future<Output = Result<Vec<T>, EngineError>>>(
+    found: &'k [String],
+    which: &[usize],
+    size: usize,
+    read: impl Fn(Vec<&'k str>) -> F,
+) -> Result<Vec<T>, EngineError> {
+    let calls = which
+        .chunks(size)
+        .map(|batch| read(batch.iter().map(|&i| found[i].as_str()).collect()));
+    Ok(futures_util::future::try_join_all(calls)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
 }
