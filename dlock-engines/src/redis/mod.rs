@@ -632,14 +632,18 @@ impl Engine for RedisEngine {
         for (i, reply) in rest.iter().zip(read) {
             replies[*i] = Some(records::Read::Script(reply));
         }
-        let replies: Vec<records::Read> = replies.into_iter().flatten().collect();
         let labels = self
             .labels
-            .resolve(&self.connection, replies.iter().flat_map(records::labels))
+            .resolve(
+                &self.connection,
+                replies.iter().flatten().flat_map(records::labels),
+            )
             .await?;
+        // A lock with no answer (a reply cut short) is left out, not
+        // shown with another's.
         let views = keys.iter().zip(replies);
         Ok(views
-            .map(|((key, permits), reply)| records::view(key, *permits, reply, &labels))
+            .filter_map(|((key, permits), read)| Some(records::view(key, *permits, read?, &labels)))
             .collect())
     }
 }
