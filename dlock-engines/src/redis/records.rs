@@ -2,6 +2,7 @@
 //! reads a lone writer's gate raw.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::OwnerId;
@@ -11,6 +12,16 @@ use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 /// fence, since, ends, label)` per record.
 pub(crate) type Reply = (String, Vec<Entry>);
 type Entry = (String, String, String, String, String, String, String);
+
+// A gate's fields (see head.lua), fixed-width, so read by place: the last
+// token, the retention (`~` form), the form, the writer's id, when it was
+// granted, and its label's reference to the end.
+const FENCE: Range<usize> = 0..14;
+const RETENTION: Range<usize> = 14..25;
+const FORM: usize = 25;
+const WRITER: Range<usize> = 26..58;
+const SINCE: Range<usize> = 58..69;
+const LABEL: Range<usize> = 69..usize::MAX;
 
 /// What was read of one lock or semaphore.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,10 +37,7 @@ pub(crate) enum Read {
 pub(crate) fn labels(read: &Read) -> impl Iterator<Item = &str> {
     let (entries, lone) = match read {
         Read::Script((_, entries)) => (&entries[..], None),
-        Read::Gate(lone) => (
-            &[][..],
-            lone.as_ref().map(|(value, _)| part(value, 69, usize::MAX)),
-        ),
+        Read::Gate(lone) => (&[][..], lone.as_ref().map(|(value, _)| part(value, LABEL))),
     };
     entries.iter().map(|entry| entry.6.as_str()).chain(lone)
 }
@@ -53,23 +61,8 @@ pub(crate) fn view(
     let (count, entries) = match read {
         Read::Script(reply) => reply,
         Read::Gate(lone) => {
-            if let Some((value, deadline)) = lone {
-                let fence = hex(part(&value, 0, 14));
-                let (owner, since, label) = (
-                    part(&value, 26, 58),
-                    part(&value, 58, 69),
-                    part(&value, 69, usize::MAX),
-                );
-                let (label, since, owner) = common(labels, owner, since, label);
-                view.holders.push(HolderRecord {
-                    label,
-                    mode: Mode::Write,
-                    fence,
-                    since,
-                    lease_ends: Some(at(deadline)),
-                    owner,
-                });
-            }
+            let lone = lone.map(|(value, deadline)| lone_writer(&value, deadline, labels));
+            view.holders.extend(lone);
             return view;
         }
     };
@@ -100,6 +93,19 @@ pub(crate) fn view(
     view
 }
 
+/// The record of a lone writer holding until `deadline`, from its gate.
+fn lone_writer(gate: &str, deadline: u64, labels: &HashMap<String, String>) -> HolderRecord {
+    let (label, since, owner) = common(labels, part(gate, WRITER), part(gate, SINCE), part(gate, LABEL));
+    HolderRecord {
+        label,
+        mode: Mode::Write,
+        fence: hex(part(gate, FENCE)),
+        since,
+        lease_ends: Some(at(deadline)),
+        owner,
+    }
+}
+
 /// What holders' and waiters' records share: the label, the grant or
 /// request time, and the owner id's digest (the id goes no further).
 fn common(
@@ -127,30 +133,29 @@ pub(crate) fn gate(value: Option<Vec<u8>>, pttl: i64, now: u64) -> Option<Read> 
     let Some(value) = value else {
         return Some(Read::Gate(None));
     };
-    match value.get(25) {
-        Some(b'.') if value.len() == 26 => Some(Read::Gate(None)),
-        Some(b'~') if value.len() >= 58 && pttl >= 0 => {
+    match value.get(FORM) {
+        Some(b'.') if value.len() == FORM + 1 => Some(Read::Gate(None)),
+        Some(b'~') if value.len() >= WRITER.end && pttl >= 0 => {
             let value = String::from_utf8(value).ok()?;
             // The gate outlives the writer's deadline by the retention.
-            let retention = hex(value.get(14..25)?)?;
+            let retention = hex(value.get(RETENTION)?)?;
             let deadline = (now + pttl.unsigned_abs()).checked_sub(retention)?;
-            // Fields past the id may be short or missing (an older dlock's).
-            let whole = value.is_char_boundary(26) && value.is_char_boundary(58);
-            match deadline > now {
-                true if whole => Some(Read::Gate(Some((value, deadline)))),
-                true => None,
-                false => Some(Read::Gate(None)),
+            if deadline <= now {
+                return Some(Read::Gate(None));
             }
+            // Fields past the id may be short or missing (an older dlock's),
+            // but the id must be whole.
+            let whole = value.is_char_boundary(WRITER.start) && value.is_char_boundary(WRITER.end);
+            whole.then_some(Read::Gate(Some((value, deadline))))
         }
         _ => None,
     }
 }
 
-/// Bytes `from..to` of a gate's value, cut short where it is.
-fn part(value: &str, from: usize, to: usize) -> &str {
-    value
-        .get(from.min(value.len())..to.min(value.len()))
-        .unwrap_or("")
+/// Bytes `field` of a gate's value, cut short where it is.
+fn part(value: &str, field: Range<usize>) -> &str {
+    let end = value.len();
+    value.get(field.start.min(end)..field.end.min(end)).unwrap_or("")
 }
 
 fn hex(text: &str) -> Option<u64> {
