@@ -93,6 +93,7 @@ impl RedLockEngine {
                 address: client.get_connection_info().addr().to_string(),
                 client,
                 connection: OnceCell::new(),
+                behind: Default::default(),
             }));
         }
         let engine = RedLockEngine {

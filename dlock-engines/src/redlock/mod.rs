@@ -7,9 +7,12 @@
 //! **Fan-out.** Every call goes to all masters at once and returns as soon
 //! as a majority said yes: a slower master's answer cannot change that. Its
 //! call finishes on a task of its own, so a release still reaches every
-//! master; nothing depends on its order with later calls, since each one
-//! checks the owner on the master. A refusal waits for every answer, to
-//! undo where it was granted. (rslock waits for every master each time.)
+//! master. A later call on the same key waits there for it first: a call
+//! slow to start (its master's connection still opening, a busy machine)
+//! could otherwise land after the next one, and a grant landing after its
+//! own release would keep the lock on that master until the lease ran out.
+//! A refusal waits for every answer, to undo where it was granted. (rslock
+//! waits for every master each time.)
 //!
 //! **Validity and clock drift.** Masters may count time up to 1 % faster
 //! than the client, plus 2 ms (RedLock's drift). Each master is asked for a
@@ -58,9 +61,10 @@ mod config;
 mod permits;
 mod records;
 
+use std::collections::HashMap;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::Poll as TaskPoll;
 use std::time::{Duration, SystemTime};
 
@@ -69,6 +73,8 @@ use dlock_core::kit::{
     async_trait,
 };
 use dlock_core::{BoxError, LockKey, LockView};
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use tokio::sync::OnceCell;
@@ -83,7 +89,13 @@ struct Master {
     client: Client,
     /// Made on first use; a master down at startup is tried again later.
     connection: OnceCell<ConnectionManager>,
+    /// By key, the last call still running here after its fan-out
+    /// returned: the next call on the key waits for it (module docs).
+    behind: Mutex<HashMap<String, Behind>>,
 }
+
+/// A call left running on a master, as something later calls can await.
+type Behind = Shared<BoxFuture<'static, ()>>;
 
 struct Scripts {
     acquire: Arc<Script>,
@@ -144,7 +156,11 @@ impl RedLockEngine {
             .masters
             .iter()
             .map(|master| master.call(call, keys.clone(), args.clone(), self.master_timeout));
-        until_majority(calls, self.quorum).await
+        let (answers, rest) = until_majority(calls, self.quorum).await;
+        for (i, call) in rest {
+            self.masters[i].leave(&keys[0], call);
+        }
+        answers
     }
 
     /// Whether a majority said yes (a non-zero answer).
@@ -323,7 +339,8 @@ impl Master {
     }
 
     /// `call` on this master, owning all it needs, so that it can finish
-    /// in the background. Its connection bounds it by the master timeout.
+    /// in the background. Its connection bounds it by the master timeout;
+    /// it waits that long at most for an earlier call on its key.
     fn call(
         self: &Arc<Self>,
         call: Call<'_>,
@@ -332,7 +349,11 @@ impl Master {
         timeout: Duration,
     ) -> impl Future<Output = Answer> + Send + 'static {
         let (master, script) = (self.clone(), call.script());
+        let earlier = self.behind_on(&keys[0]);
         async move {
+            if let Some(earlier) = earlier {
+                let _ = tokio::time::timeout(timeout, earlier).await;
+            }
             let mut connection = master.connection(timeout).await?.clone();
             let answer = match script {
                 Some(script) => {
@@ -360,6 +381,34 @@ impl Master {
     }
 }
 
+impl Master {
+    /// The call on `key` still running here, if any.
+    fn behind_on(&self, key: &str) -> Option<Behind> {
+        let behind = self.behind.lock().unwrap_or_else(|e| e.into_inner());
+        match behind.is_empty() {
+            true => None,
+            false => behind.get(key).cloned(),
+        }
+    }
+
+    /// Finishes `call` on `key` in the background, as the one later calls
+    /// on the key wait for until it ends.
+    fn leave(self: &Arc<Self>, key: &str, call: Pin<Box<impl Future<Output = Answer> + Send + 'static>>) {
+        let done: Behind = call.map(drop).boxed().shared();
+        let mut behind = self.behind.lock().unwrap_or_else(|e| e.into_inner());
+        behind.insert(key.to_owned(), done.clone());
+        drop(behind);
+        let (master, key) = (self.clone(), key.to_owned());
+        tokio::spawn(async move {
+            done.clone().await;
+            let mut behind = master.behind.lock().unwrap_or_else(|e| e.into_inner());
+            if behind.get(&key).is_some_and(|last| last.ptr_eq(&done)) {
+                behind.remove(&key);
+            }
+        });
+    }
+}
+
 impl Call<'_> {
     fn script(self) -> Option<Arc<Script>> {
         match self {
@@ -378,9 +427,12 @@ fn px(lease: Duration) -> Duration {
 }
 
 /// Polls the calls in place (a fan-out without a task each) until
-/// `quorum` of them said yes or all are done; the rest are left to finish
-/// on a task of their own, their slots marked as not awaited.
-async fn until_majority<F>(calls: impl IntoIterator<Item = F>, quorum: usize) -> Vec<Answer>
+/// `quorum` of them said yes or all are done. Returns the answers, the
+/// slots not awaited marked so, and those calls by slot, still running.
+async fn until_majority<F>(
+    calls: impl IntoIterator<Item = F>,
+    quorum: usize,
+) -> (Vec<Answer>, Vec<(usize, Pin<Box<F>>)>)
 where
     F: Future<Output = Answer> + Send + 'static,
 {
@@ -403,17 +455,16 @@ where
         }
     })
     .await;
-    let rest: Vec<_> = pending.into_iter().flatten().collect();
-    if !rest.is_empty() {
-        tokio::spawn(async move {
-            for call in rest {
-                let _ = call.await;
-            }
-        });
-    }
-    done.into_iter()
+    let rest = pending
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, call)| Some((i, call?)))
+        .collect();
+    let answers = done
+        .into_iter()
         .map(|d| d.unwrap_or_else(|| Err("not awaited: a majority had already said yes".into())))
-        .collect()
+        .collect();
+    (answers, rest)
 }
 
 #[async_trait]
@@ -578,6 +629,47 @@ impl Engine for RedLockEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the fan-out leaves running on a master is what the next call
+    /// on that key waits for, and only that key; once it ends, nothing is.
+    #[tokio::test]
+    async fn a_call_left_running_holds_back_the_next_on_its_key_until_it_ends() {
+        let master = Arc::new(Master {
+            address: "127.0.0.1:1".into(),
+            client: Client::open("redis://127.0.0.1:1").expect("url"),
+            connection: OnceCell::new(),
+            behind: Default::default(),
+        });
+        let (answer, answered) = tokio::sync::oneshot::channel::<()>();
+        let slow = async move {
+            let _ = answered.await;
+            Ok(1)
+        };
+        let granted = || async { Ok(1) };
+        let calls: [Pin<Box<dyn Future<Output = Answer> + Send>>; 3] =
+            [Box::pin(granted()), Box::pin(granted()), Box::pin(slow)];
+        let (answers, rest) = until_majority(calls, 2).await;
+        assert!(matches!(answers.as_slice(), [Ok(1), Ok(1), Err(_)]));
+        let [(2, call)] = <[_; 1]>::try_from(rest).ok().expect("the third left running") else {
+            panic!("the wrong slot left running");
+        };
+        master.leave("k", call);
+        assert!(master.behind_on("other").is_none());
+        let next = master.behind_on("k").expect("the next call on k waits");
+        assert!(
+            next.clone().now_or_never().is_none(),
+            "waits no longer than the call runs"
+        );
+        answer.send(()).expect("send");
+        next.await;
+        for _ in 0..100 {
+            if master.behind_on("k").is_none() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("an ended call is still waited for");
+    }
 
     /// The drift rule: a master counting 1 % fast, plus 2 ms, still keeps
     /// the hold for the whole lease the core counts.
