@@ -58,16 +58,44 @@ impl TestServer {
     }
 }
 
-/// Starts `program` and returns once it accepts on `port`.
+/// Starts `program` and returns once it accepts on `port` itself: another
+/// server that took the port first (a test elsewhere restarting its own)
+/// must not pass for this one.
 fn serve_program(program: &str, args: &[String], port: u16) -> Child {
-    let accepts = || TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let pid = std::cell::Cell::new(0);
     serve(
         program,
         Duration::from_secs(30),
         None,
-        || spawn(program, args),
-        accepts,
+        || {
+            let child = spawn(program, args);
+            pid.set(child.id());
+            child
+        },
+        || TcpStream::connect(("127.0.0.1", port)).is_ok() && listens(pid.get(), port),
     )
+}
+
+/// Whether process `pid` holds a socket listening on `port`: the sockets
+/// in LISTEN state (`0A`) on that port, by inode, among its descriptors.
+fn listens(pid: u32, port: u16) -> bool {
+    let tables = ["/proc/net/tcp", "/proc/net/tcp6"].map(|t| std::fs::read_to_string(t).unwrap_or_default());
+    let listening: Vec<String> = tables
+        .iter()
+        .flat_map(|table| table.lines().skip(1))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+            (local_port == port && *state == "0A").then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten();
+    fds.filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| listening.iter().any(|l| target.as_os_str() == l.as_str()))
 }
 
 /// Probes every 20 ms until `ready`; panics with `failure` after `limit`.
@@ -311,4 +339,19 @@ pub fn example(name: &str) -> std::path::PathBuf {
         path.display()
     );
     path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_listens_for_the_process_that_holds_it_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        assert!(listens(std::process::id(), port));
+        assert!(!listens(1, port), "pid 1 does not hold this test's port");
+        drop(listener);
+        assert!(!listens(std::process::id(), port));
+    }
 }
