@@ -235,8 +235,15 @@ async fn timeouts_renewals_and_loss_are_counted() {
     let other = registry.locks("order").get("3");
     let waiter = tokio::spawn(async move { other.lock_for(Duration::from_millis(200)).await.map(drop) });
     assert!(waiter.await.expect("task").is_err(), "held lock granted");
+    let other = registry.locks("order").get("3");
+    let tried = tokio::spawn(async move { other.try_lock().await.map(|guard| guard.is_none()) });
+    assert!(
+        tried.await.expect("task").expect("try"),
+        "held lock granted to a try"
+    );
     let waiting = recorded.read();
     assert_eq!(waiting.event("timed_out"), 1);
+    assert_eq!(waiting.event("busy"), 1, "the try that found it taken");
     assert_eq!(waiting.gauge("dlock_waiting"), 0.0);
     // Lease 90 ms: renewed every 30 ms while held for 200 ms and more.
     assert!(

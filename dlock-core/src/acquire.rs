@@ -9,7 +9,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 
 use crate::config::{Queue, Wait};
 use crate::guard::Guard;
-use crate::hold::{Grant, Hold, engine_id, held_by_other_tasks};
+use crate::hold::{Grant, Hold, Limits, engine_id, held_by_other_tasks};
 use crate::kit::{Call, Woken, within};
 use crate::kit::{EngineError, Poll, Records, Renewal, Request};
 use crate::local_queue::Place;
@@ -28,8 +28,12 @@ pub(crate) async fn acquire(
     permits: Option<u32>,
     wait: Wait,
     lease: Duration,
+    limits: Limits,
 ) -> Result<Guard, Error> {
     let key = LockKey::new(group.name.clone(), name)?;
+    if limits.at_least.is_some() && !group.capabilities.hold_at_least {
+        return Err(group.unsupported("hold at least".to_owned()));
+    }
     // Checked before reentry too: a nested read would later need an engine downgrade.
     if mode == Mode::Read && !group.capabilities.read {
         return Err(group.unsupported("read mode".to_owned()));
@@ -70,7 +74,7 @@ pub(crate) async fn acquire(
             group.labels.event(series, Event::Acquired);
             trace::waited(&span, waited, Event::Acquired.as_str());
             let fresh = grant.valid_until > now;
-            let hold = Hold::start(group.clone(), req, place, grant, now, &span);
+            let hold = Hold::start(group.clone(), req, place, grant, limits, now, &span);
             if fresh {
                 watchdog::start(&hold, now);
                 return Ok(Guard::new(hold, mode));
@@ -83,6 +87,7 @@ pub(crate) async fn acquire(
         }
         Err(e) => {
             let event = match e {
+                Error::Timeout { tried_once: true, .. } => Event::Busy,
                 Error::Timeout { .. } => Event::TimedOut,
                 _ => Event::Failed,
             };

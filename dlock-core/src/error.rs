@@ -180,6 +180,8 @@ pub enum LostReason {
     /// An operator released it by force (`Lock::force_release`, `dlock
     /// release --force`): the next holder's fencing token is greater.
     ForceReleased,
+    /// It was held for as long as its `hold_at_most` allows.
+    TimeLimit,
 }
 
 impl std::fmt::Display for LostReason {
@@ -189,6 +191,7 @@ impl std::fmt::Display for LostReason {
             LostReason::LeaseElapsed => "no renewal succeeded within the lease",
             LostReason::Engine => "the engine reported the session lost",
             LostReason::ForceReleased => "an operator released it by force",
+            LostReason::TimeLimit => "held for its whole hold_at_most",
         })
     }
 }

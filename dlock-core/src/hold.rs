@@ -8,6 +8,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::thread::ThreadId;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -148,6 +149,15 @@ pub(crate) enum Exit {
     Release,
 }
 
+/// A run-once job's bounds on a hold, counted from its grant.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Limits {
+    /// Released sooner, the engine still keeps others out until then.
+    pub at_least: Option<Duration>,
+    /// The hold ends then: renewed no further, and lost.
+    pub at_most: Option<Duration>,
+}
+
 /// What a grant said: its fence, and until when the engine keeps it unrenewed
 /// (counted from when the granting request was sent).
 pub(crate) struct Grant {
@@ -221,6 +231,10 @@ pub(crate) struct Hold {
     released: tokio::sync::Mutex<bool>,
     /// When the grant arrived: the hold span runs from here.
     pub held_since: Instant,
+    /// Released sooner, the engine keeps others out until then (`Limits`).
+    keep_until: Option<Instant>,
+    /// The hold ends then, as lost (`Limits`).
+    ends_at: Option<Instant>,
     /// Its place in the local queue, given up on release or loss.
     place: Mutex<Option<Place>>,
     /// The `hold` span (`trace.rs`), closed when the hold is gone.
@@ -272,9 +286,11 @@ impl Hold {
         mut req: Request,
         place: Option<Place>,
         grant: Grant,
+        limits: Limits,
         since: Instant,
         acquired: &tracing::Span,
     ) -> Arc<Hold> {
+        let ends_at = limits.at_most.map(|d| since + d);
         req.fence = grant.fence;
         let span = trace::hold(&req, &group.engine_name, acquired);
         let counts = match req.mode {
@@ -288,10 +304,12 @@ impl Hold {
             counts: Mutex::new(counts),
             lost: Mutex::default(),
             asked: Mutex::default(),
-            valid_until: Mutex::new(Some(grant.valid_until)),
+            valid_until: Mutex::new(Some(cap(grant.valid_until, ends_at))),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
             held_since: since,
+            keep_until: limits.at_least.map(|d| since + d),
+            ends_at,
             place: Mutex::new(place),
             span,
         });
@@ -394,11 +412,17 @@ impl Hold {
         let _ = self.lost_reason();
         lock(&self.valid_until).take();
         let started = Instant::now();
-        let result = within(
-            started + self.group.settings.call_timeout,
-            self.call(|engine, req| async move { engine.release(&req).await }),
-        )
-        .await;
+        let keep = self
+            .keep_until
+            .map(|until| until.saturating_duration_since(started));
+        let keep = keep.filter(|k| !k.is_zero()).map(|k| self.in_lease_units(k));
+        let release = self.call(move |engine, req| async move {
+            match keep {
+                Some(keep) => engine.release_after(&req, keep).await,
+                None => engine.release(&req).await,
+            }
+        });
+        let result = within(started + self.group.settings.call_timeout, release).await;
         // The next local request goes to the engine only once this one let go.
         lock(&self.place).take();
         let (labels, series) = (&self.group.labels, Series::of(&self.req));
@@ -481,6 +505,15 @@ impl Hold {
         }
     }
 
+    /// `keep` rounded up to what the engine can count, and no shorter
+    /// than the shortest lease it takes.
+    fn in_lease_units(&self, keep: Duration) -> Duration {
+        let unit = self.group.capabilities.lease_unit;
+        let units = keep.as_nanos().div_ceil(unit.as_nanos().max(1));
+        unit.saturating_mul(units.try_into().unwrap_or(u32::MAX))
+            .max(self.group.capabilities.min_lease())
+    }
+
     fn ok_unless_lost(&self) -> Result<(), Error> {
         match self.lost_reason() {
             Some(reason) => Err(Error::Lost {
@@ -510,12 +543,17 @@ impl Hold {
         if let Some(reason) = lock(&self.lost).state {
             return Some(reason);
         }
-        let expired = lock(&self.valid_until).is_some_and(|until| Instant::now() >= until);
-        if expired {
-            self.mark_lost(LostReason::LeaseElapsed);
-            return Some(LostReason::LeaseElapsed);
+        let now = Instant::now();
+        let expired = lock(&self.valid_until).is_some_and(|until| now >= until);
+        if !expired {
+            return None;
         }
-        None
+        let reason = match self.ends_at {
+            Some(end) if now >= end => LostReason::TimeLimit,
+            _ => LostReason::LeaseElapsed,
+        };
+        self.mark_lost(reason);
+        Some(reason)
     }
 
     /// Until when the engine is known to keep the hold; `None` once released.
@@ -527,7 +565,7 @@ impl Hold {
     /// its holder asked to let go.
     pub fn renewed(&self, sent: Instant, renewal: Renewal) {
         if let Some(until) = lock(&self.valid_until).as_mut() {
-            *until = (*until).max(sent + self.req.lease);
+            *until = cap((*until).max(sent + self.req.lease), self.ends_at);
         }
         if renewal == Renewal::Revoked {
             self.mark_revoked();
@@ -554,4 +592,9 @@ impl Hold {
     pub fn subscribe_lost(&self) -> watch::Receiver<Option<LostReason>> {
         lock(&self.lost).subscribe()
     }
+}
+
+/// `until`, or `end` if that comes first.
+fn cap(until: Instant, end: Option<Instant>) -> Instant {
+    end.map_or(until, |end| until.min(end))
 }

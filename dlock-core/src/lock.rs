@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{Settings, Wait};
+use crate::hold::Limits;
 use crate::kit::{Records, within};
 use crate::registry::{Group, Registry};
 use crate::{Error, Guard, LockKey, LockView, Mode, acquire};
@@ -69,6 +70,7 @@ impl Locks {
             lease: self.group.settings.lease,
             wait: self.group.settings.wait,
             permits: None,
+            limits: Limits::default(),
             group: self.group.clone(),
         }
     }
@@ -148,6 +150,7 @@ pub struct Lock {
     pub(crate) wait: Wait,
     /// `Some(n)`: this is a [`Semaphore`]'s, which takes permits.
     permits: Option<u32>,
+    limits: Limits,
 }
 
 impl Lock {
@@ -170,6 +173,26 @@ impl Lock {
     /// Waits as `wait` says instead of the group's configured wait.
     pub fn with_wait(mut self, wait: Wait) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Keeps others out until `at_least` after the grant, even if this
+    /// hold is released sooner, and even if this process exits then: the
+    /// engine lets the hold run out on its own clock (a run-once job's
+    /// `hold_at_least`). `Error::Unsupported` on an engine without
+    /// [`Capabilities::hold_at_least`](crate::kit::Capabilities::hold_at_least).
+    pub fn with_hold_at_least(mut self, at_least: Duration) -> Self {
+        self.limits.at_least = Some(at_least);
+        self
+    }
+
+    /// Ends the hold `at_most` after the grant: it is renewed no further,
+    /// and it is lost then ([`LostReason::TimeLimit`](crate::LostReason::TimeLimit)),
+    /// so a body cancelled on loss stops there (a run-once job's
+    /// `hold_at_most`). Unreleased, the engine lets it go one lease later
+    /// at most.
+    pub fn with_hold_at_most(mut self, at_most: Duration) -> Self {
+        self.limits.at_most = Some(at_most);
         self
     }
 
@@ -217,6 +240,7 @@ impl Lock {
             self.permits,
             wait,
             self.lease,
+            self.limits,
         )
         .await
     }

@@ -48,6 +48,9 @@ pub enum Event {
     Reentered,
     /// An outermost acquisition's wait ran out.
     TimedOut,
+    /// A try that does not wait found the lock taken: a run-once job
+    /// skipped its run.
+    Busy,
     /// The engine failed the acquisition.
     Failed,
     /// A hold was let go at the engine (counted whatever the engine answered).
@@ -64,11 +67,12 @@ pub enum Event {
 
 impl Event {
     /// Every event, in label order.
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 11] = [
         Event::Attempt,
         Event::Acquired,
         Event::Reentered,
         Event::TimedOut,
+        Event::Busy,
         Event::Failed,
         Event::Released,
         Event::Renewed,
@@ -84,6 +88,7 @@ impl Event {
             Event::Acquired => "acquired",
             Event::Reentered => "reentered",
             Event::TimedOut => "timed_out",
+            Event::Busy => "busy",
             Event::Failed => "failed",
             Event::Released => "released",
             Event::Renewed => "renewed",

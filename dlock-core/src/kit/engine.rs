@@ -240,6 +240,9 @@ pub struct Capabilities {
     /// An operator can ask holders to let go ([`Engine::revoke`]); they
     /// learn it at their next renewal.
     pub revoke: bool,
+    /// A hold can be let go while the server keeps others out a while
+    /// longer ([`Engine::release_after`]): a run-once job's `hold_at_least`.
+    pub hold_at_least: bool,
 }
 
 impl Capabilities {
@@ -257,6 +260,7 @@ impl Capabilities {
         fence_in_records: true,
         force_release: true,
         revoke: true,
+        hold_at_least: true,
     };
 
     /// The shortest lease this engine accepts.
@@ -265,11 +269,11 @@ impl Capabilities {
     }
 
     /// `read write, fifo, fence strict, ends with lease, lease unit 1ms,
-    /// semaphores, records listed, force release, revoke`: the words the
-    /// guarantee table uses.
+    /// semaphores, records listed, force release, revoke, hold at least`:
+    /// the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -291,6 +295,11 @@ impl Capabilities {
                 "no force release"
             },
             if self.revoke { "revoke" } else { "no revoke" },
+            if self.hold_at_least {
+                "hold at least"
+            } else {
+                "no hold at least"
+            },
         )
     }
 }
@@ -422,6 +431,7 @@ impl EngineError {
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
 /// use dlock::kit::{
 ///     Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
 /// };
@@ -446,6 +456,9 @@ impl EngineError {
 ///     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> { self.inner.renew(req).await }
 ///     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> { self.inner.downgrade(req).await }
 ///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
+///     async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
+///         self.inner.release_after(req, keep).await
+///     }
 ///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
 ///     fn revoked(&self, req: &Request) -> Option<RevokedSignal> { self.inner.revoked(req) }
 ///     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
@@ -505,6 +518,18 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Lets go. `Ok(false)`: this owner no longer held the lock.
     async fn release(&self, req: &Request) -> Result<bool, EngineError>;
+
+    /// Lets go, but so that the server keeps others out for `keep` more,
+    /// counted on its own clock, even if this process exits then. Called
+    /// only if [`Capabilities::hold_at_least`] says so. The default renews
+    /// the hold for `keep` and leaves it to expire: right for an engine
+    /// whose renewal sets the server's expiry to the request's lease.
+    /// `Ok(false)`: this owner no longer held the lock.
+    async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
+        let mut req = req.clone();
+        req.lease = keep;
+        Ok(self.renew(&req).await? != Renewal::Gone)
+    }
 
     /// A future that resolves if the engine learns, on its own, that this hold is
     /// gone (e.g. a ZooKeeper session expired). `None`: renewal alone tells.

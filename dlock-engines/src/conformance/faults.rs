@@ -167,6 +167,13 @@ impl Engine for Faults {
         self.answer(answer).await
     }
 
+    async fn release_after(&self, req: &Request, keep: std::time::Duration) -> Result<bool, EngineError> {
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.inner.release_after(&req, keep).await;
+        self.answer(answer).await
+    }
+
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         self.inner.lost(req)
     }

@@ -185,6 +185,11 @@ impl Harness {
                 self.assert_unsupported("revocation", lock.revoke()).await;
                 Some("no revocation (Unsupported checked)")
             }
+            Need::HoldAtLeast if !capabilities.hold_at_least => {
+                let lock = self.lock(case).with_hold_at_least(Duration::from_secs(1));
+                self.assert_unsupported("hold at least", lock.lock()).await;
+                Some("no hold at least (Unsupported checked)")
+            }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
             Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
             Need::Lease if capabilities.expiry != Expiry::Lease => {
@@ -220,6 +225,8 @@ pub enum Need {
     ForceRelease,
     /// Asking holders to let go.
     Revoke,
+    /// Letting go while the server keeps others out a while longer.
+    HoldAtLeast,
 }
 
 fn rand_suffix() -> u32 {
@@ -281,6 +288,8 @@ macro_rules! conformance_suite {
             list_shows_a_groups_held_locks [Listed],
             force_release_fences_out_the_old_holder [ForceRelease],
             revoke_asks_holders_to_let_go [Revoke],
+            hold_at_least_keeps_others_out_after_the_release [HoldAtLeast],
+            hold_at_most_ends_the_hold_and_frees_the_lock [],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

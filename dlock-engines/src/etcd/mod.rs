@@ -647,6 +647,9 @@ impl Engine for EtcdEngine {
             records: Records::Listed,
             force_release: true,
             revoke: true,
+            // Keys live on the session's lease; a lease of its own per hold is
+            // not built yet.
+            hold_at_least: false,
             ..Capabilities::FULL
         }
     }

@@ -433,6 +433,9 @@ impl Engine for MysqlEngine {
             records: Records::Listed,
             force_release: true,
             revoke: true,
+            // `GET_LOCK` lives as long as its connection: nothing outlives a
+            // release or the process.
+            hold_at_least: false,
             ..Capabilities::FULL
         }
     }

@@ -256,6 +256,9 @@ impl Engine for PostgresEngine {
             records: Records::Listed,
             force_release: true,
             revoke: true,
+            // An advisory lock lives as long as its session: nothing outlives a
+            // release or the process.
+            hold_at_least: false,
             ..Capabilities::FULL
         }
     }

@@ -528,6 +528,9 @@ impl Engine for ZooKeeperEngine {
         Capabilities {
             expiry: Expiry::Session,
             records: Records::Listed,
+            // Ephemeral nodes end with the session; TTL nodes need a server
+            // flag, and are not used yet.
+            hold_at_least: false,
             ..Capabilities::FULL
         }
     }

@@ -13,9 +13,11 @@ use tokio::time::{Instant, sleep, timeout};
 use super::{GuardedCounter, Harness};
 
 mod control;
+mod jobs;
 mod records;
 mod semaphore;
 pub use control::*;
+pub use jobs::*;
 pub use records::*;
 pub use semaphore::*;
 
