@@ -10,6 +10,8 @@ use std::time::Duration;
 pub use dlock_core::Mode;
 use dlock_core::{Error, Guard, HeldLock, Lock, LockSet, Locks, LostReason, Semaphore, Wait};
 
+use crate::Ran;
+
 tokio::task_local! {
     /// The lock of the innermost annotated function; `None` in one with
     /// several locks (each has its own fence: `dlock::held_lock`).
@@ -25,7 +27,17 @@ pub struct Site {
     wait: Option<Duration>,
     lease: Option<Duration>,
     cancel: Cancel,
+    job: Job,
     locks: OnceLock<Locks>,
+}
+
+/// What a run-once job asks of its lock (`if_held`, `hold_at_least`,
+/// `hold_at_most`).
+pub struct Job {
+    /// Skip the run when the lock is held: try once, do not wait.
+    pub skip: bool,
+    pub hold_at_least: Option<Duration>,
+    pub hold_at_most: Option<Duration>,
 }
 
 /// When a site's body is dropped before it ends.
@@ -37,6 +49,8 @@ pub struct Cancel {
 }
 
 impl Site {
+    // One argument per option group, written by the attribute's expansion only.
+    #[allow(clippy::too_many_arguments)]
     pub const fn new(
         group: &'static str,
         engine: Option<&'static str>,
@@ -45,6 +59,7 @@ impl Site {
         wait: Option<Duration>,
         lease: Option<Duration>,
         cancel: Cancel,
+        job: Job,
     ) -> Self {
         Site {
             group,
@@ -54,6 +69,7 @@ impl Site {
             wait,
             lease,
             cancel,
+            job,
             locks: OnceLock::new(),
         }
     }
@@ -61,7 +77,11 @@ impl Site {
     /// Lock (or semaphore) `name` with this site's lease and wait.
     fn lock(&self, name: Arc<str>) -> Result<Wanted, Error> {
         let locks = self.locks()?;
-        let (lease, wait) = (self.lease, self.wait.map(Wait::For));
+        let wait = match self.job.skip {
+            true => Some(Wait::TRY_ONCE),
+            false => self.wait.map(Wait::For),
+        };
+        let lease = self.lease;
         Ok(match self.permits {
             Some(n) => {
                 let semaphore = lease
@@ -71,7 +91,18 @@ impl Site {
             }
             None => {
                 let lock = lease.into_iter().fold(locks.get(name), Lock::with_lease);
-                Wanted::Lock(wait.into_iter().fold(lock, Lock::with_wait), self.mode)
+                let lock = wait.into_iter().fold(lock, Lock::with_wait);
+                let lock = self
+                    .job
+                    .hold_at_least
+                    .into_iter()
+                    .fold(lock, Lock::with_hold_at_least);
+                let lock = self
+                    .job
+                    .hold_at_most
+                    .into_iter()
+                    .fold(lock, Lock::with_hold_at_most);
+                Wanted::Lock(lock, self.mode)
             }
         })
     }
@@ -190,6 +221,30 @@ impl<T, E: From<Error>> Outcome for Result<T, E> {
     }
 }
 
+/// What a function with `if_held = "skip"` may return: `Result<Ran<T>, E>`,
+/// its body returning `Result<T, E>`.
+#[diagnostic::on_unimplemented(
+    message = "`if_held = \"skip\"` needs the function to return `Result<dlock::Ran<T>, E>`, not `{Self}`",
+    label = "a skipped run returns `Ok(Ran::Skipped)`; the body returns `Result<T, E>`, which becomes `Ran::Done(T)`"
+)]
+pub trait JobOutcome: Outcome {
+    type Body: Outcome;
+    fn done(body: Self::Body) -> Self;
+    fn skipped() -> Self;
+}
+
+impl<T, E: From<Error>> JobOutcome for Result<Ran<T>, E> {
+    type Body = Result<T, E>;
+
+    fn done(body: Result<T, E>) -> Self {
+        body.map(Ran::Done)
+    }
+
+    fn skipped() -> Self {
+        Ok(Ran::Skipped)
+    }
+}
+
 /// Runs `body` in the holds' `tracing` spans (entered around each poll, so
 /// the body's future is not moved into a wrapper) until it ends, or until
 /// `stop` resolves (the lock lost or revoked). Once the body has waited,
@@ -248,15 +303,42 @@ fn revoked(held: &HeldLock) -> Error {
 /// or revoked and the site says so), then releases. The guard also releases if this
 /// future is dropped or the body panics.
 pub async fn run<O: Outcome>(site: &'static Site, name: Arc<str>, body: impl Future<Output = O>) -> O {
-    let guard = match site.lock(name) {
-        Ok(Wanted::Lock(lock, mode)) => lock.acquire(mode).await,
-        Ok(Wanted::Permit(semaphore)) => semaphore.acquire().await,
-        Err(e) => Err(e),
-    };
-    let guard = match guard {
-        Ok(guard) => guard,
-        Err(e) => return O::lock_error(e),
-    };
+    match take(site, name).await {
+        Ok(guard) => run_held(site, guard, body).await,
+        Err(e) => O::lock_error(e),
+    }
+}
+
+/// [`run`] for a run-once job that skips its run when the lock is held
+/// elsewhere: the skip is `Ran::Skipped`, logged at debug (and counted as
+/// the `busy` event by the core).
+pub async fn run_job<O: JobOutcome>(
+    site: &'static Site,
+    name: Arc<str>,
+    body: impl Future<Output = O::Body>,
+) -> O {
+    match take(site, name).await {
+        Ok(guard) => O::done(run_held(site, guard, body).await),
+        Err(Error::Timeout {
+            key,
+            tried_once: true,
+            ..
+        }) => {
+            tracing::debug!(lock = %key, "run skipped: the lock is held elsewhere");
+            O::skipped()
+        }
+        Err(e) => O::lock_error(e),
+    }
+}
+
+async fn take(site: &'static Site, name: Arc<str>) -> Result<Guard, Error> {
+    match site.lock(name)? {
+        Wanted::Lock(lock, mode) => lock.acquire(mode).await,
+        Wanted::Permit(semaphore) => semaphore.acquire().await,
+    }
+}
+
+async fn run_held<O: Outcome>(site: &'static Site, guard: Guard, body: impl Future<Output = O>) -> O {
     let held = guard.held().clone();
     let judge = || site.stop_now(&held);
     let stop = site.cancels().then(|| site.stopped(&held));

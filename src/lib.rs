@@ -267,7 +267,7 @@
 //!
 //! | series | kind | meaning |
 //! |---|---|---|
-//! | `dlock_events_total{event}` | counter | `attempt`, `acquired`, `reentered`, `timed_out`, `failed`, `released`, `renewed`, `renewal_failed`, `lost` |
+//! | `dlock_events_total{event}` | counter | `attempt`, `acquired`, `reentered`, `timed_out`, `busy`, `failed`, `released`, `renewed`, `renewal_failed`, `lost`, `revoked` |
 //! | `dlock_wait_seconds` | histogram | first attempt → granted |
 //! | `dlock_hold_seconds` | histogram | outermost grant → final release (one span per hold, not per nesting level) |
 //! | `dlock_release_seconds` | histogram | the release call |
@@ -311,6 +311,9 @@ pub use dlock_macros::distributed_lock;
 
 #[doc(hidden)]
 pub mod __private;
+mod ran;
+
+pub use ran::Ran;
 
 #[cfg(feature = "admin")]
 pub mod admin;

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use dlock::engines::conformance::Faults;
 use dlock::engines::memory::MemoryEngine;
 use dlock::kit::Engine;
-use dlock::{Error, Registry, Settings, distributed_lock};
+use dlock::{Error, LostReason, Ran, Registry, Settings, distributed_lock};
 use tokio::sync::Barrier;
 
 #[derive(Debug)]
@@ -630,5 +630,69 @@ async fn a_function_holds_a_permit_and_a_lock_together() {
     assert!(
         eventually_free("attr-invoice", "5").await,
         "the set let go of what it took"
+    );
+}
+
+static JOB_RUNS: AtomicU64 = AtomicU64::new(0);
+
+#[distributed_lock(group = "jobs", key = "<name>", if_held = "skip", hold_at_least = "300ms")]
+async fn nightly(name: &str) -> Result<Ran<u64>, AppError> {
+    let _ = name;
+    Ok(JOB_RUNS.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+#[distributed_lock(group = "jobs", key = "hung", hold_at_most = "200ms")]
+async fn hung() -> AppResult<()> {
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    Ok(())
+}
+
+/// A job skips while another holds its lock, and for its `hold_at_least`
+/// after a run of its own; its body returns `T`, its caller gets `Ran<T>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_skips_while_held_and_for_its_hold_at_least_after_a_run() {
+    engine();
+    let holder = tokio::spawn(async { dlock::lock("jobs", "daily").lock().await });
+    let guard = holder.await.expect("task").expect("lock");
+    let before = JOB_RUNS.load(Ordering::SeqCst);
+    assert!(matches!(nightly("daily").await, Ok(Ran::Skipped)));
+    assert_eq!(
+        JOB_RUNS.load(Ordering::SeqCst),
+        before,
+        "a skipped run ran its body"
+    );
+    guard.release().await.expect("release");
+
+    let started = tokio::time::Instant::now();
+    let Ok(Ran::Done(n)) = nightly("daily").await else {
+        panic!("a free lock skipped the run");
+    };
+    assert_eq!(n, before + 1);
+    // Released at once, the lock stays taken until 300 ms after the run began.
+    assert!(matches!(nightly("daily").await, Ok(Ran::Skipped)));
+    tokio::time::sleep_until(started + Duration::from_millis(300)).await;
+    assert!(
+        eventually_free("jobs", "daily").await,
+        "kept past its hold_at_least"
+    );
+    assert!(matches!(nightly("daily").await, Ok(Ran::Done(_))));
+}
+
+/// A body that outruns `hold_at_most` is cancelled there, with a reason
+/// that says so, and the lock is free again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_past_its_hold_at_most_is_cancelled_and_the_lock_freed() {
+    engine();
+    let started = tokio::time::Instant::now();
+    match hung().await {
+        Err(AppError::Lock(Error::Lost { reason, .. })) => assert_eq!(reason, LostReason::TimeLimit),
+        other => panic!("a hung body past hold_at_most: {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(200), "cancelled after {took:?}");
+    assert!(took < Duration::from_secs(5), "ran on for {took:?}");
+    assert!(
+        is_free("jobs", "hung").await,
+        "the lock is still held after the cancel"
     );
 }

@@ -13,7 +13,7 @@ use crate::suggest::nearest;
 use crate::template::Template;
 
 /// Every option, in the order the docs list them.
-const OPTIONS: [&str; 10] = [
+const OPTIONS: [&str; 13] = [
     "group",
     "key",
     "keys",
@@ -24,6 +24,9 @@ const OPTIONS: [&str; 10] = [
     "engine",
     "on_lost",
     "on_revoke",
+    "if_held",
+    "hold_at_least",
+    "hold_at_most",
 ];
 
 /// Shortest lease the core accepts (`dlock_core::MIN_LEASE`; a proc-macro
@@ -49,6 +52,18 @@ pub(crate) struct Args {
     pub engine: Option<LitStr>,
     pub cancel_on_lost: bool,
     pub cancel_on_revoke: bool,
+    pub job: Job,
+}
+
+/// A run-once job's options; all unset for a plain lock.
+#[derive(Default)]
+pub(crate) struct Job {
+    /// `if_held = "skip"`: the attribute itself, for errors about it.
+    pub skip: Option<Span>,
+    pub hold_at_least: Option<Duration>,
+    pub hold_at_most: Option<Duration>,
+    /// The first job option written, for errors about the whole job.
+    pub span: Option<Span>,
 }
 
 /// `name = "value"` or `name = ["value", ...]`, as written.
@@ -122,6 +137,9 @@ fn example(name: &Ident) -> &'static str {
         "engine" => "engine = \"main\"",
         "on_lost" => "on_lost = \"cancel\"",
         "on_revoke" => "on_revoke = \"cancel\"",
+        "if_held" => "if_held = \"skip\"",
+        "hold_at_least" => "hold_at_least = \"50s\"",
+        "hold_at_most" => "hold_at_most = \"10m\"",
         _ => "name = \"value\"",
     }
 }
@@ -153,7 +171,51 @@ impl Args {
                 Value::Number(number) => permits = Some(number),
             }
         }
-        let [group, key, _, _, mode, wait, lease, engine, on_lost, on_revoke] = given;
+        let [
+            group,
+            key,
+            _,
+            _,
+            mode,
+            wait,
+            lease,
+            engine,
+            on_lost,
+            on_revoke,
+            if_held,
+            hold_at_least,
+            hold_at_most,
+        ] = given;
+        let job = job(&if_held, &hold_at_least, &hold_at_most)?;
+        if let Some(span) = job.span {
+            if permits.is_some() {
+                return Err(syn::Error::new(
+                    span,
+                    "a run-once job takes a lock, not a semaphore's permit: drop `permits`",
+                ));
+            }
+            if let Some(mode) = mode.as_ref().filter(|m| m.value() == "read") {
+                return Err(syn::Error::new(
+                    mode.span(),
+                    "a run-once job takes the write lock: drop `mode = \"read\"`",
+                ));
+            }
+        }
+        if let (Some(_), Some(wait)) = (job.skip, &wait) {
+            return Err(syn::Error::new(
+                wait.span(),
+                "`if_held = \"skip\"` tries once and never waits: drop `wait`",
+            ));
+        }
+        if let (Some(_), Some(on_lost)) = (
+            job.hold_at_most,
+            on_lost.as_ref().filter(|o| o.value() == "ignore"),
+        ) {
+            return Err(syn::Error::new(
+                on_lost.span(),
+                "`hold_at_most` stops the body at its limit; `on_lost = \"ignore\"` would let it run on",
+            ));
+        }
         let keys = match (key, keys) {
             (Some(key), None) => vec![Template::parse(key)?],
             (None, None) => Vec::new(),
@@ -218,7 +280,7 @@ impl Args {
             }
         };
         let cancel_on_lost = match on_lost.as_ref().map(|o| (o.value(), o.span())) {
-            None => mode == Mode::Write,
+            None => mode == Mode::Write || job.hold_at_most.is_some(),
             Some((o, _)) if o == "cancel" => true,
             Some((o, _)) if o == "ignore" => false,
             Some((o, span)) => {
@@ -270,8 +332,55 @@ impl Args {
             engine,
             cancel_on_lost,
             cancel_on_revoke,
+            job,
         })
     }
+}
+
+/// Checks a run-once job's options: `if_held` is "skip" or "wait", the
+/// holds are durations, and at least comes no later than at most.
+fn job(
+    if_held: &Option<LitStr>,
+    hold_at_least: &Option<LitStr>,
+    hold_at_most: &Option<LitStr>,
+) -> syn::Result<Job> {
+    let skip = match if_held.as_ref().map(|o| (o.value(), o.span())) {
+        None => None,
+        Some((o, span)) if o == "skip" => Some(span),
+        Some((o, _)) if o == "wait" => None,
+        Some((o, span)) => {
+            return Err(syn::Error::new(
+                span,
+                format!("unknown if_held \"{o}\": use \"skip\" (a run-once job) or \"wait\""),
+            ));
+        }
+    };
+    let at_least = hold_at_least.as_ref().map(duration).transpose()?;
+    let at_most = hold_at_most.as_ref().map(duration).transpose()?;
+    if let (Some(least), Some(most), Some(lit)) = (at_least, at_most, hold_at_least)
+        && least > most
+    {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "hold_at_least \"{}\" is longer than hold_at_most: the hold ends at the latter",
+                lit.value()
+            ),
+        ));
+    }
+    let span = skip.or_else(|| {
+        [hold_at_least, hold_at_most]
+            .into_iter()
+            .flatten()
+            .map(LitStr::span)
+            .next()
+    });
+    Ok(Job {
+        skip,
+        hold_at_least: at_least,
+        hold_at_most: at_most,
+        span,
+    })
 }
 
 fn duration(lit: &LitStr) -> syn::Result<Duration> {

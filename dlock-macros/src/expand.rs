@@ -27,9 +27,19 @@ pub(crate) fn expand(first: Args, mut item: ItemFn) -> syn::Result<TokenStream> 
     }
     item.attrs = kept;
 
+    if (locks.len() > 1 || locks[0].keys.len() > 1)
+        && let Some(span) = locks.iter().find_map(|args| args.job.span)
+    {
+        return Err(syn::Error::new(
+            span,
+            "a run-once job takes one lock: give one `key`, and one #[distributed_lock]",
+        ));
+    }
+    let skips = locks[0].job.skip.is_some();
     // That the output is a `Result` whose error converts from `dlock::Error`
-    // is checked by the compiler, at the return type, through `Outcome`.
-    let (body, ret) = split_body(&item)?;
+    // is checked by the compiler, at the return type, through `Outcome`
+    // (`JobOutcome` for a job that skips).
+    let (body, ret) = split_body(&item, skips)?;
     let params = params(&item);
     let fn_name = item.sig.ident.to_string();
     for args in &locks {
@@ -58,7 +68,11 @@ pub(crate) fn expand(first: Args, mut item: ItemFn) -> syn::Result<TokenStream> 
     let future = match pairs.as_slice() {
         [(i, _)] => {
             let (site, name) = (site_ident(*i), name_ident(0));
-            quote_spanned!(ret.span()=> ::dlock::__private::run(&#site, #name, #future))
+            let run = match skips {
+                true => quote!(run_job),
+                false => quote!(run),
+            };
+            quote_spanned!(ret.span()=> ::dlock::__private::#run(&#site, #name, #future))
         }
         _ => {
             let each = pairs.iter().enumerate().map(|(j, (i, _))| {
@@ -115,8 +129,9 @@ struct Body {
     future: TokenStream,
 }
 
-/// The body as a future, and the type it resolves to.
-fn split_body(item: &ItemFn) -> syn::Result<(Body, Type)> {
+/// The body as a future, and the type it resolves to; for a job that
+/// skips, the body resolves to the `Result<T, E>` of a `Result<Ran<T>, E>`.
+fn split_body(item: &ItemFn, skips: bool) -> syn::Result<(Body, Type)> {
     let sig = &item.sig;
     if sig.asyncness.is_some() {
         let ReturnType::Type(_, ret) = &sig.output else {
@@ -128,6 +143,10 @@ fn split_body(item: &ItemFn) -> syn::Result<(Body, Type)> {
         };
         let mut pinned = (**ret).clone();
         InferImplTrait.visit_type_mut(&mut pinned);
+        let pinned = match skips {
+            true => quote_spanned!(ret.span()=> <#pinned as ::dlock::__private::JobOutcome>::Body),
+            false => quote!(#pinned),
+        };
         let stmts = &item.block.stmts;
         // The first statement fixes the block's output type, so `?` in the
         // body converts to the function's error type (as async-trait does).
@@ -149,6 +168,12 @@ fn split_body(item: &ItemFn) -> syn::Result<(Body, Type)> {
         ));
     }
     if let Some(block) = async_trait_block(item) {
+        if skips {
+            return Err(syn::Error::new(
+                sig.ident.span(),
+                "`if_held = \"skip\"` works on an `async fn` outside `#[async_trait]`: call one from the method",
+            ));
+        }
         let mut output = FutureOutput(None);
         output.visit_return_type(&sig.output);
         if let Some(ret) = output.0 {
@@ -314,6 +339,8 @@ fn site(i: usize, args: &Args) -> TokenStream {
     };
     let (wait, lease) = (duration(args.wait), duration(args.lease));
     let (on_lost, on_revoke) = (args.cancel_on_lost, args.cancel_on_revoke);
+    let skip = args.job.skip.is_some();
+    let (hold_at_least, hold_at_most) = (duration(args.job.hold_at_least), duration(args.job.hold_at_most));
     let permits = match args.permits {
         Some(n) => quote!(::core::option::Option::Some(#n)),
         None => quote!(::core::option::Option::None),
@@ -321,7 +348,8 @@ fn site(i: usize, args: &Args) -> TokenStream {
     quote! {
         static #ident: ::dlock::__private::Site =
             ::dlock::__private::Site::new(#group, #engine, #permits, #mode, #wait, #lease,
-                ::dlock::__private::Cancel { on_lost: #on_lost, on_revoke: #on_revoke });
+                ::dlock::__private::Cancel { on_lost: #on_lost, on_revoke: #on_revoke },
+                ::dlock::__private::Job { skip: #skip, hold_at_least: #hold_at_least, hold_at_most: #hold_at_most });
     }
 }
 

@@ -8,7 +8,8 @@
 //! ```text
 //! async fn pay(order_id: u64, amount: Cents) -> Result<Receipt, AppError> {
 //!     static SITE: ::dlock::__private::Site = Site::new("order", None, None, Mode::Write, None, None,
-//!         Cancel { on_lost: true, on_revoke: false });
+//!         Cancel { on_lost: true, on_revoke: false },
+//!         Job { skip: false, hold_at_least: None, hold_at_most: None });
 //!     let name = ::dlock::__private::render(format_args!("{}", &order_id)); // the one allocation
 //!     ::dlock::__private::run(&SITE, name, async move { /* the body, unchanged */ }).await
 //! }
@@ -87,6 +88,9 @@ use proc_macro2::Span;
 /// | `engine` | a configured engine's name, overriding the group's route | the group's engine |
 /// | `on_lost` | `"cancel"`: drop the body when the lock is known lost and return `Error::Lost`; `"ignore"`: let it finish | `"cancel"` for write, `"ignore"` for read |
 /// | `on_revoke` | `"cancel"`: drop the body when an operator asks the holder to let go (`dlock revoke`, `Lock::revoke`), release, and return `Error::Revoked`; `"notify"`: let it finish, `dlock::current()` tells (`is_revoked`, `revoked()`) | `"notify"` |
+/// | `if_held` | `"skip"`: a run-once job that tries once and skips its run if another holds the lock; the function returns `Result<dlock::Ran<T>, E>` (`Ran::Done(T)` or `Ran::Skipped`) while its body returns `Result<T, E>`; `"wait"`: wait as `wait` says | `"wait"` |
+/// | `hold_at_least` | keep others out until this long after the run started, even if it ended sooner and its process exited, counted on the server's clock (`"50s"`); an engine that cannot is `Error::Unsupported` | |
+/// | `hold_at_most` | stop renewing this long after the start, cancel the body and return `Error::Lost` (`LostReason::TimeLimit`), so a hung run cannot hold forever (`"10m"`) | |
 ///
 /// The function must be `async` (an `#[async_trait]` method is fine) and
 /// return `Result<T, E>` with `E: From<dlock::Error>`: acquisition errors
@@ -103,6 +107,27 @@ use proc_macro2::Span;
 /// `transfer(a, b)` and `transfer(b, a)` never deadlock each other; all or
 /// nothing within the shortest of their waits. Each keeps its own fence:
 /// `dlock::held_lock(group, name)` gives it, and `dlock::fence()` is `None`.
+///
+/// A scheduled job that runs once across the fleet, whichever instance
+/// fires first, and whose clocks may differ by seconds:
+///
+/// ```
+/// use dlock::{Ran, distributed_lock};
+///
+/// #[distributed_lock(group = "jobs", key = "invoices", if_held = "skip", hold_at_least = "50s", hold_at_most = "10m")]
+/// async fn send_invoices() -> Result<Ran<usize>, dlock::Error> {
+///     Ok(12) // invoices sent
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), dlock::Error> {
+/// if let Ran::Done(sent) = send_invoices().await? {
+///     assert_eq!(sent, 12);
+/// }
+/// assert_eq!(send_invoices().await?, Ran::Skipped); // held for 50 s from the first run's start
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// With `permits = N` the function holds a permit of a semaphore instead:
 /// at most `N` calls hold the key at once, across processes

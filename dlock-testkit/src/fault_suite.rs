@@ -59,6 +59,8 @@ pub struct Paths {
     pub transfer_worker: PathBuf,
     /// The `permit_worker` binary.
     pub permit_worker: PathBuf,
+    /// The `job_worker` binary.
+    pub job_worker: PathBuf,
 }
 
 impl Paths {
@@ -85,6 +87,7 @@ macro_rules! paths {
             worker: env!("CARGO_BIN_EXE_fault_worker").into(),
             transfer_worker: env!("CARGO_BIN_EXE_transfer_worker").into(),
             permit_worker: env!("CARGO_BIN_EXE_permit_worker").into(),
+            job_worker: env!("CARGO_BIN_EXE_job_worker").into(),
         }
     };
 }
@@ -141,9 +144,9 @@ impl<F: Fixture> Setup<F> {
         (path, store)
     }
 
-    /// A fresh visits log named `name` in the scenario's directory, for
-    /// permit workers.
-    pub fn visits(&self, name: &str) -> PathBuf {
+    /// A fresh, empty log named `name` in the scenario's directory: permit
+    /// workers stamp their visits there, job workers their runs.
+    pub fn log(&self, name: &str) -> PathBuf {
         let path = self.dir.join(name);
         let _ = std::fs::remove_file(&path);
         path
@@ -170,22 +173,34 @@ impl<F: Fixture> Setup<F> {
     /// libfaketime preloaded (Debian `libfaketime`): its wall and monotonic
     /// clocks both.
     pub fn worker_with_clock(&self, offset: &str, config: &Path, store: &Path, args: &[&str]) -> Worker {
-        let library = std::fs::read_dir("/usr/lib")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
-            .find(|lib| lib.exists())
-            .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
-        let mut command = Command::new(&self.paths.worker);
-        command.env("LD_PRELOAD", library).env("FAKETIME", offset);
-        Worker::launch(command, config, store, args)
+        Worker::launch(with_clock(&self.paths.worker, offset), config, store, args)
+    }
+
+    /// A `job_worker` whose clock is off by `offset` (`"+1.5"`: seconds),
+    /// appending its runs to `runs`.
+    pub fn job_worker(&self, offset: &str, config: &Path, runs: &Path, args: &[&str]) -> Worker {
+        Worker::launch(with_clock(&self.paths.job_worker, offset), config, runs, args)
     }
 
     /// Prints a measured figure and keeps it for `scripts/test` to print.
     pub fn figure(&self, line: String) {
         self.paths.figure(&format!("{}: {line}", F::NAME));
     }
+}
+
+/// `binary`, to run with its wall and monotonic clocks off by `offset`
+/// (libfaketime's `FAKETIME`), through libfaketime preloaded.
+fn with_clock(binary: &Path, offset: &str) -> Command {
+    let library = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|lib| lib.exists())
+        .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
+    let mut command = Command::new(binary);
+    command.env("LD_PRELOAD", library).env("FAKETIME", offset);
+    command
 }
 
 /// A `fault_worker` process and its output.
@@ -270,6 +285,22 @@ impl Worker {
         Summary::from_lines(&printed[0])
     }
 
+    /// Waits for its next line that starts with `prefix`; returns the line
+    /// and when it came.
+    pub fn line(&self, prefix: &str, within: Duration) -> (String, Instant) {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the worker printed no `{prefix}` line within {within:?}"));
+            if line.starts_with(prefix) {
+                return (line, Instant::now());
+            }
+        }
+    }
+
     /// How the worker ended, if it has.
     pub fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().expect("wait")
@@ -288,7 +319,11 @@ impl Worker {
 /// Waits for every worker to exit, within `within`, or, if
 /// `progress_resets`, for as long as one of them prints a line within it;
 /// returns the lines each printed.
-fn finish_all(mut workers: Vec<Worker>, within: Duration, progress_resets: bool) -> Vec<Vec<String>> {
+pub(crate) fn finish_all(
+    mut workers: Vec<Worker>,
+    within: Duration,
+    progress_resets: bool,
+) -> Vec<Vec<String>> {
     let mut printed = vec![Vec::new(); workers.len()];
     let mut last = Instant::now();
     loop {
@@ -722,7 +757,7 @@ pub fn permits_in_a_flash_sale_across_four_processes<F: Breakable>(paths: &Paths
         return;
     }
     let config = setup.config_leased(CALM_LEASE, "60s", "engine");
-    let visits = setup.visits("permit-sale");
+    let visits = setup.log("permit-sale");
     let args = [
         "--permits",
         "3",
@@ -763,7 +798,7 @@ pub fn permit_holder_killed_returns_its_permit_in_time<F: Breakable>(paths: &Pat
         return;
     }
     let config = setup.config("30s");
-    let visits = setup.visits("permit-killed");
+    let visits = setup.log("permit-killed");
     let permit = |stay: &str| setup.permit_worker(&config, &visits, &["--permits", "2", "--stay-ms", stay]);
     let killed = permit("60000");
     killed.entered(LONG);
@@ -814,7 +849,7 @@ pub fn permit_holder_paused_past_its_lease_learns_it_lost<F: Breakable>(paths: &
         return;
     }
     let config = setup.config("30s");
-    let visits = setup.visits("permit-paused");
+    let visits = setup.log("permit-paused");
     let holder = setup.permit_worker(&config, &visits, &["--permits", "1", "--stay-ms", "5000"]);
     holder.entered(LONG);
     let waiter = setup.permit_worker(&config, &visits, &["--permits", "1"]);
@@ -869,7 +904,7 @@ pub fn permit_holders_and_waiters_across_a_server_restart<F: Breakable>(paths: &
         return;
     }
     let config = setup.config("30s");
-    let visits = setup.visits("permit-restart");
+    let visits = setup.log("permit-restart");
     // Held far past the outage; each stay ends at its loss (see
     // `server_restarted_with_a_holder_and_waiters`).
     let holders: Vec<Worker> = (0..2)

@@ -16,6 +16,7 @@ pub mod certificates;
 pub mod fault_suite;
 mod fixture;
 pub mod fixtures;
+pub mod job_suite;
 pub mod proxy;
 pub mod random_faults;
 pub mod server;

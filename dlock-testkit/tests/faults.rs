@@ -15,6 +15,7 @@ use dlock_testkit::store::FencedStore;
 
 mod redis {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::redis::Redis);
+    dlock_testkit::job_suite!(dlock_testkit::fixtures::redis::Redis);
 }
 
 mod redis_sentinel {
@@ -104,11 +105,13 @@ mod zookeeper {
 #[cfg(feature = "redlock")]
 mod redlock {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::redlock::RedLock);
+    dlock_testkit::job_suite!(dlock_testkit::fixtures::redlock::RedLock);
 }
 
 #[cfg(feature = "memcached")]
 mod memcached {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::memcached::Memcached);
+    dlock_testkit::job_suite!(dlock_testkit::fixtures::memcached::Memcached);
 }
 
 #[cfg(feature = "mysql")]
