@@ -171,6 +171,7 @@ mod mysql {
 #[cfg(feature = "etcd")]
 mod etcd {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::etcd::Etcd);
+    dlock_testkit::job_suite!(dlock_testkit::fixtures::etcd::Etcd);
 }
 
 #[cfg(feature = "postgres")]

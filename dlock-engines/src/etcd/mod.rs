@@ -647,9 +647,6 @@ impl Engine for EtcdEngine {
             records: Records::Listed,
             force_release: true,
             revoke: true,
-            // Keys live on the session's lease; a lease of its own per hold is
-            // not built yet.
-            hold_at_least: false,
             ..Capabilities::FULL
         }
     }
@@ -751,6 +748,41 @@ impl Engine for EtcdEngine {
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         self.remove(req).await
+    }
+
+    /// Moves the key onto a lease of its own that ends `keep` from now,
+    /// so the lock stays taken that long whatever becomes of this process
+    /// and its session. No handoff: the waiters behind see the key go when
+    /// that lease ends, as after a crash.
+    async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
+        let Some(contending) = requested(req).key.lock().take() else {
+            return Ok(false);
+        };
+        let Contending {
+            key,
+            taken,
+            created,
+            session,
+            ..
+        } = contending;
+        if session.is_ended() {
+            return Ok(false);
+        }
+        let (lease, lives) = session.lease_for(keep).await?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                "",
+                Some(PutOptions::new().with_lease(lease).with_ignore_value()),
+            )]);
+        let moved = session.txn(txn).await?.succeeded();
+        // The key's name stays this process's while the key may live.
+        tokio::spawn(async move {
+            tokio::time::sleep(lives).await;
+            drop(taken);
+        });
+        Ok(moved)
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {

@@ -108,6 +108,20 @@ impl Session {
         Ok(answer.ttl() > 0)
     }
 
+    /// A lease of its own, not kept alive, that ends at least `ttl` from
+    /// now (whole seconds, rounded up; the server may raise a short one to
+    /// its minimum): its id, and how long it lives.
+    pub async fn lease_for(&self, ttl: Duration) -> Result<(i64, Duration), EngineError> {
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let granted = self
+            .retry(|| {
+                let mut client = self.client.lease_client();
+                async move { client.grant(seconds.max(1) as i64, None).await }
+            })
+            .await?;
+        Ok((granted.id(), Duration::from_secs(granted.ttl().max(1) as u64)))
+    }
+
     /// Every key-value call made for this session goes through this
     /// client (a clone of the whole `Client` copies every service's).
     pub fn kv(&self) -> KvClient {

@@ -6,15 +6,18 @@ use std::time::Duration;
 use dlock_core::{Error, LostReason, Mode};
 use tokio::time::Instant;
 
-use super::{available, within};
+use super::{SETTLE, available, within};
 use crate::conformance::{Harness, SETTINGS};
 
 /// Released at once, a hold with `hold_at_least` still keeps the peer out
 /// until that long after its grant, counted by the server, and then lets
-/// it in, with a greater fence. Every try the peer sends before then finds
-/// the lock taken.
+/// it in, with a greater fence: first a peer that tries every 100 ms (each
+/// try before then finds it taken), then one queued behind it.
 pub async fn hold_at_least_keeps_others_out_after_the_release(h: &Harness) {
     let at_least = Duration::from_millis(1500);
+    // The engine may round up to its lease unit (whole seconds on some).
+    let bound = at_least + h.capabilities().lease_unit + Duration::from_secs(2);
+
     let asked = Instant::now();
     let guard = h
         .lock("at-least")
@@ -24,13 +27,11 @@ pub async fn hold_at_least_keeps_others_out_after_the_release(h: &Harness) {
         .expect("lock");
     let fence = guard.fence();
     guard.release().await.expect("release");
-    // The engine may round up to its lease unit (whole seconds on some).
-    let limit = asked + at_least + h.capabilities().lease_unit + Duration::from_secs(2);
     let mut early_tries = 0;
     let free_at = loop {
         let sent = Instant::now();
         assert!(
-            sent < limit,
+            sent < asked + bound,
             "still held {:?} after it was asked for",
             sent - asked
         );
@@ -53,6 +54,30 @@ pub async fn hold_at_least_keeps_others_out_after_the_release(h: &Harness) {
         assert!(next.fence() > fence, "fence {} not above {fence}", next.fence());
     }
     next.release().await.expect("release");
+
+    let asked = Instant::now();
+    let lock = h.lock("at-least-queued").with_hold_at_least(at_least);
+    let guard = lock.lock().await.expect("lock");
+    let waiter = tokio::spawn({
+        let lock = h.peer_lock("at-least-queued");
+        async move {
+            let guard = lock
+                .lock_for(Duration::from_secs(10))
+                .await
+                .expect("the waiter's turn");
+            let granted = Instant::now();
+            guard.release().await.expect("release");
+            granted
+        }
+    });
+    tokio::time::sleep(SETTLE).await;
+    guard.release().await.expect("release");
+    let granted = waiter.await.expect("waiter task");
+    assert!(
+        granted >= asked + at_least && granted < asked + bound,
+        "the waiter got in {:?} after the hold was asked for",
+        granted - asked
+    );
 }
 
 /// A hold with `hold_at_most` is lost at its limit, for that reason, not
