@@ -266,17 +266,8 @@ impl Worker {
 
     /// Waits for the next `entered <fence>` line; returns the fence.
     pub fn entered(&self, within: Duration) -> u64 {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .expect("worker never entered its critical section");
-            if let Some(fence) = line.strip_prefix("entered ") {
-                return fence.parse().expect("fence");
-            }
-        }
+        let (line, _) = self.line("entered ", within);
+        line["entered ".len()..].parse().expect("fence")
     }
 
     /// Waits for the worker to exit and returns its summary counts.

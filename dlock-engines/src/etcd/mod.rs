@@ -121,6 +121,13 @@ struct Requested {
     put_on: Mutex<Weak<Session>>,
 }
 
+/// This request's key, taken from it to let go of; `None` if it has none
+/// or its session has ended (the key went with it).
+fn letting_go(req: &Request) -> Option<Contending> {
+    let contending = requested(req).key.lock().take()?;
+    (!contending.session.is_ended()).then_some(contending)
+}
+
 fn requested(req: &Request) -> &Requested {
     req.state_or_init(|| Requested {
         since: SystemTime::now()
@@ -489,7 +496,7 @@ impl EtcdEngine {
     /// right behind if it can (`handoff.rs`); `Ok(false)` if the key was
     /// already gone.
     async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(contending) = requested(req).key.lock().take() else {
+        let Some(contending) = letting_go(req) else {
             return Ok(false);
         };
         let Contending {
@@ -501,9 +508,6 @@ impl EtcdEngine {
             first,
             successors,
         } = contending;
-        if session.is_ended() {
-            return Ok(false);
-        }
         // Handed the lock while the core was not listening: it holds.
         let (first, successors) = match watch.as_ref().map(|w| w.signal.borrow().clone()) {
             Some(Signal::Granted(value)) => (req.mode == Mode::Write, handoff::passed_on(&value)),
@@ -755,19 +759,16 @@ impl Engine for EtcdEngine {
     /// and its session. No handoff: the waiters behind see the key go when
     /// that lease ends, as after a crash.
     async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
-        let Some(contending) = requested(req).key.lock().take() else {
-            return Ok(false);
-        };
-        let Contending {
+        let Some(Contending {
             key,
             taken,
             created,
             session,
             ..
-        } = contending;
-        if session.is_ended() {
+        }) = letting_go(req)
+        else {
             return Ok(false);
-        }
+        };
         let (lease, lives) = session.lease_for(keep).await?;
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
