@@ -201,6 +201,29 @@ async fn an_annotated_call_has_an_acquire_span_and_runs_in_its_hold_span() {
     assert_eq!(field(&paying.span_fields, "fence"), fence.to_string());
 }
 
+#[distributed_lock(group = "traced", key = "nightly", if_held = "skip")]
+async fn nightly() -> Result<dlock::Ran<()>, dlock::Error> {
+    Ok(())
+}
+
+/// A run-once job that finds its lock held says so at debug, naming the
+/// lock; a run says nothing of the kind.
+#[tokio::test(flavor = "current_thread")]
+async fn a_skipped_run_is_logged_at_debug_naming_its_lock() {
+    let (seen, _subscriber) = capture();
+    let holder = tokio::spawn(async { dlock::lock("traced", "nightly").lock().await });
+    let guard = holder.await.expect("task").expect("lock");
+    assert_eq!(nightly().await.expect("job"), dlock::Ran::Skipped);
+    guard.release().await.expect("release");
+    assert_eq!(nightly().await.expect("job"), dlock::Ran::Done(()));
+
+    let [skipped] = &seen.events("run skipped: the lock is held elsewhere")[..] else {
+        panic!("not one event for the one skip");
+    };
+    assert_eq!(skipped.level, Level::DEBUG);
+    assert_eq!(field(&skipped.fields, "lock"), "traced/nightly");
+}
+
 #[distributed_lock(group = "traced", key = "partner", permits = 3)]
 async fn call_partner() -> Result<u64, dlock::Error> {
     Ok(dlock::fence().expect("held"))
