@@ -81,16 +81,16 @@ impl Site {
             true => Some(Wait::TRY_ONCE),
             false => self.wait.map(Wait::For),
         };
-        let lease = self.lease;
         Ok(match self.permits {
             Some(n) => {
-                let semaphore = lease
+                let semaphore = self
+                    .lease
                     .into_iter()
                     .fold(locks.semaphore(name, n), Semaphore::with_lease);
                 Wanted::Permit(wait.into_iter().fold(semaphore, Semaphore::with_wait))
             }
             None => {
-                let lock = lease.into_iter().fold(locks.get(name), Lock::with_lease);
+                let lock = self.lease.into_iter().fold(locks.get(name), Lock::with_lease);
                 let lock = wait.into_iter().fold(lock, Lock::with_wait);
                 let lock = self
                     .job

@@ -231,10 +231,8 @@ pub(crate) struct Hold {
     released: tokio::sync::Mutex<bool>,
     /// When the grant arrived: the hold span runs from here.
     pub held_since: Instant,
-    /// Released sooner, the engine keeps others out until then (`Limits`).
-    keep_until: Option<Instant>,
-    /// The hold ends then, as lost (`Limits`).
-    ends_at: Option<Instant>,
+    /// A run-once job's bounds, counted from `held_since`.
+    limits: Limits,
     /// Its place in the local queue, given up on release or loss.
     place: Mutex<Option<Place>>,
     /// The `hold` span (`trace.rs`), closed when the hold is gone.
@@ -290,7 +288,6 @@ impl Hold {
         since: Instant,
         acquired: &tracing::Span,
     ) -> Arc<Hold> {
-        let ends_at = limits.at_most.map(|d| since + d);
         req.fence = grant.fence;
         let span = trace::hold(&req, &group.engine_name, acquired);
         let counts = match req.mode {
@@ -304,12 +301,11 @@ impl Hold {
             counts: Mutex::new(counts),
             lost: Mutex::default(),
             asked: Mutex::default(),
-            valid_until: Mutex::new(Some(cap(grant.valid_until, ends_at))),
+            valid_until: Mutex::new(Some(cap(grant.valid_until, limits.at_most.map(|d| since + d)))),
             watchdog: Mutex::new(None),
             released: tokio::sync::Mutex::new(false),
             held_since: since,
-            keep_until: limits.at_least.map(|d| since + d),
-            ends_at,
+            limits,
             place: Mutex::new(place),
             span,
         });
@@ -413,8 +409,9 @@ impl Hold {
         lock(&self.valid_until).take();
         let started = Instant::now();
         let keep = self
-            .keep_until
-            .map(|until| until.saturating_duration_since(started));
+            .limits
+            .at_least
+            .map(|d| (self.held_since + d).saturating_duration_since(started));
         let keep = keep.filter(|k| !k.is_zero()).map(|k| self.in_lease_units(k));
         let release = self.call(move |engine, req| async move {
             match keep {
@@ -505,6 +502,11 @@ impl Hold {
         }
     }
 
+    /// When the hold ends as lost, by its `hold_at_most`.
+    fn ends_at(&self) -> Option<Instant> {
+        self.limits.at_most.map(|d| self.held_since + d)
+    }
+
     /// `keep` rounded up to what the engine can count, and no shorter
     /// than the shortest lease it takes.
     fn in_lease_units(&self, keep: Duration) -> Duration {
@@ -548,7 +550,7 @@ impl Hold {
         if !expired {
             return None;
         }
-        let reason = match self.ends_at {
+        let reason = match self.ends_at() {
             Some(end) if now >= end => LostReason::TimeLimit,
             _ => LostReason::LeaseElapsed,
         };
@@ -565,7 +567,7 @@ impl Hold {
     /// its holder asked to let go.
     pub fn renewed(&self, sent: Instant, renewal: Renewal) {
         if let Some(until) = lock(&self.valid_until).as_mut() {
-            *until = cap((*until).max(sent + self.req.lease), self.ends_at);
+            *until = cap((*until).max(sent + self.req.lease), self.ends_at());
         }
         if renewal == Renewal::Revoked {
             self.mark_revoked();

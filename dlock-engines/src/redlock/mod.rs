@@ -379,9 +379,7 @@ impl Master {
             answer.map_err(BoxError::from)
         }
     }
-}
 
-impl Master {
     /// The call on `key` still running here, if any.
     fn behind_on(&self, key: &str) -> Option<Behind> {
         let behind = self.behind.lock().unwrap_or_else(|e| e.into_inner());
