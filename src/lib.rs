@@ -303,8 +303,9 @@ use once_cell::sync::OnceCell;
 pub use dlock_core::kit;
 pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_core::{
-    Config, Error, Guard, Guards, HeldLock, HolderRecord, Lock, LockKey, LockSet, LockView, Locks,
-    LostReason, Mode, Registry, Semaphore, Settings, Share, Wait, WaiterRecord, config, held_locks, metrics,
+    Config, Election, Error, Guard, Guards, HeldLock, HolderRecord, Leader, Lock, LockKey, LockSet, LockView,
+    Locks, LostReason, Mode, Observer, Registry, Semaphore, Settings, Share, Term, Wait, WaiterRecord,
+    config, held_locks, metrics,
 };
 pub use dlock_engines as engines;
 pub use dlock_macros::distributed_lock;
@@ -444,6 +445,11 @@ pub fn lock(group: &str, name: &str) -> Lock {
 /// `permits` holders at once; see [`Semaphore`].
 pub fn semaphore(group: &str, name: &str, permits: u32) -> Semaphore {
     locks(group).semaphore(name, permits)
+}
+
+/// The election `name` of `group` from the global registry; see [`Election`].
+pub fn election(group: &str, name: &str) -> Election {
+    locks(group).election(name)
 }
 
 /// The innermost lock held by a `#[distributed_lock]` function running in

@@ -4,7 +4,8 @@
 //! [`config`] (settings) → [`registry`] (engine kinds, engines, groups) →
 //! `hold` (the reentrancy table, release, downgrade) → `watchdog` (lease
 //! renewal, the lost signal) → [`guard`] (what the caller holds) → `acquire`
-//! (reenter, or ask the engine and wait) → [`lock`] (the handles users call) → `lock_set` (several locks as one).
+//! (reenter, or ask the engine and wait) → [`lock`] (the handles users call) → `lock_set` (several locks as one) and
+//! `election` (one leader at a time, over a lock).
 //! [`kit`] is what engines are written with; [`metrics`] is what gets
 //! recorded.
 //!
@@ -14,6 +15,7 @@
 
 mod acquire;
 pub mod config;
+mod election;
 mod error;
 pub mod guard;
 mod hold;
@@ -31,6 +33,7 @@ mod trace;
 mod watchdog;
 
 pub use config::{Config, MIN_LEASE, Settings, Wait};
+pub use election::{Election, Leader, Observer, Term};
 pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};
 pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};

@@ -144,7 +144,7 @@ impl Locks {
 /// ```
 #[derive(Clone)]
 pub struct Lock {
-    group: Arc<Group>,
+    pub(crate) group: Arc<Group>,
     name: Arc<str>,
     lease: Duration,
     pub(crate) wait: Wait,

@@ -263,6 +263,12 @@ impl Capabilities {
         hold_at_least: true,
     };
 
+    /// Whether leader election works here: it needs terms that only grow
+    /// and that the records show, for observers to tell leaders apart.
+    pub fn election(&self) -> bool {
+        self.fencing == Fencing::Strict && self.fence_in_records && self.records != Records::None
+    }
+
     /// The shortest lease this engine accepts.
     pub fn min_lease(&self) -> Duration {
         self.lease_unit.max(crate::config::MIN_LEASE)
@@ -273,7 +279,7 @@ impl Capabilities {
     /// the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -299,6 +305,11 @@ impl Capabilities {
                 "hold at least"
             } else {
                 "no hold at least"
+            },
+            if self.election() {
+                "election"
+            } else {
+                "no election"
             },
         )
     }

@@ -190,6 +190,11 @@ impl Harness {
                 self.assert_unsupported("hold at least", lock.lock()).await;
                 Some("no hold at least (Unsupported checked)")
             }
+            Need::Election if !capabilities.election() => {
+                let election = self.registry.locks(&self.group).election(case);
+                self.assert_unsupported("an election", election.campaign()).await;
+                Some("no leader election (Unsupported checked)")
+            }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
             Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
             Need::Lease if capabilities.expiry != Expiry::Lease => {
@@ -227,6 +232,8 @@ pub enum Need {
     Revoke,
     /// Letting go while the server keeps others out a while longer.
     HoldAtLeast,
+    /// Leader election: terms that only grow, shown in the records.
+    Election,
 }
 
 fn rand_suffix() -> u32 {
@@ -290,6 +297,9 @@ macro_rules! conformance_suite {
             revoke_asks_holders_to_let_go [Revoke],
             hold_at_least_keeps_others_out_after_the_release [HoldAtLeast],
             hold_at_most_ends_the_hold_and_frees_the_lock [],
+            one_leader_at_a_time_with_rising_terms [Election],
+            observe_reports_each_leader_and_never_an_older_term [Election],
+            a_leader_cut_off_stops_and_the_next_leads [Election, Lease],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

@@ -13,10 +13,12 @@ use tokio::time::{Instant, sleep, timeout};
 use super::{GuardedCounter, Harness};
 
 mod control;
+mod election;
 mod jobs;
 mod records;
 mod semaphore;
 pub use control::*;
+pub use election::*;
 pub use jobs::*;
 pub use records::*;
 pub use semaphore::*;
