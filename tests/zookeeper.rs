@@ -821,3 +821,63 @@ async fn force_release_of_a_curator_holder_lets_a_dlock_waiter_in() {
     guard.release().await.expect("release");
     assert_eq!(lock.force_release().await.expect("force release"), 0);
 }
+
+/// An election is Curator's `LeaderLatch` layout: a Curator latch and a
+/// dlock candidate on one path lead one at a time, each waiting for the
+/// other, with rising terms; Curator reads a dlock leader's label as its
+/// id, and dlock's observer reads Curator's id as the leader's label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn curator_leader_latch_and_dlock_candidates_lead_one_at_a_time_and_see_each_other() {
+    let election = labelled("dlock-7").await.locks("interop").election("latch");
+    let mut observer = election.observe();
+    let mut curator = Curator::start("/locks/interop/latch");
+    let limit = Duration::from_secs(10);
+
+    let first = election.campaign().await.expect("campaign");
+    assert_eq!(curator.say("leader"), "leader dlock-7");
+    let seen = observer.next().await.expect("observe").expect("a leader");
+    assert_eq!(
+        (seen.label.as_deref(), seen.term),
+        (Some("dlock-7"), first.number())
+    );
+
+    // Curator's latch joins behind dlock's leader, and leads once it resigns.
+    assert_eq!(curator.say("latch curator 1"), "started");
+    assert_eq!(curator.say("lead 700"), "timeout", "Curator led beside dlock");
+    let first_term = first.number();
+    first.resign().await.expect("resign");
+    assert_eq!(curator.say("lead 5000"), "leader");
+    let seen = loop {
+        let next = tokio::time::timeout(limit, observer.next())
+            .await
+            .expect("a change");
+        if let Some(leader) = next.expect("observe") {
+            break leader;
+        }
+    };
+    assert_eq!(seen.label.as_deref(), Some("curator 1"));
+    assert!(
+        seen.term > first_term,
+        "term {} not above {first_term}",
+        seen.term
+    );
+
+    // dlock campaigns behind Curator's leader, and leads once it closes.
+    let next = tokio::spawn({
+        let election = election.clone();
+        async move { election.campaign().await }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!next.is_finished(), "dlock led beside Curator");
+    assert_eq!(curator.say("leader"), "leader curator 1");
+    assert_eq!(curator.say("unlatch"), "closed");
+    let second = tokio::time::timeout(limit, next)
+        .await
+        .expect("dlock leads")
+        .expect("task");
+    let second = second.expect("campaign");
+    assert!(second.number() > seen.term);
+    assert_eq!(curator.say("leader"), "leader dlock-7");
+    second.resign().await.expect("resign");
+    assert_eq!(curator.say("leader"), "leader none");
+}

@@ -21,16 +21,36 @@ use crate::{Error, LockKey, Mode, trace, watchdog};
 /// it is answered; a slower withdrawal finishes in the background.
 const WITHDRAW_GRACE: Duration = Duration::from_millis(20);
 
+/// What a handle takes: a lock, a permit of a semaphore of `n`, or an
+/// election's lock, whose requests are campaigns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Lock,
+    Semaphore(u32),
+    Election,
+}
+
+impl Kind {
+    /// A semaphore's count; `None` for a lock or an election.
+    pub(crate) fn permits(self) -> Option<u32> {
+        match self {
+            Kind::Semaphore(n) => Some(n),
+            Kind::Lock | Kind::Election => None,
+        }
+    }
+}
+
 pub(crate) async fn acquire(
     group: &Arc<Group>,
     name: Arc<str>,
     mode: Mode,
-    permits: Option<u32>,
+    kind: Kind,
     wait: Wait,
     lease: Duration,
     limits: Limits,
 ) -> Result<Guard, Error> {
     let key = LockKey::new(group.name.clone(), name)?;
+    let permits = kind.permits();
     if limits.at_least.is_some() && !group.capabilities.hold_at_least {
         return Err(group.unsupported("hold at least".to_owned()));
     }
@@ -49,6 +69,7 @@ pub(crate) async fn acquire(
     group.check_lease(lease)?;
     let mut req = Request::new(key, mode, lease);
     req.permits = permits;
+    req.election = kind == Kind::Election;
     req.try_once = wait == Wait::TRY_ONCE;
     group.labels.event(series, Event::Attempt);
     let span = trace::acquisition(&req, &group.engine_name);

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::acquire::Kind;
 use crate::config::Wait;
 use crate::{Error, Guard, Lock, LockView, Locks, LostReason, Mode};
 
@@ -19,8 +20,10 @@ impl Locks {
     /// write lock of that name, so an election and the lock of one name
     /// are one thing.
     pub fn election(&self, name: impl Into<Arc<str>>) -> Election {
+        let mut lock = self.get(name).with_wait(Wait::Forever);
+        lock.kind = Kind::Election;
         Election {
-            lock: self.get(name).with_wait(Wait::Forever),
+            lock,
             locks: self.clone(),
         }
     }
@@ -125,12 +128,15 @@ impl Election {
                 Err(error) => return Err(error),
             };
             tokio::select! {
+                // The loss first: a process resumed after a pause past its
+                // lease stops before its work takes another step.
+                biased;
+                reason = term.lost() => {
+                    tracing::warn!(group = self.group(), election = self.name(), term = term.number(), %reason, "leadership lost; campaigning again");
+                }
                 done = work(term.number()) => {
                     term.resign().await?;
                     return Ok(done);
-                }
-                reason = term.lost() => {
-                    tracing::warn!(group = self.group(), election = self.name(), term = term.number(), %reason, "leadership lost; campaigning again");
                 }
             }
         }

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::acquire::{self, Kind};
 use crate::config::{Settings, Wait};
 use crate::hold::Limits;
 use crate::kit::{Records, within};
 use crate::registry::{Group, Registry};
-use crate::{Error, Guard, LockKey, LockView, Mode, acquire};
+use crate::{Error, Guard, LockKey, LockView, Mode};
 
 impl Registry {
     /// The lock family of `group`, on the engine its config routes it to.
@@ -69,7 +70,7 @@ impl Locks {
             name: name.into(),
             lease: self.group.settings.lease,
             wait: self.group.settings.wait,
-            permits: None,
+            kind: Kind::Lock,
             limits: Limits::default(),
             group: self.group.clone(),
         }
@@ -111,7 +112,7 @@ impl Locks {
     /// name, and that `permits` is at least 1, are checked when acquiring.
     pub fn semaphore(&self, name: impl Into<Arc<str>>, permits: u32) -> Semaphore {
         let mut lock = self.get(name);
-        lock.permits = Some(permits);
+        lock.kind = Kind::Semaphore(permits);
         Semaphore(lock)
     }
 }
@@ -148,8 +149,8 @@ pub struct Lock {
     name: Arc<str>,
     lease: Duration,
     pub(crate) wait: Wait,
-    /// `Some(n)`: this is a [`Semaphore`]'s, which takes permits.
-    permits: Option<u32>,
+    /// A lock's, a [`Semaphore`]'s or an [`Election`](crate::Election)'s.
+    pub(crate) kind: Kind,
     limits: Limits,
 }
 
@@ -237,7 +238,7 @@ impl Lock {
             &self.group,
             self.name.clone(),
             mode,
-            self.permits,
+            self.kind,
             wait,
             self.lease,
             self.limits,
@@ -269,13 +270,13 @@ impl Lock {
         if group.capabilities.records == Records::None {
             return Err(group.unsupported("records of who holds and waits".to_owned()));
         }
-        if self.permits.is_some() && !group.capabilities.semaphore {
+        if self.kind.permits().is_some() && !group.capabilities.semaphore {
             return Err(group.unsupported("semaphores".to_owned()));
         }
         let until = Instant::now() + group.settings.call_timeout;
-        within(until, group.engine.inspect(&key, self.permits))
+        within(until, group.engine.inspect(&key, self.kind.permits()))
             .await
-            .map_err(|error| group.engine_error_at(key, self.permits, error))
+            .map_err(|error| group.engine_error_at(key, self.kind.permits(), error))
     }
 
     /// Ends every hold of this lock on the server, so that its next waiter
@@ -338,7 +339,7 @@ impl Lock {
             &self.group.name,
             &self.name,
             &self.group.engine_name,
-            self.permits,
+            self.kind.permits(),
         )
     }
 }
@@ -397,7 +398,7 @@ impl Semaphore {
 
     /// How many holders it admits at once.
     pub fn permits(&self) -> u32 {
-        self.0.permits.unwrap_or(1)
+        self.0.kind.permits().unwrap_or(1)
     }
 
     /// Uses `lease` instead of the group's configured lease.

@@ -11,6 +11,12 @@
 //       revoke                   Revoker.attemptRevoke on the first node in
 //                                line, as Curator's own test does: "sent"
 //       release                  releases everything held: prints "released"
+//       latch <id>               joins a LeaderLatch at the path with this id
+//                                (the rest of the line): prints "started"
+//       lead <ms>                waits for the latch to lead: "leader" or "timeout"
+//       unlatch                  closes the latch: prints "closed"
+//       leader                   the latch path's leader, as any LeaderLatch
+//                                reads it: "leader <id>" or "leader none"
 //       visits <n> <threads> <each> <stay ms> <log>
 //                                threads each take a lease of n `each` times,
 //                                stay inside stamping "<id> <unix ns>" lines
@@ -43,6 +49,8 @@ import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -61,6 +69,7 @@ public class CuratorPeer {
         Deque<InterProcessMutex> held = new ArrayDeque<>();
         Deque<Lease> leases = new ArrayDeque<>();
         CountDownLatch[] revoked = {new CountDownLatch(1)};
+        LeaderLatch latch = null;
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         System.out.println("ready");
         for (String line; (line = in.readLine()) != null; ) {
@@ -122,6 +131,25 @@ public class CuratorPeer {
                     while (!leases.isEmpty()) leases.pop().close();
                     System.out.println("released");
                     break;
+                case "latch":
+                    latch = new LeaderLatch(client, args[1], line.trim().substring("latch ".length()));
+                    latch.start();
+                    System.out.println("started");
+                    break;
+                case "lead":
+                    boolean leads = latch.await(Long.parseLong(cmd[1]), TimeUnit.MILLISECONDS);
+                    System.out.println(leads ? "leader" : "timeout");
+                    break;
+                case "unlatch":
+                    latch.close();
+                    latch = null;
+                    System.out.println("closed");
+                    break;
+                case "leader": {
+                    Participant leader = new LeaderLatch(client, args[1]).getLeader();
+                    System.out.println("leader " + (leader.isLeader() ? leader.getId() : "none"));
+                    break;
+                }
                 case "permit-cycles": {
                     InterProcessSemaphoreV2 semaphore =
                         new InterProcessSemaphoreV2(client, args[1], Integer.parseInt(cmd[2]));

@@ -96,6 +96,11 @@ pub struct Request {
     /// The fencing token this request was granted; 0 until then. The core
     /// sets it before it asks the engine to renew, downgrade or release.
     pub fence: u64,
+    /// A campaign in an [`Election`](crate::Election): a write lock whose
+    /// holder leads. An engine with an election layout of its own (etcd's
+    /// `concurrency.Election`) lays the request's key out that way; the
+    /// others take it as the write lock it is.
+    pub election: bool,
     state: Arc<OnceLock<Box<dyn Any + Send + Sync>>>,
 }
 
@@ -110,6 +115,7 @@ impl Request {
             lease,
             try_once: false,
             fence: 0,
+            election: false,
             state: Arc::default(),
         }
     }
@@ -143,6 +149,7 @@ impl std::fmt::Debug for Request {
             .field("lease", &self.lease)
             .field("try_once", &self.try_once)
             .field("fence", &self.fence)
+            .field("election", &self.election)
             .finish()
     }
 }

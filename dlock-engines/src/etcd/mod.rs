@@ -34,6 +34,13 @@
 //! A semaphore is a prefix beside the lock's, in the same shape, the first
 //! N keys holding (`queue.rs`).
 //!
+//! **Elections** take the lock's prefix in the layout of
+//! `concurrency.Election` (`etcdctl elect`): a campaign's key holds the
+//! proposal alone, the process's label, so `etcdctl elect -l` prints it and
+//! records show an `etcdctl elect` candidate's proposal as its label. Such
+//! a key is a writer to dlock and gets no handoff; it keeps no owner id or
+//! since, which records then leave out.
+//!
 //! **Fencing token**: the key's create revision. Conflicting holders hold in
 //! create-revision order, and etcd's revision only grows, across members,
 //! leader changes and restarts, so the token strictly increases per lock.
@@ -217,6 +224,11 @@ impl EtcdEngine {
 
     /// The first line of this request's key's value, in `mode`.
     fn value(&self, req: &Request, mode: Mode) -> Vec<u8> {
+        if req.election {
+            // `concurrency.Election`'s layout: the value is the proposal
+            // alone, what `etcdctl elect -l` prints.
+            return self.label.as_bytes().to_vec();
+        }
         queue::value(mode, req.permits, req.owner, requested(req).since, &self.label)
     }
 

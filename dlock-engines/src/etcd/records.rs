@@ -94,8 +94,9 @@ pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<V
 }
 
 /// What a key's first line says of its request. A field is `None` for a
-/// key dlock did not write (`etcdctl lock`'s is empty), or one written by
-/// an older dlock, which kept the owner id alone.
+/// key dlock did not write (`etcdctl lock`'s is empty; an election's shows
+/// its proposal as its label), or one written by an older dlock, which kept
+/// the owner id alone.
 #[derive(Debug, PartialEq, Eq)]
 struct Line {
     mode: Mode,
@@ -120,6 +121,13 @@ impl Line {
         // `<owner> <since> <label>`, after the mode or a permit's count;
         // without an owner id, not a line dlock wrote.
         let Some(fields) = line_fields(first).and_then(|f| std::str::from_utf8(f).ok()) else {
+            // A key dlock did not lay out as a lock's: an election's
+            // (`etcdctl elect`, or dlock's own) holds its proposal, the
+            // label it shows.
+            line.label = std::str::from_utf8(first)
+                .ok()
+                .filter(|v| !v.is_empty() && !v.contains(char::is_control) && owner_digest(v).is_none())
+                .map(str::to_owned);
             return line;
         };
         let (owner, rest) = fields.split_once(' ').unwrap_or((fields, ""));
@@ -258,6 +266,18 @@ mod tests {
         assert_eq!(Line::read(b""), none(Mode::Write));
         assert_eq!(Line::read(b"dlock read "), none(Mode::Read));
         assert_eq!(Line::read(b"dlock write xyz 12 a"), none(Mode::Write));
+        // An election's proposal is its label, unless it is no text.
+        let elected = Line::read(b"web-7:8080");
+        assert_eq!(elected.label.as_deref(), Some("web-7:8080"));
+        assert_eq!((elected.mode, elected.owner), (Mode::Write, None));
+        assert_eq!(Line::read(b"dlock web").label.as_deref(), Some("dlock web"));
+        assert_eq!(Line::read(b"\x01\x02").label, None);
+        let owner = OwnerId::random().to_string();
+        assert_eq!(
+            Line::read(owner.as_bytes()).label,
+            None,
+            "an owner id is never a label"
+        );
         // An older dlock's: the owner alone.
         let owner = OwnerId::random();
         let line = Line::read(format!("dlock permit 2 {owner}").as_bytes());

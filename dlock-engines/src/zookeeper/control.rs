@@ -38,7 +38,7 @@ use tokio::sync::Notify;
 use zookeeper_client::{Error as ZkError, EventType, Stat};
 
 use super::inspect::read_children;
-use super::records::{self, REVOKE};
+use super::records::REVOKE;
 use super::session::{self, Session};
 use super::{ZooKeeperEngine, nodes};
 
@@ -183,7 +183,7 @@ impl ZooKeeperEngine {
         if asked {
             // The record back, with the fence: a downgrade's read node
             // carries it, and for any other it is its czxid anyway.
-            let record = records::data(&self.label, Some(fence));
+            let record = self.node_data(req, Some(fence));
             if let Ok(written) = session.client.set_data(path, &record, Some(stat.version)).await {
                 let _ = self.node(req, |n| n.seen = written.version);
             }

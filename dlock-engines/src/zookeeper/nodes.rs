@@ -11,6 +11,8 @@ use dlock_core::kit::OwnerId;
 
 const READ: &str = "__READ__";
 const WRITE: &str = "__WRIT__";
+/// Curator's `LeaderLatch` participant: a writer to dlock.
+const LATCH: &str = "latch-";
 
 /// The name prefix of this owner's nodes: `_c_<owner as a UUID>-`.
 pub(crate) fn protected_prefix(owner: OwnerId) -> String {
@@ -54,6 +56,17 @@ pub(crate) fn node_prefix(owner: OwnerId, mode: Mode) -> String {
     protected_prefix(owner) + kind
 }
 
+/// The name passed to the sequential create of an election's node, as a
+/// Curator `LeaderLatch` names its participants.
+pub(crate) fn latch_prefix(owner: OwnerId) -> String {
+    protected_prefix(owner) + LATCH
+}
+
+/// Whether a node is a `LeaderLatch` participant's (dlock's or Curator's).
+pub(crate) fn is_latch(name: &str) -> bool {
+    Contender::parse(name).is_some_and(|c| c.latch)
+}
+
 /// The read node that replaces a write node on downgrade: same owner, same
 /// sequence, so it keeps the write node's place in line (CURATOR-621).
 pub(crate) fn downgraded(write_node: &str) -> Option<String> {
@@ -71,22 +84,25 @@ struct Contender<'a> {
     order: u64,
     name: &'a str,
     writer: bool,
+    latch: bool,
 }
 
 impl<'a> Contender<'a> {
-    /// `None` for a child that is not a read/write lock node.
+    /// `None` for a child that is not a read/write lock node or a
+    /// `LeaderLatch` participant.
     fn parse(name: &'a str) -> Option<Self> {
-        let (at, writer) = match (name.rfind(READ), name.rfind(WRITE)) {
-            (Some(r), Some(w)) => (r.max(w), w > r),
-            (Some(r), None) => (r, false),
-            (None, Some(w)) => (w, true),
-            (None, None) => return None,
+        let (seq, writer, latch) = match (name.rfind(READ), name.rfind(WRITE)) {
+            (Some(r), Some(w)) => (&name[r.max(w) + READ.len()..], w > r, false),
+            (Some(r), None) => (&name[r + READ.len()..], false, false),
+            (None, Some(w)) => (&name[w + WRITE.len()..], true, false),
+            (None, None) => (&name[name.rfind(LATCH)? + LATCH.len()..], true, true),
         };
-        let seq: i64 = name[at + READ.len()..].parse().ok()?;
+        let seq: i64 = seq.parse().ok()?;
         Some(Contender {
             order: sequence_order(seq),
             name,
             writer,
+            latch,
         })
     }
 }
@@ -288,6 +304,28 @@ mod tests {
             turn(&kids, "_c_c-__READ__0000000003"),
             Turn::Watch("_c_b-__WRIT__0000000002")
         );
+    }
+
+    #[test]
+    fn leader_latch_participants_are_writers_in_sequence_order() {
+        let owner = OwnerId::random();
+        let ours = format!("{}0000000002", latch_prefix(owner));
+        assert!(ours.starts_with("_c_") && ours.contains("-latch-"));
+        let kids = names(&[
+            "_c_b-latch-0000000003",
+            &ours,
+            "_c_a-latch-0000000001",
+            "_c_c-__READ__0000000004",
+        ]);
+        assert_eq!(turn(&kids, "_c_a-latch-0000000001"), Turn::Held);
+        assert_eq!(turn(&kids, &ours), Turn::Watch("_c_a-latch-0000000001"));
+        assert_eq!(turn(&kids, "_c_b-latch-0000000003"), Turn::Watch(&ours));
+        // A reader watches the first writer ahead, a latch as any.
+        assert_eq!(
+            turn(&kids, "_c_c-__READ__0000000004"),
+            Turn::Watch("_c_a-latch-0000000001")
+        );
+        assert!(is_latch(&ours) && !is_latch("_c_c-__READ__0000000004") && !is_latch("latch-x"));
     }
 
     #[test]

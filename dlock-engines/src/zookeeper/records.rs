@@ -10,6 +10,10 @@
 //! so the first tab ends it, spaces and all; more `\t<field>=<value>` may
 //! follow. Semaphore nodes carry their count first (`permits.rs`).
 //!
+//! An election's node, named as a Curator `LeaderLatch` participant's,
+//! holds the proposal alone (dlock's label, a `LeaderLatch`'s id), shown
+//! as its label, with no owner.
+//!
 //! A node with other data (Curator writes its address; dlock before
 //! records wrote nothing) shows no label and no owner, though its name
 //! carries a UUID: Curator's is random per node, and telling an older
@@ -100,7 +104,11 @@ pub(super) fn lock_view(key: &LockKey, found: &[Found]) -> LockView {
     for place in nodes::line(&names) {
         let node = &found[place.at];
         let written = written(&node.data);
-        let label = written.map(|(label, _)| label.to_owned());
+        let label = match written {
+            Some((label, _)) => Some(label.to_owned()),
+            None if nodes::is_latch(&node.name) => proposal(&node.data),
+            None => None,
+        };
         let owner = written.and_then(|_| nodes::owner_digest(&node.name));
         if place.held {
             let fence = match written {
@@ -126,6 +134,14 @@ pub(super) fn lock_view(key: &LockKey, found: &[Found]) -> LockView {
         }
     }
     view
+}
+
+/// A `LeaderLatch` participant's id, dlock's label, as its label: text
+/// that could be a label, and not a revocation.
+fn proposal(data: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(data).ok()?;
+    let label = !text.is_empty() && !text.contains(char::is_control) && data != REVOKE;
+    label.then(|| text.to_owned())
 }
 
 /// A semaphore's count as its dlock nodes tell it; `None` if only Curator
