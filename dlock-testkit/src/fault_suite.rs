@@ -61,6 +61,8 @@ pub struct Paths {
     pub permit_worker: PathBuf,
     /// The `job_worker` binary.
     pub job_worker: PathBuf,
+    /// The `leader_worker` binary.
+    pub leader_worker: PathBuf,
 }
 
 impl Paths {
@@ -88,6 +90,7 @@ macro_rules! paths {
             transfer_worker: env!("CARGO_BIN_EXE_transfer_worker").into(),
             permit_worker: env!("CARGO_BIN_EXE_permit_worker").into(),
             job_worker: env!("CARGO_BIN_EXE_job_worker").into(),
+            leader_worker: env!("CARGO_BIN_EXE_leader_worker").into(),
         }
     };
 }
@@ -180,6 +183,12 @@ impl<F: Fixture> Setup<F> {
     /// appending its runs to `runs`.
     pub fn job_worker(&self, offset: &str, config: &Path, runs: &Path, args: &[&str]) -> Worker {
         Worker::launch(with_clock(&self.paths.job_worker, offset), config, runs, args)
+    }
+
+    /// A `leader_worker` with `config` and `store`, and more arguments
+    /// (`--observe 1`).
+    pub fn leader_worker(&self, config: &Path, store: &Path, args: &[&str]) -> Worker {
+        Worker::start(&self.paths.leader_worker, config, store, args)
     }
 
     /// Prints a measured figure and keeps it for `scripts/test` to print.
@@ -279,15 +288,18 @@ impl Worker {
     /// Waits for its next line that starts with `prefix`; returns the line
     /// and when it came.
     pub fn line(&self, prefix: &str, within: Duration) -> (String, Instant) {
+        self.try_line(prefix, within)
+            .unwrap_or_else(|| panic!("the worker printed no `{prefix}` line within {within:?}"))
+    }
+
+    /// As [`line`](Self::line), or `None` if none came within `within`.
+    pub fn try_line(&self, prefix: &str, within: Duration) -> Option<(String, Instant)> {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the worker printed no `{prefix}` line within {within:?}"));
+            let line = self.lines.recv_timeout(left).ok()?;
             if line.starts_with(prefix) {
-                return (line, Instant::now());
+                return Some((line, Instant::now()));
             }
         }
     }

@@ -13,6 +13,7 @@
 //! ```
 
 pub mod certificates;
+pub mod election_suite;
 pub mod fault_suite;
 mod fixture;
 pub mod fixtures;

@@ -167,6 +167,13 @@ impl FencedStore {
         files.journal.write_all(line.as_bytes()).expect("journal");
     }
 
+    /// The journal's lines so far, each `<unix ns> <pid> <fence> <what>`.
+    pub fn journal_lines(&self) -> Vec<String> {
+        let _lock = self.lock();
+        let text = std::fs::read_to_string(&self.journal).expect("read journal");
+        text.lines().map(str::to_owned).collect()
+    }
+
     /// What the journal shows.
     pub fn report(&self) -> Report {
         let mut locked = self.lock();

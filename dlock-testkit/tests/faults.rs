@@ -15,6 +15,7 @@ use dlock_testkit::store::FencedStore;
 
 mod redis {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::redis::Redis);
+    dlock_testkit::election_suite!(dlock_testkit::fixtures::redis::Redis);
     dlock_testkit::job_suite!(dlock_testkit::fixtures::redis::Redis);
 }
 
@@ -100,6 +101,7 @@ mod redis_cluster {
 
 mod zookeeper {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::zookeeper::ZooKeeper);
+    dlock_testkit::election_suite!(dlock_testkit::fixtures::zookeeper::ZooKeeper);
 }
 
 #[cfg(feature = "redlock")]
@@ -125,6 +127,7 @@ mod mysql {
     use super::LONG;
 
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::mysql::Mysql);
+    dlock_testkit::election_suite!(dlock_testkit::fixtures::mysql::Mysql);
 
     /// A holder whose clock runs 2 h behind keeps its lock for as long as it
     /// holds it; one 2 h ahead, killed, frees it within its lease. Were any
@@ -171,12 +174,14 @@ mod mysql {
 #[cfg(feature = "etcd")]
 mod etcd {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::etcd::Etcd);
+    dlock_testkit::election_suite!(dlock_testkit::fixtures::etcd::Etcd);
     dlock_testkit::job_suite!(dlock_testkit::fixtures::etcd::Etcd);
 }
 
 #[cfg(feature = "postgres")]
 mod postgres {
     dlock_testkit::fault_suite!(dlock_testkit::fixtures::postgres::Postgres);
+    dlock_testkit::election_suite!(dlock_testkit::fixtures::postgres::Postgres);
 }
 
 const LONG: Duration = Duration::from_secs(60);
