@@ -549,8 +549,11 @@ async fn a_cut_off_holder_is_lost_before_the_next_gets_in_and_a_blip_loses_nothi
     tokio::time::sleep(SESSION_TTL).await;
     assert!(!guard.is_lost(), "a blip of a quarter TTL lost the hold");
 
-    let (lost_after, admitted_after) =
-        cut_holder_then_next(&proxy, guard, waiter.locks("cut").get("k")).await;
+    let (lost_after, admitted_after) = cut_holder_then_next(&proxy, guard, {
+        let lock = waiter.locks("cut").get("k");
+        async move { lock.lock().await }
+    })
+    .await;
     println!(
         "lease TTL 2 s: lost fired {lost_after:?} after the cut, the next holder in {admitted_after:?} after it"
     );
@@ -993,4 +996,68 @@ async fn etcdctl_elect_and_dlock_candidates_lead_one_at_a_time_and_see_each_othe
     second.resign().await.expect("resign");
     watching.interrupt();
     wait_for_keys(&endpoint, &format!("{name}/"), 0).await;
+}
+
+/// A leader cut off by the network hears its term is lost at half the
+/// TTL, before the server expires its key and the next candidate leads,
+/// with a greater term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_hears_it_lost_before_the_next_leads() {
+    let endpoint = shared().server.address();
+    let proxy = CutProxy::start(endpoint.parse().expect("address")).await;
+    let leader = registry(engine_at(proxy.address.to_string()).await);
+    let next = registry(engine_at(endpoint).await)
+        .locks("cut")
+        .election("leader");
+    let term = leader
+        .locks("cut")
+        .election("leader")
+        .campaign()
+        .await
+        .expect("campaign");
+    let campaign = async move { next.campaign().await.map(dlock::Term::into_guard) };
+    let (lost_after, led_after) = cut_holder_then_next(&proxy, term.into_guard(), campaign).await;
+    println!(
+        "lease TTL 2 s: the leader lost {lost_after:?} after the cut, the next led {led_after:?} after it"
+    );
+}
+
+/// etcd 19597: a campaign whose lease expired while it waited returned as
+/// leader with no key. dlock's candidate, cut off past its TTL while it
+/// waits, never leads on the expired key: back, it campaigns on a new
+/// lease, behind the candidate that came meanwhile, and leads after it
+/// with a greater term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_candidate_whose_lease_expired_while_campaigning_never_leads_on_it() {
+    let endpoint = shared().server.address();
+    let proxy = CutProxy::start(endpoint.parse().expect("address")).await;
+    let election = |registry: Registry| registry.locks("expired").election("leader");
+    let first = election(registry(engine_at(endpoint.clone()).await));
+    let cut_off = election(registry(engine_at(proxy.address.to_string()).await));
+    let next = election(registry(engine_at(endpoint.clone()).await));
+    let prefix = "/locks/expired/leader/";
+
+    let leading = first.campaign().await.expect("campaign");
+    let late = tokio::spawn(async move { cut_off.campaign().await.expect("the cut-off candidate's term") });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    proxy.cut();
+    // The server expires the candidate's lease and its key.
+    wait_for_keys(&endpoint, prefix, 1).await;
+    let queued = tokio::spawn(async move { next.campaign().await.expect("the next candidate's term") });
+    wait_for_keys(&endpoint, prefix, 2).await;
+    leading.resign().await.expect("resign");
+    let term = queued.await.expect("task");
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!late.is_finished(), "the cut-off candidate led beside the next");
+    let next_term = term.number();
+    term.resign().await.expect("resign");
+    let late = tokio::time::timeout(Duration::from_secs(15), late)
+        .await
+        .expect("the cut-off candidate never led")
+        .expect("task");
+    assert!(late.number() > next_term, "the term went back");
+    let (created, _) = oldest(&endpoint, prefix).expect("the leader's key");
+    assert_eq!(late.number(), created, "led on a key that is not the oldest");
+    late.resign().await.expect("resign");
 }

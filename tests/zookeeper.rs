@@ -434,8 +434,11 @@ async fn session_expiry_fires_lost_and_the_next_waiter_proceeds() {
     };
     let (waiter, _) = client().await;
     let guard = holder.locks("expiry").get("k").lock().await.expect("lock");
-    let (lost_after, admitted_after) =
-        cut_holder_then_next(&proxy, guard, waiter.locks("expiry").get("k")).await;
+    let (lost_after, admitted_after) = cut_holder_then_next(&proxy, guard, {
+        let lock = waiter.locks("expiry").get("k");
+        async move { lock.lock().await }
+    })
+    .await;
     println!(
         "session timeout 2 s: lost fired {lost_after:?} after the cut, waiter admitted {admitted_after:?} after it"
     );
@@ -880,4 +883,27 @@ async fn curator_leader_latch_and_dlock_candidates_lead_one_at_a_time_and_see_ea
     assert_eq!(curator.say("leader"), "leader dlock-7");
     second.resign().await.expect("resign");
     assert_eq!(curator.say("leader"), "leader none");
+}
+
+/// A leader cut off by the network hears its term is lost at half the
+/// session timeout, before the server expires its session and the next
+/// candidate leads, with a greater term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_hears_it_lost_before_the_next_leads() {
+    let target: SocketAddr = server().address().parse().expect("address");
+    let proxy = CutProxy::start(target).await;
+    let leader = registry(engine_at(proxy.address.to_string()).await);
+    let (peer, _) = client().await;
+    let next = peer.locks("cut").election("leader");
+    let term = leader
+        .locks("cut")
+        .election("leader")
+        .campaign()
+        .await
+        .expect("campaign");
+    let campaign = async move { next.campaign().await.map(dlock::Term::into_guard) };
+    let (lost_after, led_after) = cut_holder_then_next(&proxy, term.into_guard(), campaign).await;
+    println!(
+        "session timeout 2 s: the leader lost {lost_after:?} after the cut, the next led {led_after:?} after it"
+    );
 }

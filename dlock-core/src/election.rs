@@ -188,6 +188,12 @@ impl Term {
         self.0.revoked()
     }
 
+    /// The hold of the election's lock under this term, for code written
+    /// for guards; its fence is the term's number.
+    pub fn into_guard(self) -> Guard {
+        self.0
+    }
+
     /// Ends the term, so that the next candidate leads.
     pub async fn resign(self) -> Result<(), Error> {
         self.0.release().await

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock_core::{Error, Guard, Lock, LostReason};
+use dlock_core::{Error, Guard, LostReason};
 
 use tokio::io::copy_bidirectional;
 use tokio::net::{TcpListener, TcpStream};
@@ -61,14 +61,19 @@ async fn forward(mut client: TcpStream, target: SocketAddr, mut cuts: watch::Rec
     }
 }
 
-/// Holding `guard` through `proxy`, with another client queued on `next`
-/// (the same lock), cuts the proxy. Returns how long after the cut the
+/// Holding `guard` through `proxy`, with another client queued by `next`
+/// (taking the same lock, or campaigning in the same election), cuts the
+/// proxy. Returns how long after the cut the
 /// holder heard of its loss and the next one got in; panics unless the
 /// loss came from the engine, before the next got in, and the fence rose.
 /// Heals the proxy and lets both go.
-pub async fn cut_holder_then_next(proxy: &CutProxy, guard: Guard, next: Lock) -> (Duration, Duration) {
+pub async fn cut_holder_then_next(
+    proxy: &CutProxy,
+    guard: Guard,
+    next: impl Future<Output = Result<Guard, Error>> + Send + 'static,
+) -> (Duration, Duration) {
     let lost = guard.lost();
-    let next = tokio::spawn(async move { next.lock().await });
+    let next = tokio::spawn(next);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let cut_at = Instant::now();
     proxy.cut();
