@@ -25,6 +25,7 @@ use dlock::kit::Engine;
 use dlock::kit::{ClientSettings, Credentials};
 use dlock::{Registry, Settings};
 use dlock_testkit::fixtures::etcd::{Etcd, SESSION_TTL, etcdctl, metric};
+use dlock_testkit::printed::Printed;
 use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
 use dlock_testkit::server::free_port;
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error};
@@ -855,71 +856,6 @@ async fn user_and_password_authenticate_and_a_wrong_password_is_refused() {
     );
 }
 
-/// Lines a child process prints, read on a thread of their own.
-struct Printed {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Printed {
-    fn spawn(command: &mut std::process::Command) -> Self {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        let out = child.stdout.take().expect("stdout");
-        let (send, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = send.send(line);
-            }
-        });
-        Printed { child, lines }
-    }
-
-    /// Waits for a line equal to `want`, skipping others.
-    fn until(&self, want: &str, limit: Duration) {
-        let started = Instant::now();
-        loop {
-            let left = limit.saturating_sub(started.elapsed());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line == want => return,
-                Ok(_) => continue,
-                Err(_) => panic!("no line {want:?} within {limit:?}"),
-            }
-        }
-    }
-
-    /// Whether it printed `want` within `limit`, taking every line on the way.
-    fn printed(&self, want: &str, limit: Duration) -> bool {
-        let started = Instant::now();
-        while let Ok(line) = self.lines.recv_timeout(limit.saturating_sub(started.elapsed())) {
-            if line == want {
-                return true;
-            }
-        }
-        false
-    }
-
-    /// SIGINT, on which `etcdctl elect` resigns, then waits for the exit.
-    fn interrupt(mut self) {
-        let pid = self.child.id().to_string();
-        let sent = std::process::Command::new("kill").args(["-INT", &pid]).status();
-        assert!(sent.expect("kill").success());
-        self.child.wait().expect("wait");
-    }
-}
-
-impl Drop for Printed {
-    /// A failed test leaves no `etcdctl` running.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// An election is `concurrency.Election`'s layout: `etcdctl elect` and a
 /// dlock candidate lead one at a time, each waiting for the other, with
 /// rising terms; `etcdctl elect -l` prints a dlock leader's label as its
@@ -939,11 +875,11 @@ async fn etcdctl_elect_and_dlock_candidates_lead_one_at_a_time_and_see_each_othe
     let election = registry(Arc::new(engine)).locks("elect").election("leader");
     let name = "/locks/elect/leader";
     let mut observer = election.observe();
-    let watching = Printed::spawn(etcdctl(&endpoint).args(["elect", "-l", name]));
+    let mut watching = Printed::spawn(etcdctl(&endpoint).args(["elect", "-l", name]));
     let limit = Duration::from_secs(10);
 
     let first = election.campaign().await.expect("campaign");
-    watching.until("dlock candidate 1", limit);
+    watching.line("dlock candidate 1", limit);
     assert_eq!(
         value(&endpoint, &keys(&endpoint, name).remove(0)),
         "dlock candidate 1"
@@ -955,16 +891,18 @@ async fn etcdctl_elect_and_dlock_candidates_lead_one_at_a_time_and_see_each_othe
     );
 
     // etcdctl campaigns behind dlock's leader, and leads once it resigns.
-    let rival = Printed::spawn(etcdctl(&endpoint).args(["elect", name, "etcd proposal"]));
+    let mut rival = Printed::spawn(etcdctl(&endpoint).args(["elect", name, "etcd proposal"]));
     wait_for_keys(&endpoint, &format!("{name}/"), 2).await;
     assert!(
-        !rival.printed("etcd proposal", Duration::from_millis(700)),
+        rival
+            .try_line("etcd proposal", Duration::from_millis(700))
+            .is_none(),
         "etcdctl led beside dlock"
     );
     let first_term = first.number();
     first.resign().await.expect("resign");
-    rival.until("etcd proposal", limit);
-    watching.until("etcd proposal", limit);
+    rival.line("etcd proposal", limit);
+    watching.line("etcd proposal", limit);
     let seen = loop {
         if let Some(leader) = observer.next().await.expect("observe") {
             break leader;
@@ -985,16 +923,19 @@ async fn etcdctl_elect_and_dlock_candidates_lead_one_at_a_time_and_see_each_othe
     wait_for_keys(&endpoint, &format!("{name}/"), 2).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(!next.is_finished(), "dlock led beside etcdctl");
-    rival.interrupt();
+    // On SIGINT, etcdctl elect resigns.
+    rival.signal("-INT");
+    rival.wait();
     let second = tokio::time::timeout(limit, next)
         .await
         .expect("dlock leads")
         .expect("task");
     let second = second.expect("campaign");
     assert!(second.number() > seen.term);
-    watching.until("dlock candidate 1", limit);
+    watching.line("dlock candidate 1", limit);
     second.resign().await.expect("resign");
-    watching.interrupt();
+    watching.signal("-INT");
+    watching.wait();
     wait_for_keys(&endpoint, &format!("{name}/"), 0).await;
 }
 

@@ -5,9 +5,8 @@
 
 #![cfg(feature = "zookeeper")]
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,6 +14,7 @@ use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::kit::ClientSettings;
 use dlock::{Error, LockView, Mode, Registry, Settings};
 use dlock_testkit::fixtures::zookeeper::{curator_classpath, four_letter, zookeeper};
+use dlock_testkit::printed::Printed;
 use dlock_testkit::proxy::{CutProxy, cut_holder_then_next};
 use dlock_testkit::server::TestServer;
 use dlock_testkit::visits::Visits;
@@ -65,49 +65,30 @@ async fn client() -> (Registry, Arc<ZooKeeperEngine>) {
 }
 
 /// The real Apache Curator, driven line by line (tests/curator/CuratorPeer.java).
-struct Curator {
-    child: Child,
-    input: ChildStdin,
-    output: BufReader<ChildStdout>,
-}
+struct Curator(Printed);
 
 impl Curator {
     fn start(path: &str) -> Self {
-        let mut child = Command::new("java")
-            .args([
-                "-cp",
-                &curator_classpath(CURATOR_PEER),
-                "CuratorPeer",
-                &server().address(),
-                path,
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start java");
-        let input = child.stdin.take().expect("stdin");
-        let output = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut curator = Curator { child, input, output };
+        let mut java = Command::new("java");
+        java.args([
+            "-cp",
+            &curator_classpath(CURATOR_PEER),
+            "CuratorPeer",
+            &server().address(),
+            path,
+        ]);
+        let curator = Curator(Printed::spawn(&mut java));
         assert_eq!(curator.answer(), "ready");
         curator
     }
 
     fn say(&mut self, line: &str) -> String {
-        writeln!(self.input, "{line}").expect("write to Curator");
+        self.0.say(line);
         self.answer()
     }
 
-    fn answer(&mut self) -> String {
-        let mut line = String::new();
-        self.output.read_line(&mut line).expect("read from Curator");
-        line.trim().to_owned()
-    }
-}
-
-impl Drop for Curator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn answer(&self) -> String {
+        self.0.line("", Duration::from_secs(60)).0.trim().to_owned()
     }
 }
 

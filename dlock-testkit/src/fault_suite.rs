@@ -6,14 +6,14 @@
 //! `fault-figures.txt` in the test's target tmp dir, which `scripts/test`
 //! prints at the end.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dlock_core::kit::Fencing;
 
+use crate::printed::Printed;
 use crate::store::{FencedStore, Report};
 use crate::visits::Visits;
 use crate::{Breakable, Fixture};
@@ -212,10 +212,21 @@ fn with_clock(binary: &Path, offset: &str) -> Command {
     command
 }
 
-/// A `fault_worker` process and its output.
-pub struct Worker {
-    child: Child,
-    lines: mpsc::Receiver<String>,
+/// A worker process and its output: a [`Printed`] that also reads the
+/// workers' lines.
+pub struct Worker(Printed);
+
+impl std::ops::Deref for Worker {
+    type Target = Printed;
+    fn deref(&self) -> &Printed {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Worker {
+    fn deref_mut(&mut self) -> &mut Printed {
+        &mut self.0
+    }
 }
 
 impl Worker {
@@ -226,51 +237,29 @@ impl Worker {
     }
 
     fn launch(mut command: Command, config: &Path, store: &Path, args: &[&str]) -> Self {
-        let mut child = command
+        command
             .arg("--config")
             .arg(config)
             .arg("--store")
             .arg(store)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start fault_worker");
-        let stdout = child.stdout.take().expect("stdout");
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = send.send(line);
-            }
-        });
-        Worker { child, lines }
+            .args(args);
+        Worker(Printed::spawn(&mut command))
     }
 
     /// The fences of the critical sections it entered since the last look,
     /// without waiting.
     pub fn entries(&self) -> Vec<u64> {
-        self.lines
-            .try_iter()
+        self.printed()
+            .iter()
             .filter_map(|line| line.strip_prefix("entered ")?.parse().ok())
             .collect()
-    }
-
-    /// The worker's process id, as `kill` takes it.
-    pub fn pid(&self) -> String {
-        self.child.id().to_string()
     }
 
     /// Waits until the worker's engine is connected (its `ready` line): a
     /// scenario that breaks the server breaks it for a worker that waits,
     /// not for one still starting up.
     pub fn ready(&self, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).expect("worker never got ready");
-            if line == "ready" {
-                return;
-            }
-        }
+        self.line("ready", within);
     }
 
     /// Waits for the next `entered <fence>` line; returns the fence.
@@ -283,39 +272,6 @@ impl Worker {
     pub fn finish(self, within: Duration) -> Summary {
         let printed = finish_all(vec![self], within, false);
         Summary::from_lines(&printed[0])
-    }
-
-    /// Waits for its next line that starts with `prefix`; returns the line
-    /// and when it came.
-    pub fn line(&self, prefix: &str, within: Duration) -> (String, Instant) {
-        self.try_line(prefix, within)
-            .unwrap_or_else(|| panic!("the worker printed no `{prefix}` line within {within:?}"))
-    }
-
-    /// As [`line`](Self::line), or `None` if none came within `within`.
-    pub fn try_line(&self, prefix: &str, within: Duration) -> Option<(String, Instant)> {
-        let deadline = Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self.lines.recv_timeout(left).ok()?;
-            if line.starts_with(prefix) {
-                return Some((line, Instant::now()));
-            }
-        }
-    }
-
-    /// How the worker ended, if it has.
-    pub fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().expect("wait")
-    }
-
-    /// Sends `signal` (`"-STOP"`, `"-CONT"`, `"-KILL"`) to the worker.
-    pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.pid()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
     }
 }
 
@@ -332,12 +288,11 @@ pub(crate) fn finish_all(
     loop {
         let mut running = false;
         for (worker, lines) in workers.iter_mut().zip(&mut printed) {
-            while let Ok(line) = worker.lines.try_recv() {
-                if progress_resets {
-                    last = Instant::now();
-                }
-                lines.push(line);
+            let new = worker.printed();
+            if progress_resets && !new.is_empty() {
+                last = Instant::now();
             }
+            lines.extend(new);
             running |= worker.exited().is_none();
         }
         if !running {
@@ -345,7 +300,7 @@ pub(crate) fn finish_all(
         }
         if last.elapsed() > within {
             for worker in &mut workers {
-                let _ = worker.child.kill();
+                worker.kill();
             }
             let counts: Vec<usize> = printed.iter().map(Vec::len).collect();
             panic!("a worker hung: no line for {within:?}; lines printed by each: {counts:?}");
@@ -353,7 +308,7 @@ pub(crate) fn finish_all(
         std::thread::sleep(Duration::from_millis(20));
     }
     for (worker, lines) in workers.iter_mut().zip(&mut printed) {
-        lines.extend(worker.lines.iter());
+        lines.extend(worker.rest());
         let status = worker.exited().expect("exited");
         let last = &lines[lines.len().saturating_sub(5)..];
         assert!(
@@ -362,13 +317,6 @@ pub(crate) fn finish_all(
         );
     }
     printed
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A worker's closing counts, one per critical section it tried.

@@ -18,6 +18,7 @@ pub mod fault_suite;
 mod fixture;
 pub mod fixtures;
 pub mod job_suite;
+pub mod printed;
 pub mod proxy;
 pub mod random_faults;
 pub mod server;
