@@ -22,20 +22,21 @@ use crate::{Error, LockKey, Mode, trace, watchdog};
 const WITHDRAW_GRACE: Duration = Duration::from_millis(20);
 
 /// What a handle takes: a lock, a permit of a semaphore of `n`, or an
-/// election's lock, whose requests are campaigns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// election's lock, whose requests are campaigns, proposing a value of
+/// their own or the process's label.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Lock,
     Semaphore(u32),
-    Election,
+    Election(Option<Arc<str>>),
 }
 
 impl Kind {
     /// A semaphore's count; `None` for a lock or an election.
-    pub(crate) fn permits(self) -> Option<u32> {
+    pub(crate) fn permits(&self) -> Option<u32> {
         match self {
-            Kind::Semaphore(n) => Some(n),
-            Kind::Lock | Kind::Election => None,
+            Kind::Semaphore(n) => Some(*n),
+            Kind::Lock | Kind::Election(_) => None,
         }
     }
 }
@@ -51,6 +52,11 @@ pub(crate) async fn acquire(
 ) -> Result<Guard, Error> {
     let key = LockKey::new(group.name.clone(), name)?;
     let permits = kind.permits();
+    if let Kind::Election(Some(_)) = kind
+        && !group.capabilities.election_values
+    {
+        return Err(group.unsupported("a campaign with a value of its own".to_owned()));
+    }
     if limits.at_least.is_some() && !group.capabilities.hold_at_least {
         return Err(group.unsupported("hold at least".to_owned()));
     }
@@ -69,7 +75,10 @@ pub(crate) async fn acquire(
     group.check_lease(lease)?;
     let mut req = Request::new(key, mode, lease);
     req.permits = permits;
-    req.election = kind == Kind::Election;
+    if let Kind::Election(proposal) = kind {
+        req.election = true;
+        req.proposal = proposal;
+    }
     req.try_once = wait == Wait::TRY_ONCE;
     group.labels.event(series, Event::Attempt);
     let span = trace::acquisition(&req, &group.engine_name);

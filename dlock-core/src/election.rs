@@ -21,7 +21,7 @@ impl Locks {
     /// are one thing.
     pub fn election(&self, name: impl Into<Arc<str>>) -> Election {
         let mut lock = self.get(name).with_wait(Wait::Forever);
-        lock.kind = Kind::Election;
+        lock.kind = Kind::Election(None);
         Election {
             lock,
             locks: self.clone(),
@@ -59,6 +59,19 @@ impl Election {
     /// The election's name.
     pub fn name(&self) -> &str {
         self.lock.name()
+    }
+
+    /// Campaigns proposing `value` rather than the process's label: what
+    /// observers, `etcdctl elect -l` and Curator are shown of this leader
+    /// (a service's address, say). One printable line, as a label.
+    /// `Error::Unsupported` at the campaign where the engine keeps no
+    /// value of its own for a leader
+    /// ([`Capabilities::election_values`](crate::kit::Capabilities::election_values)).
+    pub fn with_value(mut self, value: impl Into<String>) -> Result<Self, Error> {
+        let value = value.into();
+        crate::config::check_label(&value).map_err(|problem| Error::config("election value", problem))?;
+        self.lock.kind = Kind::Election(Some(value.into()));
+        Ok(self)
     }
 
     /// How long the engine keeps a silent leader's term: the lock's lease.

@@ -238,7 +238,7 @@ impl Lock {
             &self.group,
             self.name.clone(),
             mode,
-            self.kind,
+            self.kind.clone(),
             wait,
             self.lease,
             self.limits,

@@ -101,6 +101,9 @@ pub struct Request {
     /// `concurrency.Election`) lays the request's key out that way; the
     /// others take it as the write lock it is.
     pub election: bool,
+    /// What a campaign proposes, if not the process's label
+    /// ([`Capabilities::election_values`]).
+    pub proposal: Option<Arc<str>>,
     state: Arc<OnceLock<Box<dyn Any + Send + Sync>>>,
 }
 
@@ -116,6 +119,7 @@ impl Request {
             try_once: false,
             fence: 0,
             election: false,
+            proposal: None,
             state: Arc::default(),
         }
     }
@@ -150,6 +154,7 @@ impl std::fmt::Debug for Request {
             .field("try_once", &self.try_once)
             .field("fence", &self.fence)
             .field("election", &self.election)
+            .field("proposal", &self.proposal)
             .finish()
     }
 }
@@ -250,6 +255,10 @@ pub struct Capabilities {
     /// A hold can be let go while the server keeps others out a while
     /// longer ([`Engine::release_after`]): a run-once job's `hold_at_least`.
     pub hold_at_least: bool,
+    /// A campaign can propose a value of its own ([`Request::proposal`]),
+    /// which the records show as the leader's label; without, a leader
+    /// shows its process's label.
+    pub election_values: bool,
 }
 
 impl Capabilities {
@@ -268,6 +277,7 @@ impl Capabilities {
         force_release: true,
         revoke: true,
         hold_at_least: true,
+        election_values: true,
     };
 
     /// Whether leader election works here: it needs terms that only grow
@@ -313,10 +323,10 @@ impl Capabilities {
             } else {
                 "no hold at least"
             },
-            if self.election() {
-                "election"
-            } else {
-                "no election"
+            match (self.election(), self.election_values) {
+                (true, true) => "election with values",
+                (true, false) => "election",
+                (false, _) => "no election",
             },
         )
     }

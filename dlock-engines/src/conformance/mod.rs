@@ -299,6 +299,7 @@ macro_rules! conformance_suite {
             hold_at_most_ends_the_hold_and_frees_the_lock [],
             one_leader_at_a_time_with_rising_terms [Election],
             observe_reports_each_leader_and_never_an_older_term [Election],
+            a_campaign_shows_its_value_where_the_engine_keeps_one [Election],
             a_leader_cut_off_stops_and_the_next_leads [Election, Lease],
         }
     };

@@ -36,7 +36,7 @@
 //!
 //! **Elections** take the lock's prefix in the layout of
 //! `concurrency.Election` (`etcdctl elect`): a campaign's key holds the
-//! proposal alone, the process's label, so `etcdctl elect -l` prints it and
+//! proposal alone (the campaign's value, else the process's label), so `etcdctl elect -l` prints it and
 //! records show an `etcdctl elect` candidate's proposal as its label. Such
 //! a key is a writer to dlock and gets no handoff; it keeps no owner id or
 //! since, which records then leave out.
@@ -227,7 +227,7 @@ impl EtcdEngine {
         if req.election {
             // `concurrency.Election`'s layout: the value is the proposal
             // alone, what `etcdctl elect -l` prints.
-            return self.label.as_bytes().to_vec();
+            return req.proposal.as_deref().unwrap_or(&self.label).as_bytes().to_vec();
         }
         queue::value(mode, req.permits, req.owner, requested(req).since, &self.label)
     }

@@ -336,7 +336,11 @@ impl Engine for MemoryEngine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::FULL
+        Capabilities {
+            // Every record shows this process's label.
+            election_values: false,
+            ..Capabilities::FULL
+        }
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {

@@ -22,7 +22,7 @@
 //!
 //! **Elections** take Curator's `LeaderLatch` layout on the lock's path:
 //! a campaign's node is `_c_<uuid>-latch-<seq>`, its data the proposal
-//! alone (the process's label), so a Curator latch on the path and dlock
+//! alone (the campaign's value, else the process's label), so a Curator latch on the path and dlock
 //! candidates lead one at a time and each reads the other's leader. dlock
 //! takes latch nodes for writers. After 2³¹ creates under one path the
 //! sequence wraps; Curator then orders the wrapped nodes first by their
@@ -305,11 +305,11 @@ impl ZooKeeperEngine {
     }
 
     /// What a request's node holds: its record, or for an election the
-    /// proposal alone, the label, which Curator's `LeaderLatch` reports as
+    /// proposal alone (else the label), which Curator's `LeaderLatch` reports as
     /// the participant's id.
     fn node_data(&self, req: &Request, fence: Option<u64>) -> Vec<u8> {
         match req.election {
-            true => self.label.as_bytes().to_vec(),
+            true => req.proposal.as_deref().unwrap_or(&self.label).as_bytes().to_vec(),
             false => records::data(&self.label, fence),
         }
     }

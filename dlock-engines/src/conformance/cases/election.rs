@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_core::Election;
+use dlock_core::{Election, Error};
 use tokio::sync::{Mutex, Notify};
 
 use super::within;
@@ -108,6 +108,33 @@ pub async fn observe_reports_each_leader_and_never_an_older_term(h: &Harness) {
         within(limit, "vacancy", observer.next()).await.expect("observe"),
         None
     );
+}
+
+/// A campaign with a value of its own shows it as the leader's label
+/// where the engine keeps one; elsewhere it is `Unsupported` before any
+/// engine call. A value that is no printable line is a config error.
+pub async fn a_campaign_shows_its_value_where_the_engine_keeps_one(h: &Harness) {
+    let bad = h.election("valued").with_value("two\nlines");
+    assert!(
+        matches!(bad, Err(Error::Config { .. })),
+        "a value with a new line"
+    );
+    let election = h.election("valued").with_value("10.0.0.7:8080").expect("a value");
+    if !h.capabilities().election_values {
+        let calls = h.faults.calls();
+        let refused = election.campaign().await.expect_err("a value it cannot keep");
+        assert!(matches!(refused, Error::Unsupported { .. }), "{refused}");
+        assert_eq!(h.faults.calls(), calls, "refused, it reached the engine");
+        return;
+    }
+    let term = election.campaign().await.expect("campaign");
+    let seen = h.peer_election("valued").leader().await.expect("leader");
+    let seen = seen.expect("a leader");
+    assert_eq!(
+        (seen.label.as_deref(), seen.term),
+        (Some("10.0.0.7:8080"), term.number())
+    );
+    term.resign().await.expect("resign");
 }
 
 /// `run_while_leader` runs its work with the term. Cut off from the
