@@ -216,8 +216,10 @@ impl Term {
 /// Who leads an election.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leader {
-    /// The leading process's label (its `client_name`); `None` for a
-    /// leader that is not a dlock process.
+    /// What the leader shows: the value it campaigned with, where the
+    /// engine keeps one ([`Election::with_value`]), else its process's
+    /// label (`client_name`); `None` for a leader that shows neither (an
+    /// `etcdctl elect` or Curator candidate with an empty one).
     pub label: Option<String>,
     /// Its term.
     pub term: u64,
