@@ -241,7 +241,9 @@ impl Leader {
 
 /// Reports who leads, then each change. Never reports a leader whose term
 /// is older than one it reported before, whatever replica or stale read
-/// answered.
+/// answered. It reads the election's records (one inspect) every longest
+/// pause of the group's `poll` setting, 200 ms by default, on every
+/// engine: a change shows within about that.
 pub struct Observer {
     election: Election,
     /// What `next` last returned; `None` before the first call.
