@@ -57,6 +57,15 @@ fn failover(mut leader: Printed, queue: impl FnOnce() -> Printed, leads: &str) -
     next.line(leads, WAIT).1 - killed
 }
 
+/// dlock's failover in election `name` on the server `spec` names.
+fn dlock_failover(spec: &str, name: &str) -> Duration {
+    failover(
+        dlock_candidate(spec, name),
+        || dlock_candidate(spec, name),
+        "leader",
+    )
+}
+
 fn dlock_candidate(spec: &str, name: &str) -> Printed {
     let exe = std::env::current_exe().expect("this bench's binary");
     let candidate = Printed::spawn(Command::new(exe).env(CANDIDATE, format!("{spec} {name}")));
@@ -188,13 +197,7 @@ async fn main() {
                 "leader",
             )
         },
-        |name| {
-            failover(
-                dlock_candidate(&spec, name),
-                || dlock_candidate(&spec, name),
-                "leader",
-            )
-        },
+        |name| dlock_failover(&spec, name),
     );
     drop(zk);
 
@@ -214,12 +217,6 @@ async fn main() {
                 "leader",
             )
         },
-        |name| {
-            failover(
-                dlock_candidate(&spec, name),
-                || dlock_candidate(&spec, name),
-                "leader",
-            )
-        },
+        |name| dlock_failover(&spec, name),
     );
 }

@@ -903,11 +903,7 @@ async fn etcdctl_elect_and_dlock_candidates_lead_one_at_a_time_and_see_each_othe
     first.resign().await.expect("resign");
     rival.line("etcd proposal", limit);
     watching.line("etcd proposal", limit);
-    let seen = loop {
-        if let Some(leader) = observer.next().await.expect("observe") {
-            break leader;
-        }
-    };
+    let seen = observer.next_leader().await.expect("observe");
     assert_eq!(seen.label.as_deref(), Some("etcd proposal"));
     assert!(
         seen.term > first_term,

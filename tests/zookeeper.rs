@@ -831,14 +831,8 @@ async fn curator_leader_latch_and_dlock_candidates_lead_one_at_a_time_and_see_ea
     let first_term = first.number();
     first.resign().await.expect("resign");
     assert_eq!(curator.say("lead 5000"), "leader");
-    let seen = loop {
-        let next = tokio::time::timeout(limit, observer.next())
-            .await
-            .expect("a change");
-        if let Some(leader) = next.expect("observe") {
-            break leader;
-        }
-    };
+    let seen = tokio::time::timeout(limit, observer.next_leader()).await;
+    let seen = seen.expect("a leader in time").expect("observe");
     assert_eq!(seen.label.as_deref(), Some("curator 1"));
     assert!(
         seen.term > first_term,

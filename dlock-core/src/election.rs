@@ -271,4 +271,13 @@ impl Observer {
             tokio::time::sleep(every).await;
         }
     }
+
+    /// Waits for the next report of a leader, past any time nobody leads.
+    pub async fn next_leader(&mut self) -> Result<Leader, Error> {
+        loop {
+            if let Some(leader) = self.next().await? {
+                return Ok(leader);
+            }
+        }
+    }
 }
