@@ -150,6 +150,29 @@
 //! # }
 //! ```
 //!
+//! # Leader election
+//!
+//! One leader at a time among the processes that campaign: [`election`].
+//! The leader's term is a fencing token, greater than every earlier
+//! leader's; [`Election::run_while_leader`] runs work while leading and
+//! cancels it when the term is lost; [`Election::observe`] reports who
+//! leads to anyone. On etcd an election is `etcdctl elect`'s, on ZooKeeper
+//! Curator's `LeaderLatch`, so dlock and those candidates take turns.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), dlock::Error> {
+//! let election = dlock::election("scheduler", "leader");
+//! let mut observer = election.observe();
+//! assert_eq!(observer.next().await?, None); // nobody leads yet
+//! let term = election.campaign().await?;
+//! assert_eq!(observer.next_leader().await?.term, term.number());
+//! term.resign().await?;
+//! assert_eq!(observer.next().await?, None);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Configuration
 //!
 //! ```toml
