@@ -3,13 +3,15 @@
 //! with its term, or an observer of who leads.
 //!
 //! ```text
-//! leader_worker --config dlock.toml --store /tmp/r [--observe 1]
+//! leader_worker --config dlock.toml --store /tmp/r [--every-ms 20] [--observe 1]
 //! ```
 //!
 //! A candidate runs `run_while_leader` for good: each term marks its
 //! start and end in the store's journal, prints `leading <term>`, and
-//! adds one to the store every 20 ms; a write the store refuses prints
-//! `refused <term>` and ends the work. A term cancelled prints `stopped
+//! adds one to the store every `--every-ms`, printing `wrote <term>` after
+//! each (so a test can pause it between writes, never inside the store's
+//! file lock); a write the store refuses prints `refused <term>` and ends
+//! the work. A term cancelled prints `stopped
 //! <term>`. An observer prints `observed <term> <label>` for each leader
 //! it is told of, and `observed none` when nobody leads, asking again
 //! while the server is away.
@@ -43,7 +45,7 @@ impl Drop for Term<'_> {
     }
 }
 
-async fn lead(store: &FencedStore, term: u64) {
+async fn lead(store: &FencedStore, term: u64, every: Duration) {
     store.mark(term, "enter");
     let mut inside = Term {
         store,
@@ -58,13 +60,14 @@ async fn lead(store: &FencedStore, term: u64) {
             inside.done = true;
             return;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        say(&format!("wrote {term}"));
+        tokio::time::sleep(every).await;
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flags = match Flags::parse("leader_worker", &["observe"]) {
+    let flags = match Flags::parse("leader_worker", &["observe", "every-ms"]) {
         Ok(flags) => flags,
         Err(code) => return code,
     };
@@ -88,7 +91,8 @@ async fn main() -> ExitCode {
         }
     } else {
         let store = FencedStore::open(&flags.store());
-        match election.run_while_leader(|term| lead(&store, term)).await {
+        let every = Duration::from_millis(flags.number("every-ms", 20));
+        match election.run_while_leader(|term| lead(&store, term, every)).await {
             Ok(()) => return ExitCode::SUCCESS,
             Err(e) => e,
         }
