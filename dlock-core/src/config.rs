@@ -512,6 +512,16 @@ pub fn check_label(label: &str) -> Result<(), String> {
             label.len()
         ));
     }
+    // etcd reads a key's value so to tell dlock's readers, writers and
+    // permits apart; an election's key holds a label alone.
+    if ["dlock read ", "dlock write ", "dlock permit "]
+        .iter()
+        .any(|mark| label.starts_with(mark))
+    {
+        return Err(
+            "starts as dlock's own records do (`dlock read `, `dlock write `, `dlock permit `)".to_owned(),
+        );
+    }
     if label.chars().any(char::is_control) {
         return Err(
             "has a control character (a tab, a new line, ...); a label is one printable line".to_owned(),

@@ -106,8 +106,11 @@ impl Election {
     }
 
     /// Runs `work` while this process leads: campaigns, runs it with the
-    /// term, cancels it when the term is lost and campaigns again. Returns
-    /// what `work` returns once it ends while leading, after resigning.
+    /// term, cancels it when the term is lost and campaigns again. Asked to
+    /// step down ([`Lock::revoke`](crate::Lock::revoke), `dlock revoke`), it
+    /// cancels the work, resigns and campaigns again, behind the candidates
+    /// already waiting. Returns what `work` returns once it ends while
+    /// leading, after resigning.
     ///
     /// A failed campaign (a server away) is logged and tried again after a
     /// lease; what cannot succeed by trying again (an unsupported engine,
@@ -135,7 +138,7 @@ impl Election {
                 Ok(term) => term,
                 Err(error) if passes(&error) => {
                     tracing::warn!(group = self.group(), election = self.name(), %error, "campaign failed; trying again");
-                    tokio::time::sleep(self.locks.settings().lease).await;
+                    tokio::time::sleep(self.lock.lease).await;
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -146,6 +149,12 @@ impl Election {
                 biased;
                 reason = term.lost() => {
                     tracing::warn!(group = self.group(), election = self.name(), term = term.number(), %reason, "leadership lost; campaigning again");
+                }
+                () = term.revoked() => {
+                    tracing::info!(group = self.group(), election = self.name(), term = term.number(), "asked to step down; campaigning again");
+                    if let Err(error) = term.resign().await {
+                        tracing::warn!(group = self.group(), election = self.name(), %error, "stepping down");
+                    }
                 }
                 done = work(term.number()) => {
                     term.resign().await?;
@@ -223,7 +232,9 @@ pub struct Leader {
     pub label: Option<String>,
     /// Its term.
     pub term: u64,
-    /// Since when it leads, by the server's clock where it has one.
+    /// When its campaign's key or node was made (it may have waited in
+    /// line before it led), by the server's clock; `None` where the engine
+    /// keeps no time (etcd).
     pub since: Option<SystemTime>,
 }
 
@@ -243,7 +254,8 @@ impl Leader {
 /// is older than one it reported before, whatever replica or stale read
 /// answered. It reads the election's records (one inspect) every longest
 /// pause of the group's `poll` setting, 200 ms by default, on every
-/// engine: a change shows within about that.
+/// engine: a change shows within about that, and a term shorter than that
+/// may pass unreported.
 pub struct Observer {
     election: Election,
     /// What `next` last returned; `None` before the first call.
@@ -260,7 +272,10 @@ impl Observer {
         loop {
             let now = self.election.leader().await?;
             let stale = matches!((&now, self.reported), (Some(leader), Some(top)) if leader.term < top);
-            let changed = self.last.as_ref() != Some(&now);
+            // A change of leader, not of what a record says meanwhile (a
+            // revocation's mark hides a ZooKeeper leader's label a while).
+            let term = |leader: &Option<Leader>| leader.as_ref().map(|l| l.term);
+            let changed = self.last.as_ref().map(term) != Some(term(&now));
             if changed && !stale {
                 if let Some(leader) = &now {
                     self.reported = Some(leader.term);

@@ -147,7 +147,7 @@ impl Locks {
 pub struct Lock {
     pub(crate) group: Arc<Group>,
     name: Arc<str>,
-    lease: Duration,
+    pub(crate) lease: Duration,
     pub(crate) wait: Wait,
     /// A lock's, a [`Semaphore`]'s or an [`Election`](crate::Election)'s.
     pub(crate) kind: Kind,

@@ -263,7 +263,8 @@ pub struct Capabilities {
 
 impl Capabilities {
     /// Everything: read mode, FIFO, strict fencing, millisecond leases,
-    /// semaphores.
+    /// semaphores; all but election values, which an engine that keeps them
+    /// declares itself.
     pub const FULL: Capabilities = Capabilities {
         read: true,
         fairness: Fairness::Fifo,
@@ -277,7 +278,9 @@ impl Capabilities {
         force_release: true,
         revoke: true,
         hold_at_least: true,
-        election_values: true,
+        // Only an engine that writes `Request::proposal` where its records
+        // read it says so.
+        election_values: false,
     };
 
     /// Whether leader election works here: it needs terms that only grow

@@ -301,6 +301,7 @@ macro_rules! conformance_suite {
             observe_reports_each_leader_and_never_an_older_term [Election],
             a_campaign_shows_its_value_where_the_engine_keeps_one [Election],
             a_leader_cut_off_stops_and_the_next_leads [Election, Lease],
+            a_leader_asked_to_step_down_lets_the_next_lead [Election, Revoke],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

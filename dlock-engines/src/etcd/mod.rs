@@ -227,7 +227,8 @@ impl EtcdEngine {
         if req.election {
             // `concurrency.Election`'s layout: the value is the proposal
             // alone, what `etcdctl elect -l` prints.
-            return req.proposal.as_deref().unwrap_or(&self.label).as_bytes().to_vec();
+            let proposal = req.proposal.as_deref().unwrap_or(&self.label);
+            return proposal.as_bytes().to_vec();
         }
         queue::value(mode, req.permits, req.owner, requested(req).since, &self.label)
     }
@@ -663,6 +664,7 @@ impl Engine for EtcdEngine {
             records: Records::Listed,
             force_release: true,
             revoke: true,
+            election_values: true,
             ..Capabilities::FULL
         }
     }

@@ -336,11 +336,7 @@ impl Engine for MemoryEngine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            // Every record shows this process's label.
-            election_values: false,
-            ..Capabilities::FULL
-        }
+        Capabilities::FULL
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {

@@ -436,8 +436,6 @@ impl Engine for MysqlEngine {
             // `GET_LOCK` lives as long as its connection: nothing outlives a
             // release or the process.
             hold_at_least: false,
-            // A hold's record shows the process's label, kept once per process.
-            election_values: false,
             ..Capabilities::FULL
         }
     }

@@ -259,8 +259,6 @@ impl Engine for PostgresEngine {
             // An advisory lock lives as long as its session: nothing outlives a
             // release or the process.
             hold_at_least: false,
-            // A hold's record shows the process's label, kept once per process.
-            election_values: false,
             ..Capabilities::FULL
         }
     }

@@ -496,8 +496,6 @@ impl Engine for RedisEngine {
         Capabilities {
             waiter_ttl: Some(self.waiter_ttl),
             records: Records::Listed,
-            // A hold's record shows the process's label, kept once per process.
-            election_values: false,
             ..Capabilities::FULL
         }
     }

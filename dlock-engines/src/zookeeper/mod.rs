@@ -553,6 +553,7 @@ impl Engine for ZooKeeperEngine {
             // Ephemeral nodes end with the session; TTL nodes need a server
             // flag, and are not used yet.
             hold_at_least: false,
+            election_values: true,
             ..Capabilities::FULL
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use dlock_core::{Election, Error};
 use tokio::sync::{Mutex, Notify};
 
-use super::within;
+use super::{SETTLE, within};
 use crate::conformance::{FencedRegister, Harness, Occupancy, SETTINGS};
 
 impl Harness {
@@ -119,6 +119,12 @@ pub async fn a_campaign_shows_its_value_where_the_engine_keeps_one(h: &Harness) 
         matches!(bad, Err(Error::Config { .. })),
         "a value with a new line"
     );
+    // On etcd it would pass for a dlock reader's key, beside the leader.
+    let posing = h.election("valued").with_value("dlock read x");
+    assert!(
+        matches!(posing, Err(Error::Config { .. })),
+        "a value posing as a record"
+    );
     let election = h.election("valued").with_value("10.0.0.7:8080").expect("a value");
     if !h.capabilities().election_values {
         let calls = h.faults.calls();
@@ -204,6 +210,40 @@ pub async fn a_leader_cut_off_stops_and_the_next_leads(h: &Harness) {
     assert_eq!(output.expect("leader task").expect("run_while_leader"), third);
     let after = h.election("cut").leader().await.expect("leader");
     assert_eq!(after, None, "resigned at the end");
+}
+
+/// A leader running `run_while_leader`, asked to step down (revoked),
+/// stops its work and resigns, so the candidate waiting leads, with a
+/// greater term; it campaigns again and leads once that one resigns.
+pub async fn a_leader_asked_to_step_down_lets_the_next_lead(h: &Harness) {
+    let (led, mut leading) = tokio::sync::mpsc::unbounded_channel();
+    let leader = tokio::spawn({
+        let election = h.election("step-down");
+        async move {
+            election
+                .run_while_leader(move |term| {
+                    led.send(term).expect("the case listens");
+                    std::future::pending::<()>()
+                })
+                .await
+        }
+    });
+    let first = within(Duration::from_secs(5), "the first term", leading.recv()).await;
+    let first = first.expect("led");
+    let next = tokio::spawn({
+        let election = h.peer_election("step-down");
+        async move { election.campaign().await }
+    });
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(h.peer_lock("step-down").revoke().await.expect("revoke"), 1);
+    let term = within(SETTINGS.lease * 2, "the next leads", next).await;
+    let term = term.expect("task").expect("campaign");
+    assert!(term.number() > first, "term {} not above {first}", term.number());
+    let stepped_down = term.number();
+    term.resign().await.expect("resign");
+    let again = within(Duration::from_secs(5), "leading again", leading.recv()).await;
+    assert!(again.expect("led") > stepped_down);
+    leader.abort();
 }
 
 /// Notifies when dropped before it is forgotten: a work future cancelled.
