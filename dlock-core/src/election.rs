@@ -22,10 +22,7 @@ impl Locks {
     pub fn election(&self, name: impl Into<Arc<str>>) -> Election {
         let mut lock = self.get(name).with_wait(Wait::Forever);
         lock.kind = Kind::Election(None);
-        Election {
-            lock,
-            locks: self.clone(),
-        }
+        Election { lock }
     }
 }
 
@@ -47,7 +44,6 @@ impl Locks {
 #[derive(Clone)]
 pub struct Election {
     lock: Lock,
-    locks: Locks,
 }
 
 impl Election {
@@ -258,8 +254,9 @@ impl Leader {
 /// may pass unreported.
 pub struct Observer {
     election: Election,
-    /// What `next` last returned; `None` before the first call.
-    last: Option<Option<Leader>>,
+    /// The term of what `next` last returned (`None`: nobody led); `None`
+    /// before the first call.
+    last: Option<Option<u64>>,
     /// The greatest term reported.
     reported: Option<u64>,
 }
@@ -268,19 +265,16 @@ impl Observer {
     /// The leader now on the first call; after that, waits for the next
     /// change (a new leader, or nobody leading) and returns it.
     pub async fn next(&mut self) -> Result<Option<Leader>, Error> {
-        let every = self.election.locks.settings().poll.max_interval();
+        let every = self.election.lock.group.settings.poll.max_interval();
         loop {
             let now = self.election.leader().await?;
             let stale = matches!((&now, self.reported), (Some(leader), Some(top)) if leader.term < top);
             // A change of leader, not of what a record says meanwhile (a
             // revocation's mark hides a ZooKeeper leader's label a while).
-            let term = |leader: &Option<Leader>| leader.as_ref().map(|l| l.term);
-            let changed = self.last.as_ref().map(term) != Some(term(&now));
-            if changed && !stale {
-                if let Some(leader) = &now {
-                    self.reported = Some(leader.term);
-                }
-                self.last = Some(now.clone());
+            let term = now.as_ref().map(|leader| leader.term);
+            if self.last != Some(term) && !stale {
+                self.reported = term.or(self.reported);
+                self.last = Some(term);
                 return Ok(now);
             }
             tokio::time::sleep(every).await;

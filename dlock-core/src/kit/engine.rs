@@ -124,6 +124,12 @@ impl Request {
         }
     }
 
+    /// What a campaign proposes: its own value, else `label`, the
+    /// process's.
+    pub fn proposal_or<'a>(&'a self, label: &'a str) -> &'a str {
+        self.proposal.as_deref().unwrap_or(label)
+    }
+
     /// What the engine keeps for this request, if it stored any.
     pub fn state<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.state.get()?.downcast_ref()

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use dlock_core::config::{Polling, Queue};
 use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing, Records};
-use dlock_core::{Error, Lock, Registry, Semaphore, Settings, Wait};
+use dlock_core::{Election, Error, Lock, Registry, Semaphore, Settings, Wait};
 
 pub use counter::{FencedRegister, GuardedCounter, Occupancy};
 pub use faults::Faults;
@@ -98,6 +98,16 @@ impl Harness {
     /// The same semaphore seen by the peer client.
     pub fn peer_semaphore(&self, name: &str, permits: u32) -> Semaphore {
         self.peer.locks(&self.group).semaphore(name, permits)
+    }
+
+    /// Election `name` of this case's group, through the client under test.
+    pub fn election(&self, name: &str) -> Election {
+        self.registry.locks(&self.group).election(name)
+    }
+
+    /// The same election seen by the peer client.
+    pub fn peer_election(&self, name: &str) -> Election {
+        self.peer.locks(&self.group).election(name)
     }
 
     /// Requests both clients have in the engine's queue, counted so far.

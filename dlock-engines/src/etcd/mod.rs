@@ -227,8 +227,7 @@ impl EtcdEngine {
         if req.election {
             // `concurrency.Election`'s layout: the value is the proposal
             // alone, what `etcdctl elect -l` prints.
-            let proposal = req.proposal.as_deref().unwrap_or(&self.label);
-            return proposal.as_bytes().to_vec();
+            return req.proposal_or(&self.label).as_bytes().to_vec();
         }
         queue::value(mode, req.permits, req.owner, requested(req).since, &self.label)
     }

@@ -268,10 +268,11 @@ impl ZooKeeperEngine {
         req: &Request,
     ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
         let client = &session.client;
-        let prefix = match req.election {
-            true => format!("{path}/{}", nodes::latch_prefix(req.owner)),
-            false => format!("{path}/{}", nodes::node_prefix(req.owner, req.mode)),
+        let name = match req.election {
+            true => nodes::latch_prefix(req.owner),
+            false => nodes::node_prefix(req.owner, req.mode),
         };
+        let prefix = format!("{path}/{name}");
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
         let data = self.node_data(req, None);
         // A container parent can vanish between our creating it and using it.
@@ -309,7 +310,7 @@ impl ZooKeeperEngine {
     /// the participant's id.
     fn node_data(&self, req: &Request, fence: Option<u64>) -> Vec<u8> {
         match req.election {
-            true => req.proposal.as_deref().unwrap_or(&self.label).as_bytes().to_vec(),
+            true => req.proposal_or(&self.label).as_bytes().to_vec(),
             false => records::data(&self.label, fence),
         }
     }

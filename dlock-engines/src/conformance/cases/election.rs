@@ -6,23 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dlock_core::{Election, Error};
+use dlock_core::Error;
 use tokio::sync::{Mutex, Notify};
 
 use super::{SETTLE, within};
 use crate::conformance::{FencedRegister, Harness, Occupancy, SETTINGS};
-
-impl Harness {
-    /// Election `name` of this case's group, through the client under test.
-    pub fn election(&self, name: &str) -> Election {
-        self.registry.locks(&self.group).election(name)
-    }
-
-    /// The same election seen by the peer client.
-    pub fn peer_election(&self, name: &str) -> Election {
-        self.peer.locks(&self.group).election(name)
-    }
-}
 
 /// Four candidates, two on each client, campaign for three terms each:
 /// never two leaders at once, every term greater than the one before, and
