@@ -25,7 +25,7 @@ use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_p
 
 fn config(server: &PgServer, application: &str, max_connections: usize) -> PostgresConfig {
     PostgresConfig {
-        url: format!("{} application_name={application}", server.url()),
+        url: format!("{}?application_name={application}", server.url()),
         max_connections,
         schema: "public".to_owned(),
         client: ClientSettings::with_timeout(Duration::from_secs(2)),

@@ -13,6 +13,11 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     /// For messages and figures: `"redis"`, `"zookeeper"`, ...
     const NAME: &'static str;
 
+    /// Whether the engine's client learns the addresses it talks to from
+    /// the servers (a cluster's slots, a sentinel's primary): then a proxy
+    /// put in the config does not sit on every connection.
+    const ADDRESSES_FROM_SERVERS: bool = false;
+
     /// Starts the server(s) and waits until they serve.
     fn start() -> Self;
 

@@ -22,6 +22,7 @@ pub mod printed;
 pub mod proxy;
 pub mod random_faults;
 pub mod server;
+pub mod silence;
 pub mod store;
 pub mod visits;
 pub mod worker_flags;
@@ -34,8 +35,9 @@ pub use fixture::{Breakable, Fixture, engine};
 
 /// Expands to one `#[tokio::test]` per conformance case, on the engine of
 /// `$fixture` (a [`Fixture`] type), started once for the file: `fixture()`
-/// gives it. One more test holds the engine's declared capabilities to the
-/// guarantee table of this repository (`docs/guarantees.md`).
+/// gives it. Two more put a silent server in its place ([`silence`]), and
+/// one more holds the engine's declared capabilities to the guarantee table
+/// of this repository (`docs/guarantees.md`).
 #[macro_export]
 macro_rules! conformance_suite {
     ($fixture:ty) => {
@@ -45,6 +47,16 @@ macro_rules! conformance_suite {
             FIXTURE.get_or_init(<$fixture as $crate::Fixture>::start)
         }
         $crate::__engines::conformance_suite!(|| $crate::engine(fixture()));
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn startup_against_a_silent_server_fails_in_time() {
+            $crate::silence::assert_startup_against_a_silent_server_fails_in_time(fixture()).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn calls_end_in_time_through_a_black_hole() {
+            $crate::silence::assert_calls_end_in_time_through_a_black_hole(fixture()).await;
+        }
 
         #[tokio::test]
         async fn capabilities_are_as_the_guarantee_doc_says() {

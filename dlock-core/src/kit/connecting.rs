@@ -51,11 +51,22 @@ impl Connecting<'_> {
         limit: Duration,
         call: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Error> {
-        match tokio::time::timeout(limit, call).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e)) => Err(self.unreachable(address, e)),
-            Err(_) => Err(self.unreachable(address, format!("no answer within {limit:?}"))),
-        }
+        let call = async { call.await.map_err(|e| self.unreachable(address, e)) };
+        self.in_time(address, limit, call).await
+    }
+
+    /// `steps` of startup that make their own errors (a missing privilege,
+    /// say), given `limit` in all: a server that accepts and then says
+    /// nothing is [`unreachable`](Self::unreachable) once it is up.
+    pub async fn in_time<T>(
+        &self,
+        address: &str,
+        limit: Duration,
+        steps: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(limit, steps)
+            .await
+            .unwrap_or_else(|_| Err(self.unreachable(address, format!("no answer within {limit:?}"))))
     }
 }
 

@@ -52,14 +52,20 @@ impl MemcachedEngine {
             config.connections,
             config.client.connect_timeout,
         );
-        let unavailable = |source: std::io::Error| at.unreachable(&config.address, source);
-        // One round trip proves the server speaks the meta protocol.
-        let replies = pool.call(b"mn\r\n", 1).await.map_err(unavailable)?;
+        // One round trip proves the server speaks the meta protocol; the
+        // connect timeout bounds it whole, answer included.
+        let probe = pool.call(b"mn\r\n", 1);
+        let replies = at
+            .within(&config.address, config.client.connect_timeout, probe)
+            .await?;
         if replies[0].code() != "MN" {
-            return Err(unavailable(std::io::Error::other(format!(
-                "not a memcached with the meta protocol (answered {:?})",
-                replies[0].code()
-            ))));
+            return Err(at.unreachable(
+                &config.address,
+                format!(
+                    "not a memcached with the meta protocol (answered {:?})",
+                    replies[0].code()
+                ),
+            ));
         }
         Ok(MemcachedEngine {
             pool,

@@ -74,9 +74,15 @@ impl PostgresEngine {
         }
         let address = address_of(&pg);
         let unavailable = |e: EngineError| at.unreachable(&address, e);
-        let objects = objects::make(&pg, &config.schema, &at.field("schema"), unavailable).await?;
-        let pool = Arc::new(Pool::new(pg, objects, label, config.max_connections));
-        pool.open_one().await.map_err(unavailable)?;
+        // The connect timeout bounds only the TCP connect: a server that
+        // accepts and never answers would hold up startup for good.
+        let start = async {
+            let objects = objects::make(&pg, &config.schema, &at.field("schema"), unavailable).await?;
+            let pool = Arc::new(Pool::new(pg.clone(), objects, label, config.max_connections));
+            pool.open_one().await.map_err(unavailable)?;
+            Ok(pool)
+        };
+        let pool = at.in_time(&address, config.client.connect_timeout, start).await?;
         Ok(PostgresEngine { pool, address })
     }
 }
