@@ -165,10 +165,8 @@ async fn main() {
     let stamped = Floor::stamped(&url).await;
     let mut peer = Peer::start("postgres", &url);
     let config = PostgresConfig {
-        url: url.clone(),
         max_connections: 32,
-        schema: "public".to_owned(),
-        client: ClientSettings::with_timeout(Duration::from_secs(5)),
+        ..PostgresConfig::new(url.clone())
     };
     let engine = PostgresEngine::connect("postgres", &config)
         .await

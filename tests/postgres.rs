@@ -25,10 +25,9 @@ use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_p
 
 fn config(server: &PgServer, application: &str, max_connections: usize) -> PostgresConfig {
     PostgresConfig {
-        url: format!("{}?application_name={application}", server.url()),
         max_connections,
-        schema: "public".to_owned(),
         client: ClientSettings::with_timeout(Duration::from_secs(2)),
+        ..PostgresConfig::new(format!("{}?application_name={application}", server.url()))
     }
 }
 
@@ -579,10 +578,9 @@ async fn no_advisory_lock_is_left_after_the_suite() {
 async fn bad_settings_a_failed_login_and_an_unreachable_server_are_clear_errors() {
     let port = free_port();
     let unreachable = PostgresConfig {
-        url: format!("postgres://dlock@127.0.0.1:{port}/postgres"),
         max_connections: 4,
-        schema: "public".to_owned(),
         client: ClientSettings::with_timeout(Duration::from_secs(1)),
+        ..PostgresConfig::new(format!("postgres://dlock@127.0.0.1:{port}/postgres"))
     };
     let connect = PostgresEngine::connect("pg", &unreachable);
     assert_unreachable_is_a_clear_error(
@@ -645,7 +643,7 @@ async fn a_missing_privilege_is_named_with_the_fix() {
         ),
         max_connections: 2,
         schema: "locks".to_owned(),
-        client: ClientSettings::with_timeout(Duration::from_secs(2)),
+        ..config(server, "weak", 2)
     };
     let expect_refusal = |err: Option<Error>, fix: &str| match err {
         Some(Error::Config { field, message }) => {

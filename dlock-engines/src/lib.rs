@@ -28,6 +28,9 @@ use dlock_core::kit::Kinds;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+/// The rustls client config of the engines whose client takes one.
+#[cfg(feature = "postgres")]
+mod tls;
 
 /// The one list of engines. A row is a module, its cargo feature (the same
 /// name) and the kinds it registers (`kind = ...` in config); the module

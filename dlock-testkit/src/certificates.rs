@@ -1,54 +1,69 @@
-//! Certificates made at test time for servers that speak TLS: a CA, a
-//! server certificate for IP 127.0.0.1 and a client certificate, both
-//! signed by it, with `openssl`.
+//! Certificates made at test time for servers that speak TLS, with
+//! `openssl`: a CA, and signed by it a server certificate for 127.0.0.1
+//! and localhost, one that expired, and a client certificate; and a
+//! second CA that signed nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .expect("openssl");
-    assert!(status.success(), "openssl {args:?} failed");
+    run(Command::new("openssl"), dir, args);
 }
 
-/// A CA (`ca.crt`), and signed by it a server certificate for IP 127.0.0.1
-/// (`server.crt`, `server.key`) and a client certificate (`client.crt`,
-/// `client.key`), in a new folder.
+fn run(mut openssl: Command, dir: &Path, args: &[&str]) {
+    let out = openssl.args(args).current_dir(dir).output().expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// In a new folder: a CA (`ca.crt`), and signed by it a server
+/// certificate for IP 127.0.0.1 and localhost (`server.crt`, `server.key`),
+/// the same that expired yesterday (`expired.crt`, `expired.key`) and a
+/// client certificate (`client.crt`, `client.key`, for user `dlock`); and
+/// a second CA (`other-ca.crt`) that signed nothing.
 pub fn certificates() -> PathBuf {
     // A folder per call: tests in one process run side by side.
     static MADE: AtomicUsize = AtomicUsize::new(0);
     let made = MADE.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("dlock-tls-{}-{made}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("cert dir");
-    openssl(
+    authority(&dir, "ca", "/CN=dlock test CA");
+    authority(&dir, "other-ca", "/CN=dlock test CA that signed nothing");
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    request(&dir, "server", "/CN=127.0.0.1");
+    sign(&dir, "server", "san.ext", Command::new("openssl"));
+    // Signed two days ago for one day.
+    request(&dir, "expired", "/CN=127.0.0.1");
+    sign(
         &dir,
+        "expired",
+        "san.ext",
+        crate::server::with_clock("openssl", "-2d"),
+    );
+    request(&dir, "client", "/CN=dlock");
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
+    sign(&dir, "client", "client.ext", Command::new("openssl"));
+    dir
+}
+
+/// A CA's certificate and key, `<name>.crt` and `<name>.key`.
+fn authority(dir: &Path, name: &str, subject: &str) {
+    let (key, crt) = (format!("{name}.key"), format!("{name}.crt"));
+    openssl(
+        dir,
         &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=dlock test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", subject, "-keyout", &key,
+            "-out", &crt,
         ],
     );
-    request(&dir, "server", "/CN=127.0.0.1");
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").expect("ext");
-    sign(&dir, "server", "san.ext");
-    request(&dir, "client", "/CN=dlock test client");
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
-    sign(&dir, "client", "client.ext");
-    dir
 }
 
 /// A key, `<name>.key`, and a request to sign it, `<name>.csr`.
@@ -62,10 +77,12 @@ fn request(dir: &Path, name: &str, subject: &str) {
     );
 }
 
-/// Signs `<name>.csr` with the CA into `<name>.crt`.
-fn sign(dir: &Path, name: &str, extensions: &str) {
+/// Signs `<name>.csr` with the CA into `<name>.crt`, for a day from the
+/// clock `openssl` runs with.
+fn sign(dir: &Path, name: &str, extensions: &str, openssl: Command) {
     let (csr, crt) = (format!("{name}.csr"), format!("{name}.crt"));
-    openssl(
+    run(
+        openssl,
         dir,
         &[
             "x509",

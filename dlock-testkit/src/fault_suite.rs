@@ -176,13 +176,23 @@ impl<F: Fixture> Setup<F> {
     /// libfaketime preloaded (Debian `libfaketime`): its wall and monotonic
     /// clocks both.
     pub fn worker_with_clock(&self, offset: &str, config: &Path, store: &Path, args: &[&str]) -> Worker {
-        Worker::launch(with_clock(&self.paths.worker, offset), config, store, args)
+        Worker::launch(
+            crate::server::with_clock(&self.paths.worker, offset),
+            config,
+            store,
+            args,
+        )
     }
 
     /// A `job_worker` whose clock is off by `offset` (`"+1.5"`: seconds),
     /// appending its runs to `runs`.
     pub fn job_worker(&self, offset: &str, config: &Path, runs: &Path, args: &[&str]) -> Worker {
-        Worker::launch(with_clock(&self.paths.job_worker, offset), config, runs, args)
+        Worker::launch(
+            crate::server::with_clock(&self.paths.job_worker, offset),
+            config,
+            runs,
+            args,
+        )
     }
 
     /// A `leader_worker` with `config` and `store`, and more arguments
@@ -195,21 +205,6 @@ impl<F: Fixture> Setup<F> {
     pub fn figure(&self, line: String) {
         self.paths.figure(&format!("{}: {line}", F::NAME));
     }
-}
-
-/// `binary`, to run with its wall and monotonic clocks off by `offset`
-/// (libfaketime's `FAKETIME`), through libfaketime preloaded.
-fn with_clock(binary: &Path, offset: &str) -> Command {
-    let library = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
-        .find(|lib| lib.exists())
-        .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
-    let mut command = Command::new(binary);
-    command.env("LD_PRELOAD", library).env("FAKETIME", offset);
-    command
 }
 
 /// A worker process and its output: a [`Printed`] that also reads the

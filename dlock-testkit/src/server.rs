@@ -341,6 +341,21 @@ pub fn example(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// `binary`, to run with its wall and monotonic clocks off by `offset`
+/// (libfaketime's `FAKETIME`), through libfaketime preloaded.
+pub fn with_clock(binary: impl AsRef<std::ffi::OsStr>, offset: &str) -> Command {
+    let library = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|arch| arch.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|lib| lib.exists())
+        .expect("libfaketimeMT.so.1 under /usr/lib/<arch>/faketime (scripts/test installs libfaketime)");
+    let mut command = Command::new(binary);
+    command.env("LD_PRELOAD", library).env("FAKETIME", offset);
+    command
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

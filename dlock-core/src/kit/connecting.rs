@@ -151,6 +151,53 @@ pub struct TlsFiles {
     pub tls_key_file: Option<PathBuf>,
 }
 
+/// How much TLS an engine asks of its server, in libpq's `sslmode` words,
+/// which every engine with modes takes (`tls_mode = "verify-full"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Plain TCP.
+    Disable,
+    /// TLS if the server offers it, else plain TCP; the certificate is
+    /// not checked.
+    Prefer,
+    /// TLS or no connection; the certificate is checked against
+    /// `tls_ca_file` if one is set (as `verify-ca`), else not at all.
+    Require,
+    /// TLS, with a certificate that a trusted CA signed, for any name.
+    VerifyCa,
+    /// TLS, with a certificate that a trusted CA signed for the host
+    /// connected to.
+    VerifyFull,
+}
+
+impl TlsMode {
+    /// Every mode's word, for messages.
+    pub const WORDS: &str = "disable, prefer, require, verify-ca or verify-full";
+
+    /// The mode a word names (libpq's `sslmode` values).
+    pub fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "disable" => TlsMode::Disable,
+            "prefer" => TlsMode::Prefer,
+            "require" => TlsMode::Require,
+            "verify-ca" => TlsMode::VerifyCa,
+            "verify-full" => TlsMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    /// Whether the server's certificate must chain to a trusted CA, given
+    /// whether a CA file is set.
+    pub fn checks_the_chain(self, ca_file: bool) -> bool {
+        match self {
+            TlsMode::Disable | TlsMode::Prefer => false,
+            TlsMode::Require => ca_file,
+            TlsMode::VerifyCa | TlsMode::VerifyFull => true,
+        }
+    }
+}
+
 /// What [`TlsFiles`] name, read.
 #[derive(Default)]
 pub struct TlsPem {

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, EngineError, Kinds};
+use dlock_core::kit::{ClientSettings, Connecting, EngineError, Kinds, TlsFiles, TlsMode};
 use serde::Deserialize;
 use tokio_postgres::config::Host;
 
 use super::pool::Pool;
+use super::server::Server;
 use super::{PostgresEngine, objects};
 
 /// Settings of the postgres engine, `kind = "postgres"`.
@@ -15,7 +16,9 @@ use super::{PostgresEngine, objects};
 #[serde(deny_unknown_fields)]
 pub struct PostgresConfig {
     /// A URL (`postgres://user:password@host:port/db`) or a key/value string
-    /// (`host=... port=... user=... password=... dbname=...`).
+    /// (`host=... port=... user=... password=... dbname=...`). libpq's TLS
+    /// words (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`) may stand in
+    /// it in place of the TLS settings.
     pub url: String,
     /// Connections kept at most; holds share them, each waiter blocks one.
     #[serde(default = "default_max_connections")]
@@ -29,6 +32,29 @@ pub struct PostgresConfig {
     /// `application_name` (else the URL's, else the label).
     #[serde(flatten)]
     pub client: ClientSettings,
+    /// How much TLS to ask of the server, in libpq's words; default
+    /// `prefer`, as libpq's.
+    #[serde(default)]
+    pub tls_mode: Option<TlsMode>,
+    /// The CA that signed the server's certificate (default: the
+    /// system's), and this client's certificate and key for servers that
+    /// ask for one (`clientcert=verify-full` in `pg_hba.conf`).
+    #[serde(flatten)]
+    pub tls: TlsFiles,
+}
+
+impl PostgresConfig {
+    /// Defaults for everything but the url.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresConfig {
+            url: url.into(),
+            max_connections: default_max_connections(),
+            schema: default_schema(),
+            client: ClientSettings::default(),
+            tls_mode: None,
+            tls: TlsFiles::default(),
+        }
+    }
 }
 
 fn default_max_connections() -> usize {
@@ -61,24 +87,21 @@ impl PostgresEngine {
                 "must be at least 2: one connection stays free for short statements while the others wait",
             ));
         }
-        let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| {
-            at.bad(
-                "url",
-                format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
-            )
-        })?;
+        let mut server = Server::new(&at, config)?;
+        let pg = &mut server.config;
         pg.connect_timeout(config.client.connect_timeout);
         let label = config.client.label(&at)?;
         if config.client.client_name.is_some() || pg.get_application_name().is_none() {
             pg.application_name(&label);
         }
-        let address = address_of(&pg);
+        let address = address_of(pg);
+        let server = Arc::new(server);
         let unavailable = |e: EngineError| at.unreachable(&address, e);
         // The connect timeout bounds only the TCP connect: a server that
         // accepts and never answers would hold up startup for good.
         let start = async {
-            let objects = objects::make(&pg, &config.schema, &at.field("schema"), unavailable).await?;
-            let pool = Arc::new(Pool::new(pg.clone(), objects, label, config.max_connections));
+            let objects = objects::make(&server, &config.schema, &at.field("schema"), unavailable).await?;
+            let pool = Arc::new(Pool::new(server.clone(), objects, label, config.max_connections));
             pool.open_one().await.map_err(unavailable)?;
             Ok(pool)
         };

@@ -71,8 +71,12 @@
 //!
 //! **Semaphores**: a turnstile lock and a lock per permit (`permits.rs`).
 //!
-//! **TLS** is not built in: connect over a trusted network or a local
-//! socket, or put a TLS tunnel in front.
+//! **TLS** (rustls) takes libpq's `sslmode` words as `tls_mode`: `prefer`
+//! by default, as libpq's; `verify-full` checks the chain and the host
+//! name, `verify-ca` the chain alone, and `require` nothing unless a CA
+//! file is set. The URL's `sslmode`, `sslrootcert`, `sslcert` and
+//! `sslkey` stand in for `tls_mode` and the files. Every connection and
+//! cancel request goes through it.
 //!
 //! ```toml
 //! [engines.pg]
@@ -82,6 +86,10 @@
 //! schema = "public"
 //! connect_timeout = "5s"
 //! client_name = "billing"                             # application_name
+//! tls_mode = "verify-full"                            # or ?sslmode=verify-full in the url
+//! tls_ca_file = "/etc/dlock/rds-ca.pem"               # default: the system's roots
+//! # tls_cert_file = "client.crt"                      # for clientcert=verify-ca/full
+//! # tls_key_file = "client.key"
 //! ```
 
 mod config;
@@ -90,6 +98,7 @@ mod objects;
 mod permits;
 mod pool;
 mod records;
+mod server;
 mod sql;
 mod waiter;
 
@@ -120,10 +129,8 @@ pub use config::{PostgresConfig, register};
 /// use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 ///
 /// let config = PostgresConfig {
-///     url: "postgres://app:secret@127.0.0.1:5432/app".to_owned(),
 ///     max_connections: 10,
-///     schema: "public".to_owned(),
-///     client: Default::default(),
+///     ..PostgresConfig::new("postgres://app:secret@127.0.0.1:5432/app")
 /// };
 /// let engine = PostgresEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;

@@ -7,7 +7,9 @@ use dlock_core::kit::EngineError;
 
 use super::pool::failed;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
+
+use super::server::Server;
 
 /// The objects' names, quoted for the statements.
 pub(super) struct Objects {
@@ -43,12 +45,12 @@ const FORCED: &str = "(key int8, owner text, until timestamptz NOT NULL, PRIMARY
 /// Makes `<schema>.dlock_fence`, `<schema>.dlock_holds` and
 /// `<schema>.dlock_forced` if missing, and checks that this role may use them.
 pub(super) async fn make(
-    config: &Config,
+    server: &Server,
     schema: &str,
     field: &str,
     unavailable: impl Fn(EngineError) -> Error,
 ) -> Result<Objects, Error> {
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| unavailable(failed(e)))?;
+    let (client, connection) = server.connect().await.map_err(|e| unavailable(failed(e)))?;
     tokio::spawn(connection);
     let failed = |e: tokio_postgres::Error| unavailable(failed(e));
     let at = Schema {

@@ -21,8 +21,10 @@ use dlock_core::kit::{Deferrals, Deferred, EngineError, OwnerId, RECORD_AFTER, W
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::{Client, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::server::Server;
 use super::objects::Objects;
 use super::records::Query;
 use super::sql::{ROW_PARAMS, Statements};
@@ -44,7 +46,7 @@ pub(super) enum Closed {
 }
 
 pub(super) struct Pool {
-    config: Arc<Config>,
+    server: Arc<Server>,
     objects: Arc<Objects>,
     /// What every row of this process says it is.
     label: Arc<str>,
@@ -80,9 +82,9 @@ enum Use {
 }
 
 impl Pool {
-    pub fn new(config: Config, objects: Objects, label: String, max: usize) -> Self {
+    pub fn new(server: Arc<Server>, objects: Objects, label: String, max: usize) -> Self {
         Pool {
-            config: Arc::new(config),
+            server,
             objects: Arc::new(objects),
             label: label.into(),
             max,
@@ -213,13 +215,13 @@ impl Pool {
     /// adds it: a connect, authentication included, costs too much to throw
     /// away. The whole open is bounded by the connect timeout.
     fn open_one_more(&self, used: Use) -> oneshot::Receiver<Result<Marked, EngineError>> {
-        let (config, objects, label) = (self.config.clone(), self.objects.clone(), self.label.clone());
+        let (server, objects, label) = (self.server.clone(), self.objects.clone(), self.label.clone());
         let (conns, changed) = (self.conns.clone(), self.changed.clone());
         let (answer, opened) = oneshot::channel();
         tokio::spawn(async move {
             let _counted = Opening(conns.clone(), changed.clone());
-            let limit = config.get_connect_timeout().copied().unwrap_or(OPEN_TAKES);
-            let conn = match tokio::time::timeout(limit, open(&config, &objects, &label, &changed)).await {
+            let limit = server.config.get_connect_timeout().copied().unwrap_or(OPEN_TAKES);
+            let conn = match tokio::time::timeout(limit, open(&server, &objects, &label, &changed)).await {
                 Ok(conn) => conn,
                 Err(_) => Err(EngineError::failed(format!(
                     "opening a connection took over {limit:?}"
@@ -288,12 +290,12 @@ fn lock(conns: &Mutex<Conns>) -> MutexGuard<'_, Conns> {
 /// behind dlock's back are reset, rows of sessions gone are swept, and the
 /// statements prepared.
 async fn open(
-    config: &Config,
+    server: &Server,
     objects: &Objects,
     label: &str,
     pool_changed: &Arc<Notify>,
 ) -> Result<Arc<Conn>, EngineError> {
-    let (client, connection) = config.connect(NoTls).await.map_err(failed)?;
+    let (client, connection) = server.connect().await.map_err(failed)?;
     let (closed_tx, closed) = watch::channel(None);
     let changed = pool_changed.clone();
     let end = Arc::new(Notify::new());
@@ -344,6 +346,7 @@ async fn open(
     Ok(Arc::new(Conn {
         pid,
         client,
+        tls: server.tls.clone(),
         statements,
         book: Mutex::default(),
         order: tokio::sync::Mutex::new(()),
@@ -427,6 +430,8 @@ pub(super) fn failed(e: tokio_postgres::Error) -> EngineError {
 /// One session.
 pub(super) struct Conn {
     client: Client,
+    /// For cancel requests, which open a connection of their own.
+    tls: MakeRustlsConnect,
     pub pid: i32,
     statements: Statements,
     book: Mutex<Book>,
@@ -662,7 +667,7 @@ impl Conn {
             answer = &mut answer => answer,
             () = stop => {
                 // A failed cancel leaves the statement to finish on its own.
-                let _ = self.client.cancel_token().cancel_query(NoTls).await;
+                let _ = self.client.cancel_token().cancel_query(self.tls.clone()).await;
                 // A cancel that reached the session before the statement
                 // did is dropped, and the statement waits its turn: the
                 // session then ends rather than keep the waiter.

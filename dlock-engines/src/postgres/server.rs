@@ -1,0 +1,234 @@
+//! Reaching the server: the URL or key/value string, less libpq's TLS
+//! words that tokio-postgres does not take (`sslmode`'s `verify-ca` and
+//! `verify-full`, `sslrootcert`, `sslcert`, `sslkey`), which join the
+//! shared TLS settings instead; and the one TLS connector that every
+//! connection and cancel request goes through.
+
+use dlock_core::Error;
+use dlock_core::kit::{Connecting, TlsFiles, TlsMode};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, Config, Connection, Socket};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::config::PostgresConfig;
+
+/// A connection's other half, to be polled in a task of its own.
+pub(super) type Link = Connection<Socket, <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream>;
+
+/// The server's settings and the TLS to reach it with.
+pub(super) struct Server {
+    pub config: Config,
+    pub tls: MakeRustlsConnect,
+}
+
+impl Server {
+    /// Parses the settings; a bad one is an error naming its field.
+    pub fn new(at: &Connecting<'_>, settings: &PostgresConfig) -> Result<Self, Error> {
+        let (url, words) = take_tls_words(&settings.url);
+        let mut config: Config = url.parse().map_err(|e| {
+            at.bad(
+                "url",
+                format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
+            )
+        })?;
+        let (mode, files) = tls_settings(at, settings, &words)?;
+        config.ssl_mode(match mode {
+            TlsMode::Disable => SslMode::Disable,
+            TlsMode::Prefer => SslMode::Prefer,
+            _ => SslMode::Require,
+        });
+        let tls = MakeRustlsConnect::new(crate::tls::client_config(at, &files, mode)?);
+        Ok(Server { config, tls })
+    }
+
+    /// Opens a connection, TLS as set.
+    pub async fn connect(&self) -> Result<(Client, Link), tokio_postgres::Error> {
+        self.config.connect(self.tls.clone()).await
+    }
+}
+
+/// The TLS words of libpq that stand in place of a setting: `sslmode`
+/// for `tls_mode`, and the files.
+const WORDS: [(&str, &str); 4] = [
+    ("sslmode", "tls_mode"),
+    ("sslrootcert", "tls_ca_file"),
+    ("sslcert", "tls_cert_file"),
+    ("sslkey", "tls_key_file"),
+];
+
+/// The mode and files: each from its setting or the URL's word (both is
+/// an error), the mode `prefer` by default, as libpq's.
+fn tls_settings(
+    at: &Connecting<'_>,
+    settings: &PostgresConfig,
+    words: &[(String, String)],
+) -> Result<(TlsMode, TlsFiles), Error> {
+    let word = |name: &str| words.iter().rev().find(|(w, _)| w == name).map(|(_, v)| v.clone());
+    let mut files = settings.tls.clone();
+    let mut mode = settings.tls_mode;
+    for (name, field) in WORDS {
+        let Some(value) = word(name) else { continue };
+        let twice = || at.bad(field, format!("set here and as `{name}` in the url: keep one"));
+        match field {
+            "tls_mode" => {
+                let given = TlsMode::parse(&value)
+                    .ok_or_else(|| at.bad("url", format!("sslmode `{value}` is not one of {}", TlsMode::WORDS)))?;
+                if mode.replace(given).is_some() {
+                    return Err(twice());
+                }
+            }
+            _ => {
+                let slot = match field {
+                    "tls_ca_file" => &mut files.tls_ca_file,
+                    "tls_cert_file" => &mut files.tls_cert_file,
+                    _ => &mut files.tls_key_file,
+                };
+                if slot.replace(value.into()).is_some() {
+                    return Err(twice());
+                }
+            }
+        }
+    }
+    Ok((mode.unwrap_or(TlsMode::Prefer), files))
+}
+
+/// `url` without its TLS words (a URL's query parameters, or a key/value
+/// string's pairs), and those words with their values.
+fn take_tls_words(url: &str) -> (String, Vec<(String, String)>) {
+    let is_tls = |key: &str| WORDS.iter().any(|(word, _)| *word == key);
+    let mut taken = Vec::new();
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let Some((base, query)) = url.split_once('?') else {
+            return (url.to_owned(), taken);
+        };
+        let mut kept = Vec::new();
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if is_tls(key) {
+                taken.push((key.to_owned(), percent_decoded(value)));
+            } else {
+                kept.push(pair);
+            }
+        }
+        return match kept.is_empty() {
+            true => (base.to_owned(), taken),
+            false => (format!("{base}?{}", kept.join("&")), taken),
+        };
+    }
+    let mut kept = Vec::new();
+    for (key, value, text) in pairs(url) {
+        if is_tls(&key) {
+            taken.push((key, value));
+        } else {
+            kept.push(text);
+        }
+    }
+    (kept.join(" "), taken)
+}
+
+/// A key/value string's pairs: each key, its value unquoted, and its text.
+fn pairs(text: &str) -> Vec<(String, String, &str)> {
+    let mut out = Vec::new();
+    let mut rest = text.trim_start();
+    while !rest.is_empty() {
+        let start = rest;
+        let key_end = rest.find(|c: char| c == '=' || c.is_whitespace()).unwrap_or(rest.len());
+        let key = rest[..key_end].to_owned();
+        rest = rest[key_end..].trim_start();
+        let mut value = String::new();
+        if let Some(after) = rest.strip_prefix('=') {
+            rest = after.trim_start();
+            let mut chars = rest.char_indices().peekable();
+            let quoted = rest.starts_with('\'');
+            if quoted {
+                chars.next();
+            }
+            let mut end = rest.len();
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next().map(|(_, c)| c)),
+                    '\'' if quoted => {
+                        end = i + 1;
+                        break;
+                    }
+                    c if c.is_whitespace() && !quoted => {
+                        end = i;
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            rest = &rest[end..];
+        }
+        out.push((key, value, start[..start.len() - rest.len()].trim_end()));
+        rest = rest.trim_start();
+    }
+    out
+}
+
+/// `%XX` escapes decoded; anything malformed is kept as written.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let digits = bytes.get(i + 1..i + 3).filter(|d| d.iter().all(u8::is_ascii_hexdigit));
+        let hex = digits
+            .filter(|_| bytes[i] == b'%')
+            .map(|d| d.iter().fold(0, |n, d| n * 16 + (*d as char).to_digit(16).unwrap_or(0) as u8));
+        match hex {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_words_leave_a_url_and_keep_the_rest() {
+        let (url, words) =
+            take_tls_words("postgres://u:p@db:5432/app?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem");
+        assert_eq!(url, "postgres://u:p@db:5432/app?application_name=x");
+        assert_eq!(
+            words,
+            [
+                ("sslmode".to_owned(), "verify-full".to_owned()),
+                ("sslrootcert".to_owned(), "/etc/ca.pem".to_owned())
+            ]
+        );
+        let (url, words) = take_tls_words("postgres://db/app?sslmode=require");
+        assert_eq!((url.as_str(), words.len()), ("postgres://db/app", 1));
+    }
+
+    #[test]
+    fn tls_words_leave_a_key_value_string_and_keep_the_rest() {
+        let (text, words) =
+            take_tls_words("host=db  sslmode = verify-ca password='a b\\'c' sslcert='/my certs/c.pem' dbname=app");
+        assert_eq!(text, "host=db password='a b\\'c' dbname=app");
+        assert_eq!(
+            words,
+            [
+                ("sslmode".to_owned(), "verify-ca".to_owned()),
+                ("sslcert".to_owned(), "/my certs/c.pem".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn percent_escapes_decode_and_malformed_ones_stay() {
+        assert_eq!(percent_decoded("%2Fa%20b"), "/a b");
+        assert_eq!(percent_decoded("50%"), "50%");
+        assert_eq!(percent_decoded("%zz"), "%zz");
+    }
+}
