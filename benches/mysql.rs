@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
-use dlock::kit::ClientSettings;
 use dlock::{Registry, Settings};
 use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::mysql::Mysql;
@@ -104,10 +103,8 @@ async fn main() {
     let mut stamped = pool.get_conn().await.expect("connect");
     let mut peer = Peer::start("mysql", &url);
     let config = MysqlConfig {
-        url: url.clone(),
         max_connections: 32,
-        waiter_ttl: Duration::from_secs(3),
-        client: ClientSettings::with_timeout(Duration::from_secs(5)),
+        ..MysqlConfig::new(url.clone())
     };
     let engine = Arc::new(MysqlEngine::connect("mysql", &config).await.expect("connect"));
     let registry = Registry::with_engine("mysql", engine, Settings::default()).expect("registry");

@@ -27,10 +27,8 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
-use dlock::kit::ClientSettings;
 use dlock::{Registry, Settings};
 use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::postgres::{PASSWORD, Postgres, USER};

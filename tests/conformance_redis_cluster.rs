@@ -29,6 +29,7 @@ async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
         client: ClientSettings::with_timeout(Duration::from_secs(5)),
         fence_retention: Duration::from_secs(1),
         waiter_ttl,
+        credentials: Default::default(),
     };
     let engine = RedisEngine::connect_cluster("cluster", &config).await;
     Arc::new(engine.expect("connect"))

@@ -798,7 +798,7 @@ async fn bad_settings_and_an_unreachable_cluster_are_clear_errors() {
     let half_auth = EtcdConfig {
         credentials: Credentials {
             username: Some("dlock".into()),
-            password: None,
+            ..Credentials::default()
         },
         ..config(endpoint)
     };
@@ -834,17 +834,24 @@ async fn user_and_password_authenticate_and_a_wrong_password_is_refused() {
         credentials: Credentials {
             username: Some("dlock".into()),
             password: Some(password.into()),
+            ..Credentials::default()
         },
         ..config(endpoint.clone())
     };
-    let engine = Arc::new(
-        EtcdEngine::connect("auth", &with("lockpw"))
-            .await
-            .expect("connect"),
-    );
-    let dlock = registry(engine);
-    let guard = dlock.locks("auth").get("x").lock().await.expect("lock");
-    guard.release().await.expect("release");
+    let from_file = EtcdConfig {
+        credentials: Credentials {
+            username: Some("dlock".into()),
+            password_file: Some(dlock_testkit::server::secret_file("lockpw")),
+            ..Credentials::default()
+        },
+        ..config(endpoint.clone())
+    };
+    for (how, config) in [("password", with("lockpw")), ("password_file", from_file)] {
+        let engine = Arc::new(EtcdEngine::connect("auth", &config).await.expect(how));
+        let dlock = registry(engine);
+        let guard = dlock.locks("auth").get("x").lock().await.expect("lock");
+        guard.release().await.expect("release");
+    }
     let message = EtcdEngine::connect("auth", &with("wrong"))
         .await
         .err()

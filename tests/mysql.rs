@@ -24,10 +24,8 @@ use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_p
 
 fn config(server: &MariaDb) -> MysqlConfig {
     MysqlConfig {
-        url: server.url(),
-        max_connections: 10,
-        waiter_ttl: Duration::from_secs(3),
         client: ClientSettings::with_timeout(Duration::from_secs(2)),
+        ..MysqlConfig::new(server.url())
     }
 }
 
@@ -384,10 +382,9 @@ async fn the_table_is_empty_once_leases_have_run_out() {
 async fn bad_settings_a_failed_login_and_an_unreachable_server_are_clear_errors() {
     let port = free_port();
     let unreachable = MysqlConfig {
-        url: format!("mysql://dlock@127.0.0.1:{port}/dlock"),
         max_connections: 4,
-        waiter_ttl: Duration::from_secs(3),
         client: ClientSettings::with_timeout(Duration::from_secs(1)),
+        ..MysqlConfig::new(format!("mysql://dlock@127.0.0.1:{port}/dlock"))
     };
     let connect = MysqlEngine::connect("my", &unreachable);
     assert_unreachable_is_a_clear_error(

@@ -200,3 +200,32 @@ fn the_certificates_are_there() {
         assert!(certs.join(name).exists(), "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_password_comes_from_its_file_and_never_from_two_places() {
+    let (server, _) = server();
+    let bare_url = format!("postgres://{USER}@127.0.0.1:{}/postgres", server.port);
+    let with_file = |secret: &str| PostgresConfig {
+        credentials: dlock::kit::Credentials {
+            password_file: Some(dlock_testkit::server::secret_file(secret)),
+            ..Default::default()
+        },
+        ..config(bare_url.clone(), TlsMode::VerifyFull, "ca.crt", true)
+    };
+    PostgresEngine::connect("pg", &with_file(PASSWORD))
+        .await
+        .expect("the password from its file");
+    let message = refusal(&with_file("file-secret-9d2c"), &address(server)).await;
+    assert!(!message.contains("file-secret-9d2c"), "{message}");
+    let twice = PostgresConfig {
+        url: server.url(),
+        ..with_file(PASSWORD)
+    };
+    match PostgresEngine::connect("pg", &twice).await {
+        Err(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.pg.password");
+            assert!(!message.contains(PASSWORD), "{message}");
+        }
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+}

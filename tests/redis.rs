@@ -676,7 +676,7 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
 
     let bad = RedisConfig {
         url: "redis//u:secret@nowhere".into(),
-        ..config
+        ..config.clone()
     };
     match RedisEngine::connect("main", &bad).await {
         Err(Error::Config { field, message }) => {
@@ -691,6 +691,18 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
             );
         }
         other => panic!("expected a config error, got {:?}", other.err()),
+    }
+    // An unencoded `/` in the password still stays out of the message.
+    let slashed = RedisConfig {
+        url: "redis://u:pa/ss@127.0.0.1:6790/x/y".into(),
+        ..config
+    };
+    match RedisEngine::connect("main", &slashed).await {
+        Err(err) => assert!(
+            !err.to_string().contains("pa/ss"),
+            "a password in an error message: {err}"
+        ),
+        Ok(_) => panic!("connected to a url with a malformed path"),
     }
 
     // The scripts use both as key expiries: zero is refused before connecting.
@@ -707,8 +719,10 @@ async fn an_unreachable_server_is_a_clear_error_in_time() {
     }
 }
 
+/// An ACL user logs in with the password in the url, or with `username`
+/// and `password_file`; a password in both places is refused.
 #[tokio::test]
-async fn acl_users_authenticate_from_the_url() {
+async fn acl_users_authenticate_from_the_url_or_a_password_file() {
     let server = start();
     let mut raw = raw(&server).await;
     let _: () = redis::cmd("ACL")
@@ -721,21 +735,42 @@ async fn acl_users_authenticate_from_the_url() {
         ..config(&server)
     };
     let good = with(format!("redis://locker:s3cret@{}", server.address()));
-    let registry = Registry::with_engine(
-        "redis",
-        Arc::new(RedisEngine::connect("acl", &good).await.expect("connect")),
-        SETTINGS,
-    )
-    .expect("registry");
-    registry
-        .locks("acl")
-        .get("x")
-        .lock()
-        .await
-        .expect("lock")
-        .release()
-        .await
-        .expect("release");
+    let from_file = RedisConfig {
+        credentials: dlock::kit::Credentials {
+            username: Some("locker".into()),
+            password_file: Some(dlock_testkit::server::secret_file("s3cret")),
+            ..Default::default()
+        },
+        ..with(format!("redis://{}", server.address()))
+    };
+    for config in [&good, &from_file] {
+        let registry = Registry::with_engine(
+            "redis",
+            Arc::new(RedisEngine::connect("acl", config).await.expect("connect")),
+            SETTINGS,
+        )
+        .expect("registry");
+        registry
+            .locks("acl")
+            .get("x")
+            .lock()
+            .await
+            .expect("lock")
+            .release()
+            .await
+            .expect("release");
+    }
+    let twice = RedisConfig {
+        url: good.url.clone(),
+        ..from_file.clone()
+    };
+    match RedisEngine::connect("acl", &twice).await {
+        Err(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.acl.password_file");
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
 
     let bad = with(format!("redis://locker:wrong@{}", server.address()));
     let err = RedisEngine::connect("acl", &bad)

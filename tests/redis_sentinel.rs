@@ -139,6 +139,19 @@ async fn passwords_for_the_sentinels_and_the_data_nodes() {
     let guard = registry.locks("auth").get("k").lock().await.expect("lock");
     guard.release().await.expect("release");
 
+    let secret = dlock_testkit::server::secret_file("s3cret");
+    let from_file = fixture.engine_config().replace(
+        "\npassword = \"s3cret\"",
+        &format!("\npassword_file = \"{}\"", secret.display()),
+    );
+    let config =
+        dlock::Config::parse(&format!("[engines.main]\n{from_file}"), std::iter::empty()).expect("config");
+    let engine = dlock::engines::kinds()
+        .build("main", &config.engines["main"])
+        .await
+        .expect("the data nodes' password from its file");
+    drop(engine);
+
     let without = fixture.engine_config().replace("\npassword = \"s3cret\"", "");
     let config =
         dlock::Config::parse(&format!("[engines.main]\n{without}"), std::iter::empty()).expect("config");
@@ -152,5 +165,9 @@ async fn passwords_for_the_sentinels_and_the_data_nodes() {
     assert!(
         message.contains("`main`") && message.contains("sentinels"),
         "{message}"
+    );
+    assert!(
+        !message.contains("s3cret"),
+        "a sentinel's password in an error: {message}"
     );
 }

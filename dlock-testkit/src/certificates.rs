@@ -1,7 +1,7 @@
 //! Certificates made at test time for servers that speak TLS, with
 //! `openssl`: a CA, and signed by it a server certificate for 127.0.0.1
-//! and localhost, one that expired, and a client certificate; and a
-//! second CA that signed nothing.
+//! and localhost, one that expired, one for another name, and a client
+//! certificate; and a second CA that signed nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,8 +22,9 @@ fn run(mut openssl: Command, dir: &Path, args: &[&str]) {
 
 /// In a new folder: a CA (`ca.crt`), and signed by it a server
 /// certificate for IP 127.0.0.1 and localhost (`server.crt`, `server.key`),
-/// the same that expired yesterday (`expired.crt`, `expired.key`) and a
-/// client certificate (`client.crt`, `client.key`, for user `dlock`); and
+/// the same that expired yesterday (`expired.crt`, `expired.key`), one
+/// for `db.example` alone (`elsewhere.crt`, `elsewhere.key`) and a client
+/// certificate (`client.crt`, `client.key`, for user `dlock`); and
 /// a second CA (`other-ca.crt`) that signed nothing.
 pub fn certificates() -> PathBuf {
     // A folder per call: tests in one process run side by side.
@@ -48,6 +49,13 @@ pub fn certificates() -> PathBuf {
         "san.ext",
         crate::server::with_clock("openssl", "-2d"),
     );
+    std::fs::write(
+        dir.join("elsewhere.ext"),
+        "subjectAltName=DNS:db.example\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    request(&dir, "elsewhere", "/CN=db.example");
+    sign(&dir, "elsewhere", "elsewhere.ext", Command::new("openssl"));
     request(&dir, "client", "/CN=dlock");
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").expect("ext");
     sign(&dir, "client", "client.ext", Command::new("openssl"));

@@ -341,6 +341,19 @@ pub fn example(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// A new file, readable by its owner alone, holding `secret` and a line
+/// end: a password file as a secret store would mount it.
+pub fn secret_file(secret: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("dlock-secret-{}-{made}", std::process::id()));
+    std::fs::write(&path, format!("{secret}\n")).expect("write a secret file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("secret file mode");
+    path
+}
+
 /// `binary`, to run with its wall and monotonic clocks off by `offset`
 /// (libfaketime's `FAKETIME`), through libfaketime preloaded.
 pub fn with_clock(binary: impl AsRef<std::ffi::OsStr>, offset: &str) -> Command {

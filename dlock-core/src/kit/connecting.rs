@@ -125,6 +125,37 @@ pub struct Credentials {
     /// Its password.
     #[serde(default)]
     pub password: Option<String>,
+    /// A file holding the password (its first line), read at startup: a
+    /// mounted secret, kept out of the config and the environment.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+}
+
+impl Credentials {
+    /// The password: `password`, or the first line of `password_file`.
+    /// Both set, or a file that cannot be read, is an error naming the
+    /// field; the message never holds the password.
+    pub fn password(&self, at: &Connecting<'_>) -> Result<Option<String>, Error> {
+        match (&self.password, &self.password_file) {
+            (Some(_), Some(_)) => Err(at.bad("password_file", "set password or password_file, not both")),
+            (Some(password), None) => Ok(Some(password.clone())),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| at.bad("password_file", format!("cannot read {}: {e}", path.display())))?;
+                let line = text.lines().next().unwrap_or_default();
+                if line.is_empty() {
+                    return Err(at.bad("password_file", format!("{} holds no password", path.display())));
+                }
+                Ok(Some(line.to_owned()))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Whether a user or a password is set here.
+    pub fn any(&self) -> bool {
+        self.username.is_some() || self.password.is_some() || self.password_file.is_some()
+    }
 }
 
 impl fmt::Debug for Credentials {
@@ -132,7 +163,23 @@ impl fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("password_file", &self.password_file)
             .finish()
+    }
+}
+
+/// `url` with the password in it replaced by `***`, for messages. The
+/// password is what stands between the first `:` after the scheme's `//`
+/// and the url's last `@`: a `/`, `@` or `:` in it, unencoded as it must
+/// not be, still stays out of the message.
+pub fn without_password(url: &str) -> String {
+    let from = url.find("//").map_or(0, |i| i + 2);
+    let Some(at) = url[from..].rfind('@').map(|i| i + from) else {
+        return url.to_owned();
+    };
+    match url[from..at].find(':') {
+        Some(colon) => format!("{}:***{}", &url[..from + colon], &url[at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -304,11 +351,58 @@ mod tests {
                 "{:?}",
                 Credentials {
                     username: Some("u".into()),
-                    password: Some("secret".into())
+                    password: Some("secret".into()),
+                    password_file: None,
                 }
             )
             .contains("secret")
         );
+    }
+
+    #[test]
+    fn passwords_never_reach_error_messages() {
+        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
+        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(
+            without_password("redis://u:pa/ss@127.0.0.1:6790"),
+            "redis://u:***@127.0.0.1:6790"
+        );
+        assert_eq!(without_password("redis://u:p@s:s@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(without_password("redis//h:1"), "redis//h:1");
+        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
+        assert_eq!(without_password("u:secret@h"), "u:***@h");
+        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
+        assert_eq!(
+            without_password("postgres://u:p@h/db?x=y"),
+            "postgres://u:***@h/db?x=y"
+        );
+    }
+
+    #[test]
+    fn a_password_comes_from_its_file_and_never_from_both() {
+        let at = Connecting {
+            name: "e",
+            kind: "etcd",
+        };
+        let file = std::env::temp_dir().join(format!("dlock-password-{}", std::process::id()));
+        std::fs::write(&file, "s3cret\n").expect("write");
+        let from_file = Credentials {
+            password_file: Some(file.clone()),
+            ..Credentials::default()
+        };
+        assert_eq!(from_file.password(&at).expect("read"), Some("s3cret".to_owned()));
+        let both = Credentials {
+            password: Some("other".into()),
+            ..from_file.clone()
+        };
+        let err = both.password(&at).expect_err("both").to_string();
+        assert!(
+            err.contains("engines.e.password_file") && !err.contains("s3cret"),
+            "{err}"
+        );
+        std::fs::remove_file(&file).expect("remove");
+        let err = from_file.password(&at).expect_err("gone").to_string();
+        assert!(err.contains("engines.e.password_file"), "{err}");
     }
 
     #[test]

@@ -50,7 +50,9 @@ pub mod session;
 mod waiters;
 
 pub use crate::config::{LABEL_MAX, check_label};
-pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label};
+pub use connecting::{
+    ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label, without_password,
+};
 pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{

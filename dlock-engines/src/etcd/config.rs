@@ -86,7 +86,7 @@ impl EtcdEngine {
                 format!("{ttl:?} is not a whole number of seconds, at least 1 (etcd leases count seconds)"),
             ));
         }
-        let login = match (&config.credentials.username, &config.credentials.password) {
+        let login = match (&config.credentials.username, config.credentials.password(&at)?) {
             (Some(user), Some(password)) => Some((user, password)),
             (None, None) => None,
             (Some(_), None) => return Err(at.bad("password", "set both username and password, or neither")),

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Deferrals, Kinds, RECORD_AFTER, Waiters};
+use dlock_core::kit::{
+    ClientSettings, Connecting, Credentials, Deferrals, Kinds, RECORD_AFTER, TlsFiles, TlsMode, Waiters,
+};
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use mysql_async::{DriverError, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use serde::Deserialize;
 
-use super::{MysqlEngine, Shared, gate, sql, sweep};
+use super::{MysqlEngine, Shared, gate, sql, sweep, tls};
 
 /// Settings of the mysql engine, `kind = "mysql"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -26,10 +28,39 @@ pub struct MysqlConfig {
     /// A waiter that does not poll within this is dropped from the queue.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
-    /// `connect_timeout` bounds the first connection at startup;
-    /// `client_name` is the label its holder records carry.
+    /// `connect_timeout` bounds startup; `client_name` is the label its
+    /// holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
+    /// How much TLS to ask of the server, in libpq's words (MySQL's
+    /// `PREFERRED` is `prefer`, `VERIFY_IDENTITY` is `verify-full`);
+    /// default `prefer`, as MySQL's clients.
+    #[serde(default)]
+    pub tls_mode: Option<TlsMode>,
+    /// The CA that signed the server's certificate (default: the Mozilla
+    /// roots built in), and this client's certificate and key for users
+    /// that `REQUIRE X509`.
+    #[serde(flatten)]
+    pub tls: TlsFiles,
+    /// The `username` and `password` (or `password_file`), in place of
+    /// the url's.
+    #[serde(flatten)]
+    pub credentials: Credentials,
+}
+
+impl MysqlConfig {
+    /// Defaults for everything but the url.
+    pub fn new(url: impl Into<String>) -> Self {
+        MysqlConfig {
+            url: url.into(),
+            max_connections: default_max_connections(),
+            waiter_ttl: default_waiter_ttl(),
+            client: ClientSettings::default(),
+            tls_mode: None,
+            tls: TlsFiles::default(),
+            credentials: Credentials::default(),
+        }
+    }
 }
 
 fn default_max_connections() -> usize {
@@ -79,16 +110,46 @@ impl MysqlEngine {
             // A reset would drop the prepared statements each time a
             // connection goes back to the pool.
             .with_reset_connection(false);
-        let builder = OptsBuilder::from_opts(opts)
+        if opts.ssl_opts().is_some() {
+            return Err(at.bad(
+                "url",
+                "set TLS with tls_mode and the tls_ files, not the url's require_ssl, verify_ca or verify_identity",
+            ));
+        }
+        let password = config.credentials.password(&at)?;
+        if password.is_some() && opts.pass().is_some() {
+            return Err(at.bad("password", "the url names a password too: keep one"));
+        }
+        let mode = config.tls_mode.unwrap_or(TlsMode::Prefer);
+        let ssl = tls::ssl_opts(&at, mode, &config.tls)?;
+        let mut builder = OptsBuilder::from_opts(opts)
             .pool_opts(pool_opts)
             .prefer_socket(false)
             .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"]);
-        let gates = gate::Sessions::new(builder.clone().into());
-        let pool = Pool::new(builder);
+        if password.is_some() {
+            builder = builder.pass(password);
+        }
+        if let Some(user) = &config.credentials.username {
+            builder = builder.user(Some(user));
+        }
+        let limit = config.client.connect_timeout;
         let unavailable = |e: mysql_async::Error| at.unreachable(&address, e);
-        let mut conn = at
-            .within(&address, config.client.connect_timeout, pool.get_conn())
-            .await?;
+        let plain = builder.clone();
+        let mut builder = builder.ssl_opts(ssl);
+        let mut pool = Pool::new(builder.clone());
+        let mut conn = match tokio::time::timeout(limit, pool.get_conn()).await {
+            // `prefer`: a server without TLS is spoken to in plain.
+            Ok(Err(mysql_async::Error::Driver(DriverError::NoClientSslFlagFromServer)))
+                if mode == TlsMode::Prefer =>
+            {
+                builder = plain;
+                pool = Pool::new(builder.clone());
+                at.within(&address, limit, pool.get_conn()).await?
+            }
+            Ok(conn) => conn.map_err(unavailable)?,
+            Err(_) => return Err(at.unreachable(&address, format!("no answer within {limit:?}"))),
+        };
+        let gates = gate::Sessions::new(builder.into());
         let refused = |what: &str, e: mysql_async::Error| match &e {
             mysql_async::Error::Server(server) if [1142, 1044, 1045].contains(&server.code) => {
                 at.bad("url", format!("{what}: {}", server.message))

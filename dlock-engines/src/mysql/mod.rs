@@ -89,6 +89,7 @@ mod gate_records;
 mod permits;
 mod records;
 mod sql;
+mod tls;
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -135,14 +136,11 @@ const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
-/// use std::time::Duration;
 /// use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 ///
 /// let config = MysqlConfig {
-///     url: "mysql://app:secret@127.0.0.1:3306/app".to_owned(),
 ///     max_connections: 10,
-///     waiter_ttl: Duration::from_secs(3),
-///     client: Default::default(),
+///     ..MysqlConfig::new("mysql://app:secret@127.0.0.1:3306/app")
 /// };
 /// let engine = MysqlEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, EngineError, Kinds, TlsFiles, TlsMode};
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, EngineError, Kinds, TlsFiles, TlsMode};
 use serde::Deserialize;
 use tokio_postgres::config::Host;
 
@@ -41,6 +41,10 @@ pub struct PostgresConfig {
     /// ask for one (`clientcert=verify-full` in `pg_hba.conf`).
     #[serde(flatten)]
     pub tls: TlsFiles,
+    /// The `username` and `password` (or `password_file`), in place of
+    /// the url's.
+    #[serde(flatten)]
+    pub credentials: Credentials,
 }
 
 impl PostgresConfig {
@@ -53,6 +57,7 @@ impl PostgresConfig {
             client: ClientSettings::default(),
             tls_mode: None,
             tls: TlsFiles::default(),
+            credentials: Credentials::default(),
         }
     }
 }
@@ -100,6 +105,7 @@ impl PostgresEngine {
         // The connect timeout bounds only the TCP connect: a server that
         // accepts and never answers would hold up startup for good.
         let start = async {
+            server.check_sessions_are_own(&at).await?;
             let objects = objects::make(&server, &config.schema, &at.field("schema"), unavailable).await?;
             let pool = Arc::new(Pool::new(server.clone(), objects, label, config.max_connections));
             pool.open_one().await.map_err(unavailable)?;
@@ -111,7 +117,7 @@ impl PostgresEngine {
 }
 
 /// `host:port` of each host, for messages; never the password.
-fn address_of(config: &tokio_postgres::Config) -> String {
+pub(super) fn address_of(config: &tokio_postgres::Config) -> String {
     let ports = config.get_ports();
     let hosts = config.get_hosts().iter().enumerate().map(|(i, host)| {
         let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);

@@ -64,10 +64,12 @@
 //! **PgBouncer.** In transaction pooling mode a client's statements run on
 //! whichever server session is free, so an advisory lock stays with a
 //! session the client no longer talks to: it is never released by unlock,
-//! and another client may reenter it. Each new connection checks that a
-//! session setting survives from one statement to the next and refuses the
-//! pooler when it does not (it cannot tell while the pooler happens to
-//! hand back the same session). Use a direct connection or session pooling.
+//! and another client may reenter it. Startup opens two connections at
+//! once and asks each in turn which backend serves it: a backend that
+//! serves both means such a pooler, refused with a config error that says
+//! so; and each new connection checks that a session setting survives
+//! from one statement to the next. Use a direct connection or session
+//! pooling (`pool_mode = session`).
 //!
 //! **Semaphores**: a turnstile lock and a lock per permit (`permits.rs`).
 //!

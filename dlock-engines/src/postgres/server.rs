@@ -4,11 +4,13 @@
 //! shared TLS settings instead; and the one TLS connector that every
 //! connection and cancel request goes through.
 
+use std::collections::HashSet;
+
 use dlock_core::Error;
 use dlock_core::kit::{Connecting, TlsFiles, TlsMode};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::{Client, Config, Connection, Socket};
+use tokio_postgres::{Client, Config, Connection, SimpleQueryMessage, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::config::PostgresConfig;
@@ -32,6 +34,15 @@ impl Server {
                 format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
             )
         })?;
+        if let Some(password) = settings.credentials.password(at)? {
+            if config.get_password().is_some() {
+                return Err(at.bad("password", "the url names a password too: keep one"));
+            }
+            config.password(password);
+        }
+        if let Some(user) = &settings.credentials.username {
+            config.user(user);
+        }
         let (mode, files) = tls_settings(at, settings, &words)?;
         config.ssl_mode(match mode {
             TlsMode::Disable => SslMode::Disable,
@@ -46,6 +57,49 @@ impl Server {
     pub async fn connect(&self) -> Result<(Client, Link), tokio_postgres::Error> {
         self.config.connect(self.tls.clone()).await
     }
+
+    /// Refuses a pooler that serves idle clients from one server session
+    /// in turn (PgBouncer's `transaction` and `statement` modes): an
+    /// advisory lock belongs to the session, so it would pass from one
+    /// client to the next. Two connections, open at once, ask in turn
+    /// which backend serves them; a backend seen by both is shared.
+    pub async fn check_sessions_are_own(&self, at: &Connecting<'_>) -> Result<(), Error> {
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            let (client, link) = self.connect().await.map_err(failed_with(at, self))?;
+            tokio::spawn(link);
+            clients.push(client);
+        }
+        let mut seen = [HashSet::new(), HashSet::new()];
+        for _ in 0..3 {
+            for (client, pids) in clients.iter().zip(&mut seen) {
+                // The simple protocol: a pooler may run a prepared
+                // statement's steps on two sessions.
+                let rows = client.simple_query("SELECT pg_backend_pid()").await;
+                let rows = rows.map_err(failed_with(at, self))?;
+                let pid = rows.iter().find_map(|message| match message {
+                    SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                    _ => None,
+                });
+                pids.insert(pid);
+            }
+        }
+        if seen[0].is_disjoint(&seen[1]) {
+            return Ok(());
+        }
+        Err(at.bad(
+            "url",
+            "two connections open at once are served by one server session in turn: a pooler in \
+             transaction or statement mode stands in between (PgBouncer's pool_mode), and an advisory \
+             lock, which belongs to the session, would pass from one client to the next; connect to \
+             PostgreSQL directly, or through session pooling (pool_mode = session)",
+        ))
+    }
+}
+
+/// The error for a failure of the server, naming where it is.
+fn failed_with<'a>(at: &'a Connecting<'_>, server: &'a Server) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
+    move |e| at.unreachable(super::config::address_of(&server.config), super::pool::failed(e))
 }
 
 /// The TLS words of libpq that stand in place of a setting: `sslmode`

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, TlsFiles};
-use redis::Client;
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, TlsFiles, without_password};
+use redis::{Client, ConnectionInfo, IntoConnectionInfo};
 use serde::Deserialize;
 
 use super::connection::{self, Target};
@@ -44,6 +44,10 @@ pub struct RedisConfig {
     /// servers that ask for one (`tls-auth-clients`).
     #[serde(flatten)]
     pub tls: TlsFiles,
+    /// An ACL `username` and `password` (or `password_file`), in place of
+    /// the url's.
+    #[serde(flatten)]
+    pub credentials: Credentials,
 }
 
 impl RedisConfig {
@@ -57,6 +61,7 @@ impl RedisConfig {
             replicas_ack_timeout: default_replicas_ack_timeout(),
             client: ClientSettings::default(),
             tls: TlsFiles::default(),
+            credentials: Credentials::default(),
         }
     }
 }
@@ -77,6 +82,9 @@ pub struct RedisClusterConfig {
     /// As [`RedisConfig::client`].
     #[serde(flatten)]
     pub client: ClientSettings,
+    /// As [`RedisConfig::credentials`], for every node.
+    #[serde(flatten)]
+    pub credentials: Credentials,
 }
 
 /// Settings of a Redis engine behind Sentinel, `kind = "redis-sentinel"`:
@@ -107,8 +115,8 @@ pub struct RedisSentinelConfig {
     /// As [`RedisConfig::client`].
     #[serde(flatten)]
     pub client: ClientSettings,
-    /// The data nodes' ACL `username` and `password` (a password alone
-    /// for `AUTH`).
+    /// The data nodes' ACL `username` and `password` or `password_file`
+    /// (a password alone for `AUTH`).
     #[serde(flatten)]
     pub credentials: Credentials,
 }
@@ -166,14 +174,20 @@ impl RedisEngine {
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
         }
+        let nodes = config
+            .nodes
+            .iter()
+            .map(|url| connection_info(&at, "nodes", url, &config.credentials))
+            .collect::<Result<Vec<_>, _>>()?;
+        let addresses: Vec<String> = config.nodes.iter().map(|url| without_password(url)).collect();
         let target = Target {
             label: config.client.label(&at)?,
             at,
-            address: config.nodes.join(","),
+            address: addresses.join(","),
             timeout: config.client.connect_timeout,
         };
-        let connection = connection::cluster(&config.nodes, &target).await?;
-        let notifier = notify::Notifier::new(notify::Source::Cluster(config.nodes.clone()));
+        let connection = connection::cluster(&nodes, &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Cluster(nodes));
         Self::new(target, connection, notifier, "SPUBLISH", timings).await
     }
 
@@ -223,7 +237,7 @@ impl RedisEngine {
         if let Some(username) = &config.credentials.username {
             builder = builder.set_client_to_redis_username(username);
         }
-        if let Some(password) = &config.credentials.password {
+        if let Some(password) = config.credentials.password(&at)? {
             builder = builder.set_client_to_redis_password(password);
         }
         let sentinel = builder.build().map_err(|e| at.bad("sentinels", e.to_string()))?;
@@ -234,7 +248,7 @@ impl RedisEngine {
             address: format!(
                 "{} (sentinels {})",
                 config.master_name,
-                config.sentinels.join(",")
+                config.sentinels.iter().map(|url| without_password(url)).collect::<Vec<_>>().join(",")
             ),
             timeout,
         };
@@ -262,7 +276,8 @@ fn timings(
     Ok((fence_retention, waiter_ttl))
 }
 
-/// A client for `config.url`, with the TLS files when given.
+/// A client for `config.url`, with the credentials and TLS files when
+/// given.
 fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
     let tls = config.url.starts_with("rediss://");
     if !tls && config.tls.any() {
@@ -281,6 +296,7 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
     if tls && !cfg!(feature = "redis-tls") {
         return Err(at.bad("url", "rediss:// needs dlock's cargo feature `redis-tls`"));
     }
+    let info = connection_info(at, "url", &config.url, &config.credentials)?;
     #[cfg(feature = "redis-tls")]
     if config.tls.any() {
         let pem = config.tls.read(at)?;
@@ -293,44 +309,38 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
                 }),
             root_cert: pem.ca,
         };
-        return Client::build_with_tls(config.url.as_str(), certificates)
-            .map_err(|e| at.bad("url", e.to_string()));
+        return Client::build_with_tls(info, certificates).map_err(|e| at.bad("url", e.to_string()));
     }
-    Client::open(config.url.as_str()).map_err(|e| {
+    Client::open(info).map_err(|e| at.bad("url", e.to_string()))
+}
+
+/// `url` parsed, with the user and password of `credentials` in place of
+/// any it names; a password in both is an error naming `password`.
+pub(crate) fn connection_info(
+    at: &Connecting<'_>,
+    field: &str,
+    url: &str,
+    credentials: &Credentials,
+) -> Result<ConnectionInfo, Error> {
+    let info = url.into_connection_info().map_err(|e| {
         at.bad(
-            "url",
+            field,
             format!(
                 "`{}` is not a Redis url ({e}); write redis://[user:password@]host:port, or rediss:// for TLS",
-                without_password(&config.url)
+                without_password(url)
             ),
         )
-    })
-}
-
-/// `url` with any password replaced by `***`, for error messages: the
-/// credentials are what stands after the last `/` before the `@`, so a
-/// malformed url keeps its password out of the message too.
-pub(crate) fn without_password(url: &str) -> String {
-    let Some(at) = url.rfind('@') else {
-        return url.to_owned();
-    };
-    let start = url[..at].rfind('/').map_or(0, |slash| slash + 1);
-    match url[start..at].find(':') {
-        Some(colon) => format!("{}:***{}", &url[..start + colon], &url[at..]),
-        None => url.to_owned(),
+    })?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(password) = credentials.password(at)? {
+        if settings.password().is_some() {
+            let field = if credentials.password_file.is_some() { "password_file" } else { "password" };
+            return Err(at.bad(field, format!("`{}` names a password too: keep one", without_password(url))));
+        }
+        settings = settings.set_password(password);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_password;
-
-    #[test]
-    fn passwords_never_reach_error_messages() {
-        assert_eq!(without_password("redis://u:secret@h:1"), "redis://u:***@h:1");
-        assert_eq!(without_password("redis://:secret@h:1"), "redis://:***@h:1");
-        assert_eq!(without_password("redis//h:1"), "redis//h:1");
-        assert_eq!(without_password("redis//u:secret@h"), "redis//u:***@h");
-        assert_eq!(without_password("redis://u@h:1"), "redis://u@h:1");
+    if let Some(username) = &credentials.username {
+        settings = settings.set_username(username);
     }
+    Ok(info.set_redis_settings(settings))
 }

@@ -308,7 +308,7 @@ pub(crate) async fn sentinel(primary: Arc<Primary>, target: &Target<'_>) -> Resu
     Ok(Connection::Sentinel(primary))
 }
 
-pub(crate) async fn cluster(nodes: &[String], target: &Target<'_>) -> Result<Connection, Error> {
+pub(crate) async fn cluster(nodes: &[redis::ConnectionInfo], target: &Target<'_>) -> Result<Connection, Error> {
     let client = ClusterClientBuilder::new(nodes.to_vec())
         .connection_timeout(target.timeout)
         .response_timeout(target.timeout)

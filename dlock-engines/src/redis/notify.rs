@@ -40,7 +40,7 @@ type Channels = Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>>;
 /// channel served by the node owning its slot, never broadcast cluster-wide.
 pub(crate) enum Source {
     Single(Box<Client>),
-    Cluster(Vec<String>),
+    Cluster(Vec<redis::ConnectionInfo>),
     /// The primary Sentinel names when the subscriber (re)connects.
     Sentinel(Arc<super::connection::Primary>),
 }

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Kinds};
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds};
 use redis::{Client, Script};
 use serde::Deserialize;
 use tokio::sync::OnceCell;
 
 use super::{Master, RedLockEngine, Scripts};
-use crate::redis::config::without_password;
+use crate::redis::config::connection_info;
 
 /// Settings of a RedLock engine, `kind = "redlock"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,6 +33,10 @@ pub struct RedLockConfig {
     /// is the label its holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
+    /// An ACL `username` and `password` (or `password_file`) for every
+    /// master, in place of the urls'.
+    #[serde(flatten)]
+    pub credentials: Credentials,
 }
 
 impl RedLockConfig {
@@ -44,6 +48,7 @@ impl RedLockConfig {
             master_timeout: default_master_timeout(),
             fence_retention: default_fence_retention(),
             client: ClientSettings::default(),
+            credentials: Credentials::default(),
         }
     }
 }
@@ -87,8 +92,8 @@ impl RedLockEngine {
         }
         let mut masters = Vec::new();
         for url in &config.masters {
-            let client = Client::open(url.as_str())
-                .map_err(|e| at.bad("masters", format!("`{}`: {e}", without_password(url))))?;
+            let info = connection_info(&at, "masters", url, &config.credentials)?;
+            let client = Client::open(info).map_err(|e| at.bad("masters", e.to_string()))?;
             masters.push(Arc::new(Master {
                 address: client.get_connection_info().addr().to_string(),
                 client,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Kinds, default_root};
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, default_root};
 use serde::Deserialize;
 use zookeeper_client::Acls;
 
@@ -31,6 +31,10 @@ pub struct ZooKeeperConfig {
     /// `user:password` for ZooKeeper digest authentication.
     #[serde(default)]
     pub digest: Option<String>,
+    /// The same as `username` and `password` (or `password_file`), in
+    /// place of `digest`.
+    #[serde(flatten)]
+    pub credentials: Credentials,
     /// `connect_timeout` bounds connecting and opening a session;
     /// `client_name` is the label this process's nodes carry.
     #[serde(flatten)]
@@ -46,6 +50,7 @@ impl ZooKeeperConfig {
             session_timeout: default_session_timeout(),
             keeper_idle: default_keeper_idle(),
             digest: None,
+            credentials: Credentials::default(),
             client: ClientSettings::default(),
         }
     }
@@ -87,6 +92,17 @@ impl ZooKeeperEngine {
         if config.digest.as_ref().is_some_and(|d| !d.contains(':')) {
             return Err(at.bad("digest", "write it as `user:password`"));
         }
+        let mut config = config.clone();
+        match (&config.credentials.username, config.credentials.password(&at)?) {
+            (None, None) => {}
+            (Some(_), Some(_)) if config.digest.is_some() => {
+                return Err(at.bad("digest", "set digest, or username and password, not both"));
+            }
+            (Some(user), Some(password)) => config.digest = Some(format!("{user}:{password}")),
+            (None, Some(_)) => return Err(at.bad("username", "set username with password")),
+            (Some(_), None) => return Err(at.bad("password", "set password or password_file with username")),
+        }
+        let config = &config;
         let sessions = Sessions::connect(config.clone())
             .await
             .map_err(|e| at.unreachable(&config.connect, e))?;
