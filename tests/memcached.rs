@@ -203,12 +203,12 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
 async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
     let fixture = Memcached::start();
     let config = MemcachedConfig {
-        address: fixture.server.address(),
         connections: 2,
         client: ClientSettings {
             client_name: Some("billing 7".to_owned()),
             ..ClientSettings::default()
         },
+        ..MemcachedConfig::new(fixture.server.address())
     };
     let named = MemcachedEngine::connect("mc", &config).await.expect("connect");
     let looking = engine(&fixture).await;
@@ -305,9 +305,9 @@ async fn odd_names_hash_to_a_safe_key_whose_item_keeps_the_full_name() {
 async fn bad_settings_and_an_unreachable_server_are_clear_errors() {
     let port = free_port();
     let config = MemcachedConfig {
-        address: format!("127.0.0.1:{port}"),
         connections: 2,
         client: ClientSettings::with_timeout(Duration::from_secs(1)),
+        ..MemcachedConfig::new(format!("127.0.0.1:{port}"))
     };
     let connect = MemcachedEngine::connect("mc", &config);
     assert_unreachable_is_a_clear_error(connect, "mc", &port.to_string(), Duration::from_secs(3)).await;

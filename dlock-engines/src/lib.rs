@@ -29,7 +29,7 @@ use dlock_core::kit::Kinds;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 /// The rustls client config of the engines whose client takes one.
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "memcached"))]
 mod tls;
 
 /// The one list of engines. A row is a module, its cargo feature (the same

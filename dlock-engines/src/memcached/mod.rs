@@ -94,9 +94,8 @@ const MAX_KEY: usize = 250;
 /// use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 ///
 /// let config = MemcachedConfig {
-///     address: "127.0.0.1:11211".to_owned(),
 ///     connections: 4,
-///     client: Default::default(),
+///     ..MemcachedConfig::new("127.0.0.1:11211")
 /// };
 /// let engine = MemcachedEngine::connect("main", &config).await?;
 /// dlock::install(dlock::Registry::with_engine("main", Arc::new(engine), Default::default())?)?;

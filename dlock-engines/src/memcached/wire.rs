@@ -1,15 +1,34 @@
 //! The few meta-protocol commands the engine needs, over a small pool of
 //! connections. A connection that fails is dropped and made again on next
 //! use. Requests on one connection run in order, so a pipelined pair of
-//! commands is applied by the server one after the other.
+//! commands is applied by the server one after the other. A new
+//! connection speaks TLS and logs in first, where the settings say so,
+//! all within the connect timeout.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
+use tokio_rustls::TlsConnector;
+
+/// A connection's bytes: plain TCP, or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+type Connection = BufReader<Box<dyn Stream>>;
+
+/// What a new connection does before its first command.
+#[derive(Default)]
+pub(crate) struct Opening {
+    /// TLS, checking the server's certificate for this name.
+    pub tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// The login `-Y` asks for: a `set` whose data is `<user> <password>`.
+    pub login: Option<Vec<u8>>,
+}
 
 /// One answer: the status line, read as its code and tokens, and the
 /// value if any. The line is kept whole and split when asked: a reply is
@@ -42,15 +61,17 @@ impl Reply {
 pub(crate) struct Pool {
     address: String,
     timeout: Duration,
-    connections: Vec<Mutex<Option<BufReader<TcpStream>>>>,
+    opening: Opening,
+    connections: Vec<Mutex<Option<Connection>>>,
     next: AtomicUsize,
 }
 
 impl Pool {
-    pub fn new(address: String, size: usize, timeout: Duration) -> Self {
+    pub fn new(address: String, size: usize, timeout: Duration, opening: Opening) -> Self {
         Pool {
             address,
             timeout,
+            opening,
             connections: (0..size.max(1)).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
         }
@@ -82,26 +103,39 @@ impl Pool {
         Ok(answered)
     }
 
-    pub async fn connect(&self) -> io::Result<BufReader<TcpStream>> {
-        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.address))
-            .await
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no answer within {:?}", self.timeout),
-                )
-            })??;
-        stream.set_nodelay(true)?;
-        Ok(BufReader::new(stream))
+    /// A new connection, ready for commands.
+    async fn connect(&self) -> io::Result<Connection> {
+        let no_answer = |_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {:?}", self.timeout));
+        tokio::time::timeout(self.timeout, self.open()).await.map_err(no_answer)?
+    }
+
+    async fn open(&self) -> io::Result<Connection> {
+        let tcp = TcpStream::connect(&self.address).await?;
+        tcp.set_nodelay(true)?;
+        let stream: Box<dyn Stream> = match &self.opening.tls {
+            Some((connector, name)) => Box::new(connector.connect(name.clone(), tcp).await?),
+            None => Box::new(tcp),
+        };
+        let mut connection = BufReader::new(stream);
+        if let Some(login) = &self.opening.login {
+            let replies = exchange(&mut connection, login, |read| read.len() == 1).await?;
+            if replies[0].code() != "STORED" {
+                return Err(io::Error::other(format!("memcached refused the login: {}", replies[0].code())));
+            }
+        }
+        Ok(connection)
     }
 }
 
 async fn exchange(
-    connection: &mut BufReader<TcpStream>,
+    connection: &mut Connection,
     request: &[u8],
     done: impl Fn(&[Reply]) -> bool,
 ) -> io::Result<Vec<Reply>> {
-    connection.get_mut().write_all(request).await?;
+    let stream = connection.get_mut();
+    stream.write_all(request).await?;
+    // TLS keeps what is written until flushed.
+    stream.flush().await?;
     let mut out = Vec::with_capacity(2);
     while !done(&out) {
         out.push(read_reply(connection).await?);
@@ -109,7 +143,7 @@ async fn exchange(
     Ok(out)
 }
 
-async fn read_reply(connection: &mut BufReader<TcpStream>) -> io::Result<Reply> {
+async fn read_reply(connection: &mut Connection) -> io::Result<Reply> {
     let mut line = String::new();
     if connection.read_line(&mut line).await? == 0 {
         return Err(io::Error::new(
