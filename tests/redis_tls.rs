@@ -125,3 +125,48 @@ async fn a_client_certificate_is_presented_when_the_server_asks() {
     guard.release().await.expect("release");
     std::fs::remove_dir_all(certs).ok();
 }
+
+/// RedLock's masters over `rediss://`, each asking for the client's
+/// certificate: locks work, and a plain url to a TLS-only master is a
+/// clear error at startup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_masters_are_reached_over_tls() {
+    use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
+    let certs = certificates();
+    let masters: Vec<TestServer> = (0..3).map(|_| tls_server(&certs, "yes")).collect();
+    let urls = |scheme: &str| {
+        masters
+            .iter()
+            .map(|m| format!("{scheme}://{}", m.address()))
+            .collect()
+    };
+    let config = RedLockConfig {
+        tls: TlsFiles {
+            tls_ca_file: Some(certs.join("ca.crt")),
+            tls_cert_file: Some(certs.join("client.crt")),
+            tls_key_file: Some(certs.join("client.key")),
+        },
+        ..RedLockConfig::new(urls("rediss"))
+    };
+    let engine = Arc::new(
+        RedLockEngine::connect("tls", &config)
+            .await
+            .expect("connect over TLS"),
+    );
+    let registry = Registry::with_engine("tls", engine, SETTINGS).expect("registry");
+    let held = registry.locks("tls").get("x").lock().await.expect("lock");
+    let other = registry.locks("tls").get("x");
+    let taken = tokio::spawn(async move { other.try_lock().await.expect("try").is_some() });
+    assert!(!taken.await.expect("task"), "held twice");
+    held.release().await.expect("release");
+
+    let plain = RedLockConfig {
+        tls: TlsFiles::default(),
+        ..RedLockConfig::new(urls("redis"))
+    };
+    let err = RedLockEngine::connect("tls", &plain)
+        .await
+        .err()
+        .expect("a plain client got in");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+}

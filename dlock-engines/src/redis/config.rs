@@ -151,7 +151,7 @@ impl RedisEngine {
     pub async fn connect(name: &str, config: &RedisConfig) -> Result<Self, Error> {
         let at = Connecting { name, kind: "redis" };
         let timings = timings(&at, config.fence_retention, config.waiter_ttl)?;
-        let client = client(&at, config)?;
+        let client = client(&at, "url", &config.url, &config.tls, &config.credentials)?;
         let target = Target {
             label: config.client.label(&at)?,
             at,
@@ -276,12 +276,18 @@ fn timings(
     Ok((fence_retention, waiter_ttl))
 }
 
-/// A client for `config.url`, with the credentials and TLS files when
-/// given.
-fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
-    let tls = config.url.starts_with("rediss://");
-    if !tls && config.tls.any() {
-        let field = match &config.tls {
+/// A client for `url` (the setting `field`), with the credentials and
+/// TLS files when given.
+pub(crate) fn client(
+    at: &Connecting<'_>,
+    field: &str,
+    url: &str,
+    files: &TlsFiles,
+    credentials: &Credentials,
+) -> Result<Client, Error> {
+    let tls = url.starts_with("rediss://");
+    if !tls && files.any() {
+        let field = match files {
             TlsFiles {
                 tls_ca_file: Some(_), ..
             } => "tls_ca_file",
@@ -294,12 +300,12 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
         return Err(at.bad(field, "is only used with a rediss:// url"));
     }
     if tls && !cfg!(feature = "redis-tls") {
-        return Err(at.bad("url", "rediss:// needs dlock's cargo feature `redis-tls`"));
+        return Err(at.bad(field, "rediss:// needs dlock's cargo feature `redis-tls`"));
     }
-    let info = connection_info(at, "url", &config.url, &config.credentials)?;
+    let info = connection_info(at, field, url, credentials)?;
     #[cfg(feature = "redis-tls")]
-    if config.tls.any() {
-        let pem = config.tls.read(at)?;
+    if files.any() {
+        let pem = files.read(at)?;
         let certificates = redis::TlsCertificates {
             client_tls: pem
                 .identity
@@ -309,14 +315,14 @@ fn client(at: &Connecting<'_>, config: &RedisConfig) -> Result<Client, Error> {
                 }),
             root_cert: pem.ca,
         };
-        return Client::build_with_tls(info, certificates).map_err(|e| at.bad("url", e.to_string()));
+        return Client::build_with_tls(info, certificates).map_err(|e| at.bad(field, e.to_string()));
     }
-    Client::open(info).map_err(|e| at.bad("url", e.to_string()))
+    Client::open(info).map_err(|e| at.bad(field, e.to_string()))
 }
 
 /// `url` parsed, with the user and password of `credentials` in place of
 /// any it names; a password in both is an error naming `password`.
-pub(crate) fn connection_info(
+fn connection_info(
     at: &Connecting<'_>,
     field: &str,
     url: &str,

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds};
-use redis::{Client, Script};
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, TlsFiles};
+use redis::Script;
 use serde::Deserialize;
 use tokio::sync::OnceCell;
 
 use super::{Master, RedLockEngine, Scripts};
-use crate::redis::config::connection_info;
+use crate::redis::config::client;
 
 /// Settings of a RedLock engine, `kind = "redlock"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -37,6 +37,10 @@ pub struct RedLockConfig {
     /// master, in place of the urls'.
     #[serde(flatten)]
     pub credentials: Credentials,
+    /// For `rediss://` masters (feature `redis-tls`): the CA that signed
+    /// their certificates, and this client's certificate and key.
+    #[serde(flatten)]
+    pub tls: TlsFiles,
 }
 
 impl RedLockConfig {
@@ -49,6 +53,7 @@ impl RedLockConfig {
             fence_retention: default_fence_retention(),
             client: ClientSettings::default(),
             credentials: Credentials::default(),
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -92,8 +97,7 @@ impl RedLockEngine {
         }
         let mut masters = Vec::new();
         for url in &config.masters {
-            let info = connection_info(&at, "masters", url, &config.credentials)?;
-            let client = Client::open(info).map_err(|e| at.bad("masters", e.to_string()))?;
+            let client = client(&at, "masters", url, &config.tls, &config.credentials)?;
             masters.push(Arc::new(Master {
                 address: client.get_connection_info().addr().to_string(),
                 client,
