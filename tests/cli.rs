@@ -190,3 +190,47 @@ async fn revoke_asks_and_release_force_hands_the_lock_on() {
     let nothing = dlock(&path, &["release", "--force", "order/stuck"]);
     assert_eq!(nothing.status.code(), Some(3), "nothing held: {nothing:?}");
 }
+
+/// Pointed at a server that accepts and never answers, the command fails
+/// within `connect_timeout` for every kind, naming the engine and the
+/// address: the operator's shell never hangs.
+#[cfg(all(
+    feature = "postgres",
+    feature = "memcached",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd"
+))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_fails_the_command_within_connect_timeout() {
+    let silent = dlock_testkit::proxy::SilentListener::start().await;
+    let at = silent.address;
+    for (kind, server) in [
+        ("redis", format!("url = \"redis://{at}\"")),
+        ("postgres", format!("url = \"postgres://dlock@{at}/postgres\"")),
+        ("mysql", format!("url = \"mysql://dlock@{at}/dlock\"")),
+        ("memcached", format!("address = \"{at}\"")),
+        ("zookeeper", format!("connect = \"{at}\"")),
+        ("etcd", format!("endpoints = [\"{at}\"]")),
+    ] {
+        let path = config_file(
+            &format!("silent-{kind}"),
+            &format!("[engines.main]\nkind = \"{kind}\"\n{server}\nconnect_timeout = \"1s\"\n"),
+        );
+        let started = std::time::Instant::now();
+        let out = tokio::task::spawn_blocking(move || dlock(&path, &["locks", "ops"]))
+            .await
+            .expect("run");
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{kind}: {stderr}");
+        assert!(
+            stderr.contains(kind) && stderr.contains(&at.to_string()),
+            "{kind}: {stderr}"
+        );
+        assert!(
+            took < Duration::from_millis(2500),
+            "{kind}: the command took {took:?}"
+        );
+    }
+}
