@@ -52,12 +52,26 @@
 //! one lock: they over-exclude, never under-exclude. The item's value keeps the owner and
 //! the full name, and release and renewal compare it whole.
 //!
+//! **TLS and login.** For a server run with `-Z`, `tls_mode` is
+//! `require`, `verify-ca` or `verify-full`, with the `tls_` files (a
+//! client certificate where `ssl_verify_mode=2` asks for one); memcached
+//! cannot offer TLS on a port that speaks plain too, so `prefer` is
+//! refused. TLS sessions are never resumed: memcached 1.6 answers a
+//! resumed TLS 1.3 session with an internal_error alert. For a server run
+//! with `-Y <authfile>`, each connection logs in first with `username`
+//! and `password` (or `password_file`). Both are done within
+//! `connect_timeout`.
+//!
 //! ```toml
 //! [engines.mc]
 //! kind = "memcached"
 //! address = "127.0.0.1:11211"
 //! connections = 4
 //! connect_timeout = "5s"
+//! # tls_mode = "verify-full"         # for memcached -Z
+//! # tls_ca_file = "/etc/dlock/mc-ca.pem"
+//! # username = "locks"               # for memcached -Y <authfile>
+//! # password_file = "/run/secrets/memcached"
 //! ```
 
 mod config;

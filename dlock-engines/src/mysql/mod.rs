@@ -72,13 +72,24 @@
 //! `DATETIME(6)`, `UTC_TIMESTAMP(6)`, `GET_LOCK` with several named locks
 //! per session, `UUID_SHORT()`, the session `wait_timeout`.
 //!
+//! **TLS** (rustls) takes `tls_mode`: `prefer` by default (TLS where the
+//! server offers it, the certificate unchecked), `require`, or
+//! `verify-full` (the chain and the host name, against `tls_ca_file` or
+//! the Mozilla roots built in). `verify-ca` is refused: mysql_async's
+//! rustls build cannot check a chain without the name. A client
+//! certificate, for users that `REQUIRE X509`, from `tls_cert_file` and
+//! `tls_key_file`.
+//!
 //! ```toml
 //! [engines.db]
 //! kind = "mysql"
-//! url = "mysql://app:secret@127.0.0.1:3306/app"
+//! url = "mysql://app@127.0.0.1:3306/app"
+//! password_file = "/run/secrets/mysql"   # or the password in the url
 //! max_connections = 10
 //! waiter_ttl = "3s"
 //! connect_timeout = "5s"
+//! tls_mode = "verify-full"
+//! tls_ca_file = "/etc/dlock/db-ca.pem"
 //! # client_name = "billing"  # the label records show; default <host>:<pid>
 //! ```
 
