@@ -28,7 +28,8 @@ pub struct MysqlConfig {
     /// A waiter that does not poll within this is dropped from the queue.
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
-    /// `connect_timeout` bounds startup; `client_name` is the label its
+    /// `connect_timeout` bounds connecting, and then the tables' checks;
+    /// `client_name` is the label its
     /// holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
@@ -150,63 +151,10 @@ impl MysqlEngine {
             Err(_) => return Err(at.unreachable(&address, format!("no answer within {limit:?}"))),
         };
         let gates = gate::Sessions::new(builder.into());
-        let refused = |what: &str, e: mysql_async::Error| match &e {
-            mysql_async::Error::Server(server) if [1142, 1044, 1045].contains(&server.code) => {
-                at.bad("url", format!("{what}: {}", server.message))
-            }
-            _ => unavailable(e),
-        };
-        let exists: Option<(Option<u64>, Option<u64>, Option<u64>)> =
-            conn.query_first(sql::TABLES).await.map_err(unavailable)?;
-        let (queue, gate_table, forced) = exists.unwrap_or_default();
-        for (table, exists, create) in [
-            ("dlock_queue", queue, sql::CREATE_TABLE),
-            ("dlock_gates", gate_table, sql::CREATE_GATES),
-            ("dlock_forced", forced, sql::CREATE_FORCED),
-        ] {
-            if exists != Some(1) {
-                conn.query_drop(create).await.map_err(|e| {
-                    refused(
-                        &format!(
-                            "cannot create table {table} in database {database}; grant CREATE on `{database}`.* \
-                             to this user, or have an administrator run the CREATE TABLE in the mysql engine's docs"
-                        ),
-                        e,
-                    )
-                })?;
-            }
-        }
-        let present: Vec<(String, String)> = conn.query(sql::COLUMNS).await.map_err(unavailable)?;
-        for table in ["dlock_queue", "dlock_gates"] {
-            let missing: Vec<_> = sql::ADDED_COLUMNS
-                .iter()
-                .filter(|(t, column, _)| {
-                    *t == table && !present.iter().any(|(pt, pc)| pt == t && pc == column)
-                })
-                .collect();
-            if missing.is_empty() {
-                continue;
-            }
-            let names: Vec<&str> = missing.iter().map(|(_, column, _)| *column).collect();
-            let adds: Vec<&str> = missing.iter().map(|(_, _, add)| *add).collect();
-            let alter = format!("ALTER TABLE {table} {}", adds.join(", "));
-            let fix = format!(
-                "the mysql engine's table {table}, made by an older dlock, lacks the columns {}, and this \
-                 user may not add them; grant ALTER on `{database}`.{table} to this user, or have an \
-                 administrator run: {alter}",
-                names.join(", ")
-            );
-            match conn.query_drop(&alter).await {
-                // 1060: another process starting at once added them first.
-                Err(mysql_async::Error::Server(e)) if e.code == 1060 => {}
-                altered => altered.map_err(|e| refused(&fix, e))?,
-            }
-        }
-        for (table, what, statement) in sql::PRIVILEGE_CHECKS {
-            conn.query_drop(statement)
-                .await
-                .map_err(|e| refused(&format!("this user may not use table {table} ({what})"), e))?;
-        }
+        // Bounded whole: a server that greets and then says nothing would
+        // hold up startup for good.
+        at.in_time(&address, limit, prepare(&at, &address, &database, &mut conn))
+            .await?;
         drop(conn);
         let shared = Arc::new(Shared {
             pool,
@@ -222,4 +170,73 @@ impl MysqlEngine {
             label: label.into(),
         })
     }
+}
+
+/// Makes the tables if missing, adds the columns for records to a table an
+/// older dlock made, and checks this user may use them.
+async fn prepare(
+    at: &Connecting<'_>,
+    address: &str,
+    database: &str,
+    conn: &mut mysql_async::Conn,
+) -> Result<(), Error> {
+    let unavailable = |e: mysql_async::Error| at.unreachable(address, e);
+    let refused = |what: &str, e: mysql_async::Error| match &e {
+        mysql_async::Error::Server(server) if [1142, 1044, 1045].contains(&server.code) => {
+            at.bad("url", format!("{what}: {}", server.message))
+        }
+        _ => unavailable(e),
+    };
+    let exists: Option<(Option<u64>, Option<u64>, Option<u64>)> =
+        conn.query_first(sql::TABLES).await.map_err(unavailable)?;
+    let (queue, gate_table, forced) = exists.unwrap_or_default();
+    for (table, exists, create) in [
+        ("dlock_queue", queue, sql::CREATE_TABLE),
+        ("dlock_gates", gate_table, sql::CREATE_GATES),
+        ("dlock_forced", forced, sql::CREATE_FORCED),
+    ] {
+        if exists != Some(1) {
+            conn.query_drop(create).await.map_err(|e| {
+                refused(
+                    &format!(
+                        "cannot create table {table} in database {database}; grant CREATE on `{database}`.* \
+                         to this user, or have an administrator run the CREATE TABLE in the mysql engine's docs"
+                    ),
+                    e,
+                )
+            })?;
+        }
+    }
+    let present: Vec<(String, String)> = conn.query(sql::COLUMNS).await.map_err(unavailable)?;
+    for table in ["dlock_queue", "dlock_gates"] {
+        let missing: Vec<_> = sql::ADDED_COLUMNS
+            .iter()
+            .filter(|(t, column, _)| {
+                *t == table && !present.iter().any(|(pt, pc)| pt == t && pc == column)
+            })
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = missing.iter().map(|(_, column, _)| *column).collect();
+        let adds: Vec<&str> = missing.iter().map(|(_, _, add)| *add).collect();
+        let alter = format!("ALTER TABLE {table} {}", adds.join(", "));
+        let fix = format!(
+            "the mysql engine's table {table}, made by an older dlock, lacks the columns {}, and this \
+             user may not add them; grant ALTER on `{database}`.{table} to this user, or have an \
+             administrator run: {alter}",
+            names.join(", ")
+        );
+        match conn.query_drop(&alter).await {
+            // 1060: another process starting at once added them first.
+            Err(mysql_async::Error::Server(e)) if e.code == 1060 => {}
+            altered => altered.map_err(|e| refused(&fix, e))?,
+        }
+    }
+    for (table, what, statement) in sql::PRIVILEGE_CHECKS {
+        conn.query_drop(statement)
+            .await
+            .map_err(|e| refused(&format!("this user may not use table {table} ({what})"), e))?;
+    }
+    Ok(())
 }
