@@ -29,8 +29,7 @@ pub struct MysqlConfig {
     #[serde(default = "default_waiter_ttl", with = "humantime_serde")]
     pub waiter_ttl: Duration,
     /// `connect_timeout` bounds connecting, and then the tables' checks;
-    /// `client_name` is the label its
-    /// holder records carry.
+    /// `client_name` is the label its holder records carry.
     #[serde(flatten)]
     pub client: ClientSettings,
     /// How much TLS to ask of the server, in libpq's words (MySQL's
