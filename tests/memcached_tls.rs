@@ -12,6 +12,7 @@ use std::time::Duration;
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::{ClientSettings, Credentials, TlsFiles, TlsMode};
 use dlock::{Error, Registry, Settings};
+use dlock_testkit::assert_unreachable_is_a_clear_error;
 use dlock_testkit::certificates::certificates;
 use dlock_testkit::fixtures::memcached::{PASSWORD, USER, secured};
 use dlock_testkit::server::{TestServer, secret_file};
@@ -53,19 +54,10 @@ fn config(
 }
 
 /// The message of the error `config` gives at startup, checked to be
-/// `Unavailable`, naming the engine and the address.
+/// `Unavailable`, naming the engine and the address, in time.
 async fn refusal(config: &MemcachedConfig) -> String {
-    let err = MemcachedEngine::connect("mc", config)
-        .await
-        .err()
-        .expect("connected where it must not");
-    let message = err.to_string();
-    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
-    assert!(
-        message.contains("`mc`") && message.contains(&config.address),
-        "{message}"
-    );
-    message
+    let connect = MemcachedEngine::connect("mc", config);
+    assert_unreachable_is_a_clear_error(connect, "mc", &config.address, Duration::from_secs(10)).await
 }
 
 #[tokio::test]

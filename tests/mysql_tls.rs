@@ -13,6 +13,7 @@ use std::time::Duration;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::kit::{ClientSettings, TlsFiles, TlsMode};
 use dlock::{Error, Registry, Settings};
+use dlock_testkit::assert_unreachable_is_a_clear_error;
 use dlock_testkit::certificates::certificates;
 use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, PASSWORD, USER};
 
@@ -41,17 +42,11 @@ fn config(url: String, mode: TlsMode, ca: Option<&str>, client_cert: bool) -> My
     }
 }
 
-/// The message of the error `config` gives at startup, checked to be
-/// `Unavailable`, naming the engine and `address`.
+/// The message of the error connecting with `config` gives, checked to be
+/// `Unavailable`, naming the engine and `address`, in time.
 async fn refusal(config: &MysqlConfig, address: &str) -> String {
-    let err = MysqlEngine::connect("my", config)
-        .await
-        .err()
-        .expect("connected where it must not");
-    let message = err.to_string();
-    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
-    assert!(message.contains("`my`") && message.contains(address), "{message}");
-    message
+    let connect = MysqlEngine::connect("my", config);
+    assert_unreachable_is_a_clear_error(connect, "my", address, Duration::from_secs(10)).await
 }
 
 fn address(server: &MariaDb) -> String {

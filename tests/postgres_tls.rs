@@ -12,6 +12,7 @@ use std::time::Duration;
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::kit::{ClientSettings, TlsFiles, TlsMode};
 use dlock::{Error, Registry, Settings};
+use dlock_testkit::assert_unreachable_is_a_clear_error;
 use dlock_testkit::certificates::certificates;
 use dlock_testkit::fixtures::postgres::{PASSWORD, PgServer, USER};
 
@@ -41,16 +42,10 @@ fn config(url: String, mode: TlsMode, ca: &str, client_cert: bool) -> PostgresCo
 }
 
 /// The message of the error connecting with `config` gives, checked to be
-/// `Unavailable`, naming the engine and the address.
+/// `Unavailable`, naming the engine and `address`, in time.
 async fn refusal(config: &PostgresConfig, address: &str) -> String {
-    let err = PostgresEngine::connect("pg", config)
-        .await
-        .err()
-        .expect("connected where it must not");
-    let message = err.to_string();
-    assert!(matches!(err, Error::Unavailable { .. }), "{message}");
-    assert!(message.contains("`pg`") && message.contains(address), "{message}");
-    message
+    let connect = PostgresEngine::connect("pg", config);
+    assert_unreachable_is_a_clear_error(connect, "pg", address, Duration::from_secs(10)).await
 }
 
 fn address(server: &PgServer) -> String {

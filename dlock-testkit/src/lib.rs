@@ -166,14 +166,15 @@ pub async fn assert_still_held(held: Guard, peer: &Lock) {
         .expect("release");
 }
 
-/// Checks that `connect`, aimed at a server that is not there, fails within
-/// `limit` as `Error::Unavailable` naming the engine `name` and `address`.
+/// Checks that `connect`, aimed at a server that is not there or refuses
+/// it, fails within `limit` as `Error::Unavailable` naming the engine
+/// `name` and `address`; the error's message, for its reason.
 pub async fn assert_unreachable_is_a_clear_error<T>(
     connect: impl Future<Output = Result<T, Error>>,
     name: &str,
     address: &str,
     limit: Duration,
-) {
+) -> String {
     let started = std::time::Instant::now();
     let err = connect.await.err().expect("connected to nothing?");
     let took = started.elapsed();
@@ -184,4 +185,5 @@ pub async fn assert_unreachable_is_a_clear_error<T>(
         message.contains(&format!("`{name}`")) && message.contains(address),
         "{message}"
     );
+    message
 }
