@@ -29,6 +29,7 @@ macro_rules! fault_suite {
             holder_paused_past_its_lease_is_cancelled_or_fenced,
             server_restarted_with_a_holder_and_waiters,
             server_gone_mid_wait_fails_within_the_wait,
+            servers_gone_silent_bound_every_call,
             flash_sale_across_four_processes,
             transfers_across_four_processes,
             permits_in_a_flash_sale_across_four_processes,
@@ -530,6 +531,29 @@ pub fn server_gone_mid_wait_fails_within_the_wait<F: Breakable>(paths: &Paths) {
     setup.figure(format!(
         "server gone mid-wait (wait 3 s): waiter failed with an engine error {waited:.2?} after, holder lost"
     ));
+}
+
+/// The servers go silent mid-run, every socket left open (SIGSTOP: the
+/// kernel still accepts, nothing answers), on every setup, clusters and
+/// Sentinel included: each call ends within its bound, a holder hears it
+/// lost within its lease, and once they answer again (SIGCONT) the engine
+/// serves again. In this process, on the engine its config builds.
+pub fn servers_gone_silent_bound_every_call<F: Breakable>(paths: &Paths) {
+    let setup = Setup::<F>::start(paths, "silent");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        // The same config, `connect_timeout` as in the other silence checks.
+        let (config, _) = crate::silence::config_via(&setup.fixture.engine_config(), |a| a);
+        let engine = crate::silence::build(&config).await.expect("the engine connects");
+        let servers = setup.fixture.servers();
+        let silence = || crate::server::signal_trees(&servers, "STOP");
+        let heal = || crate::server::signal_trees(&servers, "CONT");
+        crate::silence::assert_calls_end_in_time_while_silent(F::NAME, engine, silence, heal).await;
+    });
 }
 
 /// The flash sale: 10,000 buyers of one item in 4 processes, stock

@@ -40,6 +40,10 @@ pub trait Breakable: Fixture {
     /// Crashes the server (SIGKILL).
     fn kill(&mut self);
 
+    /// The ids of the setup's server processes: each, with every process
+    /// under it, is paused (SIGSTOP) when the servers go silent.
+    fn servers(&self) -> Vec<u32>;
+
     /// Starts the crashed server again on its port; returns once it serves.
     fn restart(&mut self);
 

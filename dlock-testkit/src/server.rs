@@ -341,6 +341,41 @@ pub fn example(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// Sends `signal` (`STOP`, `CONT`) to each of `roots` and every process
+/// under it: a server whose backends are processes of their own
+/// (PostgreSQL's) goes silent whole.
+pub fn signal_trees(roots: &[u32], signal: &str) {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut tree = roots.to_vec();
+    let mut at = 0;
+    while at < tree.len() {
+        let parent = tree[at];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, ppid)| *ppid == parent)
+                .map(|(pid, _)| *pid),
+        );
+        at += 1;
+    }
+    let status = Command::new("kill")
+        .args(["-s", signal])
+        .args(tree.iter().map(u32::to_string))
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {signal} {tree:?} failed");
+}
+
 /// A new file, readable by its owner alone, holding `secret` and a line
 /// end: a password file as a secret store would mount it.
 pub fn secret_file(secret: &str) -> std::path::PathBuf {

@@ -57,7 +57,7 @@ pub fn config_via(config: &str, mut to: impl FnMut(SocketAddr) -> SocketAddr) ->
 }
 
 /// Builds an engine from an `[engines.main]` body, as an application would.
-async fn build(body: &str) -> Result<Arc<dyn Engine>, Error> {
+pub(crate) async fn build(body: &str) -> Result<Arc<dyn Engine>, Error> {
     let config = dlock_core::Config::parse(&format!("[engines.main]\n{body}"), std::iter::empty())?;
     dlock_engines::kinds()
         .build("main", &config.engines["main"])
@@ -135,6 +135,20 @@ pub async fn assert_calls_end_in_time_through_a_black_hole<F: Fixture>(fixture: 
     let engine = build(&body)
         .await
         .expect("the engine connects through the proxies");
+    let silence = || proxies.values().for_each(|proxy| proxy.silence());
+    let heal = || proxies.values().for_each(|proxy| proxy.heal());
+    assert_calls_end_in_time_while_silent(F::NAME, engine, silence, heal).await;
+}
+
+/// `engine`'s calls while its servers are silent, from `silence()` to
+/// `heal()`: each fails within its bound, a holder hears it lost within
+/// its lease, and once healed the engine serves again.
+pub async fn assert_calls_end_in_time_while_silent(
+    name: &str,
+    engine: Arc<dyn Engine>,
+    silence: impl FnOnce(),
+    heal: impl FnOnce(),
+) {
     let capabilities = engine.capabilities();
     let settings = Settings {
         lease: LEASE,
@@ -167,9 +181,7 @@ pub async fn assert_calls_end_in_time_through_a_black_hole<F: Fixture>(fixture: 
         false => None,
     };
 
-    for proxy in proxies.values() {
-        proxy.silence();
-    }
+    silence();
     let silent_at = Instant::now();
     let lost = held.lost();
     let lost_after = tokio::spawn(async move {
@@ -202,26 +214,24 @@ pub async fn assert_calls_end_in_time_through_a_black_hole<F: Fixture>(fixture: 
     }
     let heard_by = (silent_at + LEASE + LATE * 2).into();
     let heard_after = tokio::time::timeout_at(heard_by, lost_after).await;
-    for proxy in proxies.values() {
-        proxy.heal();
-    }
+    heal();
     let failures: Vec<&String> = checks.iter().filter_map(|c| c.as_ref().err()).collect();
-    assert!(failures.is_empty(), "{}: {failures:#?}", F::NAME);
+    assert!(failures.is_empty(), "{}: {failures:#?}", name);
     let Ok(Ok(heard_after)) = heard_after else {
         panic!(
             "{}: a holder behind a silent network did not hear it lost within its lease ({LEASE:?})",
-            F::NAME
+            name
         );
     };
     assert!(
         heard_after <= LEASE + LATE * 2,
         "{}: a holder behind a silent network heard it lost only {heard_after:?} after, past its lease ({LEASE:?})",
-        F::NAME
+        name
     );
     let said: Vec<&String> = checks.iter().filter_map(|c| c.as_ref().ok()).collect();
     println!(
-        "silence: {} through a black hole: {said:?}; holder lost after {heard_after:.2?}",
-        F::NAME
+        "silence: {} with its servers silent: {said:?}; holder lost after {heard_after:.2?}",
+        name
     );
 
     // Healed: the engine serves again, its dead connections replaced.
@@ -233,8 +243,8 @@ pub async fn assert_calls_end_in_time_through_a_black_hole<F: Fixture>(fixture: 
         .expect("the engine serves again once the network heals");
     guard.release().await.expect("release once healed");
     println!(
-        "silence: {} served again {:.2?} after the network healed",
-        F::NAME,
+        "silence: {} served again {:.2?} after its servers answered again",
+        name,
         healed_at.elapsed()
     );
     drop(held);

@@ -93,6 +93,13 @@ mod redis_sentinel {
     fn workers_through_a_failover_with_replicas_ack() {
         workers_through_a_failover(1);
     }
+
+    #[test]
+    fn servers_gone_silent_bound_every_call() {
+        dlock_testkit::fault_suite::servers_gone_silent_bound_every_call::<RedisSentinel>(
+            &dlock_testkit::paths!(),
+        );
+    }
 }
 
 mod redis_cluster {
