@@ -165,3 +165,36 @@ async fn settings_memcached_cannot_serve_are_config_errors() {
         }
     }
 }
+
+/// To a server that asks for no login the password is never sent: the
+/// login's `set` would store it as an item there.
+#[tokio::test]
+async fn a_server_that_asks_for_no_login_never_gets_the_password() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let open = TestServer::start("memcached", dlock_testkit::fixtures::memcached::memcached_args);
+    let config = MemcachedConfig {
+        credentials: Credentials {
+            username: Some(USER.into()),
+            password: Some("never-stored-5e1b".into()),
+            ..Credentials::default()
+        },
+        ..MemcachedConfig::new(open.address())
+    };
+    let message = refusal(&config).await;
+    assert!(
+        message.contains("asks for no login") && !message.contains("never-stored"),
+        "{message}"
+    );
+    let mut raw = tokio::io::BufReader::new(
+        tokio::net::TcpStream::connect(open.address())
+            .await
+            .expect("connect"),
+    );
+    raw.get_mut()
+        .write_all(b"mg dlock-login v\r\n")
+        .await
+        .expect("write");
+    let mut line = String::new();
+    raw.read_line(&mut line).await.expect("read");
+    assert_eq!(line, "EN\r\n", "the login was stored as an item");
+}

@@ -224,3 +224,37 @@ async fn a_password_comes_from_its_file_and_never_from_two_places() {
         other => panic!("expected a config error, got {:?}", other.err()),
     }
 }
+
+/// `verify-ca` checks the chain, not the name: against the system's roots
+/// any public certificate for any host would pass, so it needs the
+/// server's own CA.
+#[tokio::test]
+async fn verify_ca_without_a_ca_file_is_refused() {
+    let (server, _) = server();
+    let bare = PostgresConfig {
+        tls: TlsFiles::default(),
+        ..config(server.url(), TlsMode::VerifyCa, "ca.crt", false)
+    };
+    match PostgresEngine::connect("pg", &bare).await {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "engines.pg.tls_ca_file"),
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+}
+
+/// An `sslmode` the url's words hide from dlock (after a `?` in the
+/// password) is tokio-postgres's to read, and stands: here `disable`, which
+/// this server refuses, where `prefer` would have tried TLS.
+#[tokio::test]
+async fn a_url_sslmode_is_never_overwritten() {
+    let (server, _) = server();
+    let url = format!(
+        "postgres://{USER}:pa?ss@127.0.0.1:{}/postgres?sslmode=disable",
+        server.port
+    );
+    let config = PostgresConfig {
+        tls_mode: None,
+        ..config(url, TlsMode::VerifyFull, "ca.crt", true)
+    };
+    let message = refusal(&config, &address(server)).await;
+    assert!(message.contains("no encryption"), "{message}");
+}

@@ -24,6 +24,14 @@ pub(crate) fn client_config(
 ) -> Result<ClientConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let pem = files.read(at)?;
+    if mode == TlsMode::VerifyCa && pem.ca.is_none() {
+        // Checked against the system's roots with no name, any public
+        // certificate for any host would pass.
+        return Err(at.bad(
+            "tls_ca_file",
+            "verify-ca checks the chain against the server's own CA: name it here, or use verify-full",
+        ));
+    }
     let roots = match &pem.ca {
         Some(ca) => roots_from(at, ca)?,
         None if mode.checks_the_chain(false) => system_roots(at)?,

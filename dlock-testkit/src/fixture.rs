@@ -13,6 +13,11 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     /// For messages and figures: `"redis"`, `"zookeeper"`, ...
     const NAME: &'static str;
 
+    /// Whether the engine talks to a server at all; one that does names
+    /// each by `127.0.0.1:<port>` in its config, where the silence checks
+    /// put theirs.
+    const HAS_SERVER: bool = true;
+
     /// Whether the engine's client learns the addresses it talks to from
     /// the servers (a cluster's slots, a sentinel's primary): then a proxy
     /// put in the config does not sit on every connection.

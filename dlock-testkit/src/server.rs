@@ -343,8 +343,31 @@ pub fn example(name: &str) -> std::path::PathBuf {
 
 /// Sends `signal` (`STOP`, `CONT`) to each of `roots` and every process
 /// under it: a server whose backends are processes of their own
-/// (PostgreSQL's) goes silent whole.
+/// (PostgreSQL's) goes silent whole. The tree is read again until no new
+/// process shows: one forked meanwhile gets the signal too.
 pub fn signal_trees(roots: &[u32], signal: &str) {
+    let mut signalled: Vec<u32> = Vec::new();
+    loop {
+        let new: Vec<u32> = processes_under(roots)
+            .into_iter()
+            .filter(|pid| !signalled.contains(pid))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        // A process that ended meanwhile is no matter: `kill` goes on to
+        // the rest.
+        let _ = Command::new("kill")
+            .args(["-s", signal])
+            .args(new.iter().map(u32::to_string))
+            .stderr(Stdio::null())
+            .status();
+        signalled.extend(new);
+    }
+}
+
+/// `roots` and every live process under them.
+fn processes_under(roots: &[u32]) -> Vec<u32> {
     let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
@@ -368,12 +391,7 @@ pub fn signal_trees(roots: &[u32], signal: &str) {
         );
         at += 1;
     }
-    let status = Command::new("kill")
-        .args(["-s", signal])
-        .args(tree.iter().map(u32::to_string))
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -s {signal} {tree:?} failed");
+    tree
 }
 
 /// A new file, readable by its owner alone, holding `secret` and a line

@@ -123,12 +123,34 @@ pub struct Credentials {
     #[serde(default, alias = "user")]
     pub username: Option<String>,
     /// Its password.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "secret")]
     pub password: Option<String>,
     /// A file holding the password (its first line), read at startup: a
     /// mounted secret, kept out of the config and the environment.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
+}
+
+/// A secret as text, whatever TOML type it was read as: an all-digit
+/// password set through the environment reads as a number. An error
+/// never holds it.
+fn secret<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Scalar {
+        Text(String),
+        Whole(i64),
+        Real(f64),
+        Truth(bool),
+    }
+    let scalar = Option::<Scalar>::deserialize(d)
+        .map_err(|_| serde::de::Error::custom("the password must be text (its value is not shown)"))?;
+    Ok(scalar.map(|scalar| match scalar {
+        Scalar::Text(text) => text,
+        Scalar::Whole(n) => n.to_string(),
+        Scalar::Real(n) => n.to_string(),
+        Scalar::Truth(b) => b.to_string(),
+    }))
 }
 
 impl Credentials {
@@ -403,6 +425,23 @@ mod tests {
         std::fs::remove_file(&file).expect("remove");
         let err = from_file.password(&at).expect_err("gone").to_string();
         assert!(err.contains("engines.e.password_file"), "{err}");
+    }
+
+    #[test]
+    fn a_password_read_as_a_number_is_text_and_a_bad_one_is_never_shown() {
+        // From a parsed table, as config reads engines (a text's parse
+        // error would quote its line).
+        let read = |text: &str| Credentials::deserialize(toml::from_str::<toml::Value>(text).expect("toml"));
+        assert_eq!(
+            read("password = 123456").expect("a number").password.as_deref(),
+            Some("123456")
+        );
+        assert_eq!(
+            read("password = \"s3cret\"").expect("text").password.as_deref(),
+            Some("s3cret")
+        );
+        let err = read("password = [\"s3cret\"]").expect_err("a list").to_string();
+        assert!(!err.contains("s3cret"), "{err}");
     }
 
     #[test]

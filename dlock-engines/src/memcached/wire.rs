@@ -118,6 +118,18 @@ impl Pool {
         };
         let mut connection = BufReader::new(stream);
         if let Some(login) = &self.opening.login {
+            // Only a server that asks for a login gets one: to any other,
+            // the login's `set` would store the password as an item.
+            match exchange(&mut connection, b"mn\r\n", |read| read.len() == 1).await {
+                Err(e) if e.to_string().ends_with("CLIENT_ERROR unauthenticated") => {}
+                Ok(_) => {
+                    return Err(io::Error::other(
+                        "memcached asks for no login (it runs without -Y): the password was not sent; \
+                         drop username and password, or run it with -Y",
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
             let replies = exchange(&mut connection, login, |read| read.len() == 1).await?;
             if replies[0].code() != "STORED" {
                 return Err(io::Error::other(format!("memcached refused the login: {}", replies[0].code())));

@@ -667,7 +667,9 @@ impl Conn {
             answer = &mut answer => answer,
             () = stop => {
                 // A failed cancel leaves the statement to finish on its own.
-                let _ = self.client.cancel_token().cancel_query(self.tls.clone()).await;
+                // Bounded: over TLS it waits for the server's answers.
+                let token = self.client.cancel_token();
+                let _ = tokio::time::timeout(CANCEL_TAKES, token.cancel_query(self.tls.clone())).await;
                 // A cancel that reached the session before the statement
                 // did is dropped, and the statement waits its turn: the
                 // session then ends rather than keep the waiter.

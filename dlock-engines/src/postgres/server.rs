@@ -44,6 +44,17 @@ impl Server {
             config.user(user);
         }
         let (mode, files) = tls_settings(at, settings, &words)?;
+        // An `sslmode` the words missed (a `?` in the password, an
+        // escaped key) is tokio-postgres's: kept, never overwritten.
+        let parsed = match config.get_ssl_mode() {
+            SslMode::Disable => Some(TlsMode::Disable),
+            SslMode::Require => Some(TlsMode::Require),
+            _ => None,
+        };
+        let mode = match (mode, parsed) {
+            (Some(_), Some(_)) => return Err(at.bad("tls_mode", "set here and as `sslmode` in the url: keep one")),
+            (mode, parsed) => mode.or(parsed).unwrap_or(TlsMode::Prefer),
+        };
         config.ssl_mode(match mode {
             TlsMode::Disable => SslMode::Disable,
             TlsMode::Prefer => SslMode::Prefer,
@@ -81,7 +92,7 @@ impl Server {
                     SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
                     _ => None,
                 });
-                pids.insert(pid);
+                pids.extend(pid);
             }
         }
         if seen[0].is_disjoint(&seen[1]) {
@@ -112,12 +123,12 @@ const WORDS: [(&str, &str); 4] = [
 ];
 
 /// The mode and files: each from its setting or the URL's word (both is
-/// an error), the mode `prefer` by default, as libpq's.
+/// an error); no mode if neither gives one.
 fn tls_settings(
     at: &Connecting<'_>,
     settings: &PostgresConfig,
     words: &[(String, String)],
-) -> Result<(TlsMode, TlsFiles), Error> {
+) -> Result<(Option<TlsMode>, TlsFiles), Error> {
     let word = |name: &str| words.iter().rev().find(|(w, _)| w == name).map(|(_, v)| v.clone());
     let mut files = settings.tls.clone();
     let mut mode = settings.tls_mode;
@@ -144,7 +155,7 @@ fn tls_settings(
             }
         }
     }
-    Ok((mode.unwrap_or(TlsMode::Prefer), files))
+    Ok((mode, files))
 }
 
 /// `url` without its TLS words (a URL's query parameters, or a key/value
