@@ -882,3 +882,50 @@ async fn a_leader_cut_off_hears_it_lost_before_the_next_leads() {
         "session timeout 2 s: the leader lost {lost_after:?} after the cut, the next led {led_after:?} after it"
     );
 }
+
+/// Digest authentication from `username` and `password_file`: the lock's
+/// nodes get creator-only ACLs under that identity, which another user may
+/// not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_digest_login_from_a_password_file_owns_the_lock_nodes() {
+    use zookeeper_client::Client;
+    let config = ZooKeeperConfig {
+        credentials: dlock::kit::Credentials {
+            username: Some("locker".into()),
+            password_file: Some(dlock_testkit::server::secret_file("s3cret")),
+            ..Default::default()
+        },
+        ..config(server().address())
+    };
+    let engine = Arc::new(ZooKeeperEngine::connect("zk", &config).await.expect("connect"));
+    let guard = registry(engine)
+        .locks("digest")
+        .get("k")
+        .lock()
+        .await
+        .expect("lock");
+    let login = async |auth: &[u8]| {
+        let connector = Client::connector().with_auth("digest", auth);
+        connector.connect(&server().address()).await.expect("connect")
+    };
+    // The same identity, given as `digest`, may read the nodes.
+    let owner = login(b"locker:s3cret").await;
+    let (children, _) = owner.get_children("/locks/digest/k").await.expect("children");
+    let node = format!("/locks/digest/k/{}", children.first().expect("the hold's node"));
+    let (acls, _) = owner.get_acl(&node).await.expect("acl");
+    assert!(
+        acls.iter()
+            .all(|acl| acl.auth_id().scheme() == "digest" && acl.auth_id().id().starts_with("locker:")),
+        "{acls:?}"
+    );
+    let stranger = login(b"stranger:other").await;
+    assert!(
+        stranger.get_data(&node).await.is_err(),
+        "another user read the hold's node"
+    );
+    assert!(
+        stranger.get_children("/locks/digest/k").await.is_err(),
+        "another user listed the lock"
+    );
+    guard.release().await.expect("release");
+}
