@@ -22,6 +22,7 @@
 //! (numbers, booleans, arrays) keep their type; anything else is a string.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -234,7 +235,9 @@ impl Polling {
 }
 
 /// One engine: its kind and the kind's own settings (checked by the engine).
-#[derive(Debug, Clone, Deserialize)]
+/// Its `Debug` shows no secret: `password` and `digest` as `***`, and urls
+/// with their passwords masked.
+#[derive(Clone, Deserialize)]
 pub struct EngineConfig {
     /// The engine kind: `"memory"`, `"redis"`, `"postgres"`, ... (see
     /// `Kinds`).
@@ -242,6 +245,56 @@ pub struct EngineConfig {
     /// Every other field of the table, left for the kind to parse.
     #[serde(flatten)]
     pub settings: toml::Table,
+}
+
+impl fmt::Debug for EngineConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn shown(key: &str, value: &toml::Value) -> toml::Value {
+            match value {
+                _ if matches!(key, "password" | "digest") => toml::Value::String("***".to_owned()),
+                toml::Value::String(text) => toml::Value::String(masked(text)),
+                toml::Value::Array(items) => {
+                    toml::Value::Array(items.iter().map(|v| shown(key, v)).collect())
+                }
+                other => other.clone(),
+            }
+        }
+        let settings: toml::Table = self
+            .settings
+            .iter()
+            .map(|(k, v)| (k.clone(), shown(k, v)))
+            .collect();
+        f.debug_struct("EngineConfig")
+            .field("kind", &self.kind)
+            .field("settings", &settings)
+            .finish()
+    }
+}
+
+/// `text` with a url's password, or a key/value string's `password=...`,
+/// as `***`.
+fn masked(text: &str) -> String {
+    let text = crate::kit::without_password(text);
+    let Some(at) = text.find("password=") else {
+        return text;
+    };
+    let value = &text[at + "password=".len()..];
+    let end = match value.strip_prefix('\'') {
+        // Quoted: to the closing quote that no backslash escapes.
+        Some(quoted) => {
+            let mut escaped = false;
+            quoted
+                .char_indices()
+                .find(|&(_, c)| {
+                    let close = c == '\'' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    close
+                })
+                .map_or(value.len(), |(i, _)| i + 2)
+        }
+        None => value.find(char::is_whitespace).unwrap_or(value.len()),
+    };
+    format!("{}password=***{}", &text[..at], &value[end..])
 }
 
 impl EngineConfig {
@@ -533,6 +586,26 @@ pub fn check_label(label: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_engines_debug_shows_no_secret() {
+        let text = "[defaults]\nengine = \"pg\"\n[engines.pg]\nkind = \"postgres\"\nurl = \"postgres://u:s3cret@h/db\"\n\
+                    [engines.kv]\nkind = \"postgres\"\nurl = \"host=h password='s3 \\\\'cret' dbname=x\"\n\
+                    [engines.r]\nkind = \"redlock\"\nmasters = [\"redis://:s3cret@a\", \"redis://b\"]\n\
+                    password = \"s3cret\"\n[engines.zk]\nkind = \"zookeeper\"\ndigest = \"u:s3cret\"";
+        let config = Config::parse(text, std::iter::empty()).expect("config");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3") && !shown.contains("cret"), "{shown}");
+        assert!(
+            shown.contains("postgres://u:***@h/db") && shown.contains("dbname=x"),
+            "{shown}"
+        );
+        assert_eq!(
+            masked("host=h password=p dbname=x"),
+            "host=h password=*** dbname=x"
+        );
+        assert_eq!(masked("password='a b' x=1"), "password=*** x=1");
+    }
 
     #[test]
     fn polling_intervals_double_up_to_max() {
