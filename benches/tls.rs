@@ -17,9 +17,9 @@ use std::sync::Arc;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
-use dlock::kit::{Engine, TlsFiles, TlsMode};
+use dlock::kit::{Engine, TlsMode};
 use dlock::{Lock, Registry, Settings};
-use dlock_testkit::certificates::certificates;
+use dlock_testkit::certificates::{certificates, tls_files};
 use dlock_testkit::fixtures::mysql::MariaDb;
 use dlock_testkit::fixtures::postgres::PgServer;
 use dlock_testkit::fixtures::redis::redis_args;
@@ -62,13 +62,6 @@ async fn compare(engine: &str, server: u32, plain: Lock, tls: Lock) {
     .await;
 }
 
-fn files(certs: &std::path::Path) -> TlsFiles {
-    TlsFiles {
-        tls_ca_file: Some(certs.join("ca.crt")),
-        ..TlsFiles::default()
-    }
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let certs = certificates();
@@ -76,7 +69,7 @@ async fn main() {
     let pg = PgServer::start_tls_beside_plain(&certs, "server");
     let with = |mode: TlsMode| PostgresConfig {
         tls_mode: Some(mode),
-        tls: files(&certs),
+        tls: tls_files(&certs, Some("ca.crt"), false),
         ..PostgresConfig::new(pg.url())
     };
     let connect = async |mode| {
@@ -90,7 +83,7 @@ async fn main() {
     let my = MariaDb::start_tls_beside_plain(&certs);
     let with = |mode: TlsMode| MysqlConfig {
         tls_mode: Some(mode),
-        tls: files(&certs),
+        tls: tls_files(&certs, Some("ca.crt"), false),
         ..MysqlConfig::new(my.url())
     };
     let connect = async |mode| {
@@ -122,7 +115,7 @@ async fn main() {
     });
     let plain = RedisConfig::new(format!("redis://{}", redis.address()));
     let tls = RedisConfig {
-        tls: files(&certs),
+        tls: tls_files(&certs, Some("ca.crt"), false),
         ..RedisConfig::new(format!("rediss://127.0.0.1:{tls_port}"))
     };
     let connect = async |config: &RedisConfig| {

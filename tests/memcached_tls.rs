@@ -13,7 +13,7 @@ use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::{ClientSettings, Credentials, TlsFiles, TlsMode};
 use dlock::{Error, Registry, Settings};
 use dlock_testkit::assert_unreachable_is_a_clear_error;
-use dlock_testkit::certificates::certificates;
+use dlock_testkit::certificates::{certificates, tls_files};
 use dlock_testkit::fixtures::memcached::{PASSWORD, USER, secured};
 use dlock_testkit::server::{TestServer, secret_file};
 
@@ -38,11 +38,7 @@ fn config(
     let certs = &self::server().1;
     MemcachedConfig {
         tls_mode: Some(mode),
-        tls: TlsFiles {
-            tls_ca_file: Some(certs.join(ca)),
-            tls_cert_file: client_cert.then(|| certs.join("client.crt")),
-            tls_key_file: client_cert.then(|| certs.join("client.key")),
-        },
+        tls: tls_files(certs, Some(ca), client_cert),
         credentials: Credentials {
             username: Some(USER.into()),
             password: Some(password.into()),

@@ -11,10 +11,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
-use dlock::kit::{ClientSettings, TlsFiles, TlsMode};
+use dlock::kit::{ClientSettings, TlsMode};
 use dlock::{Error, Registry, Settings};
 use dlock_testkit::assert_unreachable_is_a_clear_error;
-use dlock_testkit::certificates::certificates;
+use dlock_testkit::certificates::{certificates, tls_files};
 use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, PASSWORD, USER};
 
 /// The server the tests share, and its certificates.
@@ -32,11 +32,7 @@ fn config(url: String, mode: TlsMode, ca: Option<&str>, client_cert: bool) -> My
     let certs = &server().1;
     MysqlConfig {
         tls_mode: Some(mode),
-        tls: TlsFiles {
-            tls_ca_file: ca.map(|ca| certs.join(ca)),
-            tls_cert_file: client_cert.then(|| certs.join("client.crt")),
-            tls_key_file: client_cert.then(|| certs.join("client.key")),
-        },
+        tls: tls_files(certs, ca, client_cert),
         client: ClientSettings::with_timeout(Duration::from_secs(5)),
         ..MysqlConfig::new(url)
     }

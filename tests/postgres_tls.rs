@@ -13,7 +13,7 @@ use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::kit::{ClientSettings, TlsFiles, TlsMode};
 use dlock::{Error, Registry, Settings};
 use dlock_testkit::assert_unreachable_is_a_clear_error;
-use dlock_testkit::certificates::certificates;
+use dlock_testkit::certificates::{certificates, tls_files};
 use dlock_testkit::fixtures::postgres::{PASSWORD, PgServer, USER};
 
 /// The server the tests share, and its certificates.
@@ -31,11 +31,7 @@ fn config(url: String, mode: TlsMode, ca: &str, client_cert: bool) -> PostgresCo
     let certs = &server().1;
     PostgresConfig {
         tls_mode: Some(mode),
-        tls: TlsFiles {
-            tls_ca_file: Some(certs.join(ca)),
-            tls_cert_file: client_cert.then(|| certs.join("client.crt")),
-            tls_key_file: client_cert.then(|| certs.join("client.key")),
-        },
+        tls: tls_files(certs, Some(ca), client_cert),
         client: ClientSettings::with_timeout(Duration::from_secs(5)),
         ..PostgresConfig::new(url)
     }

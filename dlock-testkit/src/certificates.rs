@@ -4,6 +4,8 @@
 //! certificate; and a second CA that signed nothing.
 
 use std::path::{Path, PathBuf};
+
+use dlock_core::kit::TlsFiles;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -110,4 +112,15 @@ fn sign(dir: &Path, name: &str, extensions: &str, openssl: Command) {
             &crt,
         ],
     );
+}
+
+/// The TLS files of a client of `certs`: it trusts `ca` (a file there,
+/// `ca.crt` or `other-ca.crt`), and presents the client certificate if
+/// `client_cert`.
+pub fn tls_files(certs: &Path, ca: Option<&str>, client_cert: bool) -> TlsFiles {
+    TlsFiles {
+        tls_ca_file: ca.map(|ca| certs.join(ca)),
+        tls_cert_file: client_cert.then(|| certs.join("client.crt")),
+        tls_key_file: client_cert.then(|| certs.join("client.key")),
+    }
 }
