@@ -294,7 +294,7 @@ pub fn hand_over(user: Option<(u32, u32)>, paths: &[&std::path::Path]) {
     }
 }
 
-/// A fresh, empty `<tmp>/<prefix>-<pid>-<port>` for a server's files. Those
+/// A fresh, empty `<tmp>/<prefix>-<pid>-<port>-<n>` for a server's files. Those
 /// of test processes that are gone are removed first: a server kept in a
 /// `static` is killed by its watcher, but nothing removes its directory.
 pub fn server_dir(prefix: &str, port: u16) -> std::path::PathBuf {
@@ -312,7 +312,12 @@ pub fn server_dir(prefix: &str, port: u16) -> std::path::PathBuf {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    let dir = tmp.join(format!("{prefix}-{}-{port}", std::process::id()));
+    // Numbered too: a server that ended in this process may have had the
+    // same port, and its owner removes its folder only after the kill that
+    // freed the port, maybe while this one is being made.
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = tmp.join(format!("{prefix}-{}-{port}-{made}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("server directory");
     dir
