@@ -252,7 +252,7 @@ impl fmt::Debug for EngineConfig {
         fn shown(key: &str, value: &toml::Value) -> toml::Value {
             match value {
                 _ if matches!(key, "password" | "digest") => toml::Value::String("***".to_owned()),
-                toml::Value::String(text) => toml::Value::String(masked(text)),
+                toml::Value::String(text) => toml::Value::String(crate::secret::masked(text)),
                 toml::Value::Array(items) => {
                     toml::Value::Array(items.iter().map(|v| shown(key, v)).collect())
                 }
@@ -269,32 +269,6 @@ impl fmt::Debug for EngineConfig {
             .field("settings", &settings)
             .finish()
     }
-}
-
-/// `text` with a url's password, or a key/value string's `password=...`,
-/// as `***`.
-fn masked(text: &str) -> String {
-    let text = crate::kit::without_password(text);
-    let Some(at) = text.find("password=") else {
-        return text;
-    };
-    let value = &text[at + "password=".len()..];
-    let end = match value.strip_prefix('\'') {
-        // Quoted: to the closing quote that no backslash escapes.
-        Some(quoted) => {
-            let mut escaped = false;
-            quoted
-                .char_indices()
-                .find(|&(_, c)| {
-                    let close = c == '\'' && !escaped;
-                    escaped = c == '\\' && !escaped;
-                    close
-                })
-                .map_or(value.len(), |(i, _)| i + 2)
-        }
-        None => value.find(char::is_whitespace).unwrap_or(value.len()),
-    };
-    format!("{}password=***{}", &text[..at], &value[end..])
 }
 
 impl EngineConfig {
@@ -601,10 +575,10 @@ mod tests {
             "{shown}"
         );
         assert_eq!(
-            masked("host=h password=p dbname=x"),
+            crate::secret::masked("host=h password=p dbname=x"),
             "host=h password=*** dbname=x"
         );
-        assert_eq!(masked("password='a b' x=1"), "password=*** x=1");
+        assert_eq!(crate::secret::masked("password='a b' x=1"), "password=*** x=1");
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod mode;
 mod records;
 pub mod registry;
 mod run_on;
+mod secret;
 mod trace;
 mod watchdog;
 

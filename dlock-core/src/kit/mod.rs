@@ -50,9 +50,8 @@ pub mod session;
 mod waiters;
 
 pub use crate::config::{LABEL_MAX, check_label};
-pub use connecting::{
-    ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label, without_password,
-};
+pub use crate::secret::without_password;
+pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label};
 pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
