@@ -30,6 +30,7 @@ async fn engine_with(waiter_ttl: Duration) -> Arc<dyn Engine> {
         fence_retention: Duration::from_secs(1),
         waiter_ttl,
         credentials: Default::default(),
+        tls: Default::default(),
     };
     let engine = RedisEngine::connect_cluster("cluster", &config).await;
     Arc::new(engine.expect("connect"))

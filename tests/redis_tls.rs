@@ -6,46 +6,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::engines::conformance::SETTINGS;
-use dlock::engines::redis::{RedisConfig, RedisEngine};
-use dlock::kit::TlsFiles;
+use dlock::engines::redis::{RedisClusterConfig, RedisConfig, RedisEngine, RedisSentinelConfig};
+use dlock::kit::{ClientSettings, Credentials, TlsFiles};
 use dlock::{Error, Registry};
 use dlock_testkit::certificates::certificates;
-use dlock_testkit::fixtures::redis::redis_args;
+use dlock_testkit::certificates::tls_files;
+use dlock_testkit::fixtures::redis::{MASTER_NAME, RedisSentinel, redis_args, redis_cluster_with, tls_args};
 use dlock_testkit::server::TestServer;
 use dlock_testkit::timed_writer;
 
-fn tls_server(certs: &Path, auth_clients: &'static str) -> TestServer {
-    let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
+fn tls_server(certs: &Path, client_certs: bool) -> TestServer {
     TestServer::start("redis-server", |port| {
-        let (cert, key, ca, tls_port) = (
-            file("server.crt"),
-            file("server.key"),
-            file("ca.crt"),
-            port.to_string(),
-        );
-        // Plain port off, TLS only: later flags override the defaults.
-        let tls = [
-            "--port",
-            "0",
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-ca-cert-file",
-            &ca,
-            "--tls-auth-clients",
-            auth_clients,
-        ];
-        redis_args(port, &tls)
+        let tls = tls_args(certs, port, client_certs);
+        redis_args(port, &tls.iter().map(String::as_str).collect::<Vec<_>>())
     })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_notifications_work_over_tls() {
     let certs = certificates();
-    let server = tls_server(&certs, "no");
+    let server = tls_server(&certs, false);
     let config = RedisConfig {
         tls: TlsFiles {
             tls_ca_file: Some(certs.join("ca.crt")),
@@ -61,13 +41,7 @@ async fn locks_and_notifications_work_over_tls() {
             .expect("connect over TLS"),
     );
     let registry = Registry::with_engine("tls", engine, SETTINGS).expect("registry");
-    let held = registry.locks("tls").get("x").lock().await.expect("lock");
-    let waiter = timed_writer(registry.locks("tls").get("x"));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let released = Instant::now();
-    held.release().await.expect("release");
-    let took = waiter.await.expect("task") - released;
-    assert!(took < Duration::from_millis(300), "waiter moved after {took:?}");
+    a_waiter_is_woken_over_tls(&registry).await;
 
     // Without the CA the server's certificate is not trusted: a clear error, no hang.
     let untrusted = RedisConfig {
@@ -96,7 +70,7 @@ async fn locks_and_notifications_work_over_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_presented_when_the_server_asks() {
     let certs = certificates();
-    let server = tls_server(&certs, "yes");
+    let server = tls_server(&certs, true);
     let without = RedisConfig {
         tls: TlsFiles {
             tls_ca_file: Some(certs.join("ca.crt")),
@@ -133,7 +107,7 @@ async fn a_client_certificate_is_presented_when_the_server_asks() {
 async fn redlock_masters_are_reached_over_tls() {
     use dlock::engines::redlock::{RedLockConfig, RedLockEngine};
     let certs = certificates();
-    let masters: Vec<TestServer> = (0..3).map(|_| tls_server(&certs, "yes")).collect();
+    let masters: Vec<TestServer> = (0..3).map(|_| tls_server(&certs, true)).collect();
     let urls = |scheme: &str| {
         masters
             .iter()
@@ -165,6 +139,119 @@ async fn redlock_masters_are_reached_over_tls() {
         ..RedLockConfig::new(urls("redis"))
     };
     let err = RedLockEngine::connect("tls", &plain)
+        .await
+        .err()
+        .expect("a plain client got in");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+}
+
+/// Takes `x` and checks that a waiter for it is woken by the release's
+/// notification: the poll alone would take longer.
+async fn a_waiter_is_woken_over_tls(registry: &Registry) {
+    let held = registry.locks("tls").get("x").lock().await.expect("lock");
+    let waiter = timed_writer(registry.locks("tls").get("x"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let took = waiter.await.expect("task") - released;
+    assert!(took < Duration::from_millis(300), "waiter moved after {took:?}");
+}
+
+/// A cluster whose nodes speak TLS alone, to clients and to each other,
+/// and ask for the client's certificate: locks on every node's slots, and
+/// a sharded notification through the TLS subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_nodes_are_reached_over_tls() {
+    let certs = certificates();
+    let nodes = redis_cluster_with(3, Some(&certs));
+    let urls = |scheme: &str| nodes.iter().map(|n| format!("{scheme}://{}", n.address())).collect();
+    let config = RedisClusterConfig {
+        nodes: urls("rediss"),
+        fence_retention: Duration::from_secs(1),
+        waiter_ttl: Duration::from_secs(1),
+        client: ClientSettings::with_timeout(Duration::from_secs(5)),
+        credentials: Credentials::default(),
+        tls: tls_files(&certs, Some("ca.crt"), true),
+    };
+    let engine = RedisEngine::connect_cluster("tls", &config)
+        .await
+        .expect("connect over TLS");
+    let registry = Registry::with_engine("tls", Arc::new(engine), SETTINGS).expect("registry");
+    // 48 names fall in the slots of all three nodes.
+    for n in 0..48 {
+        let guard = registry.locks("tls").get(format!("k{n}")).lock().await.expect("lock");
+        guard.release().await.expect("release");
+    }
+    a_waiter_is_woken_over_tls(&registry).await;
+
+    let without_client_certificate = RedisClusterConfig {
+        tls: tls_files(&certs, Some("ca.crt"), false),
+        ..config.clone()
+    };
+    let plain = RedisClusterConfig {
+        nodes: urls("redis"),
+        tls: TlsFiles::default(),
+        ..config.clone()
+    };
+    for refused in [without_client_certificate, plain] {
+        let err = RedisEngine::connect_cluster("tls", &refused)
+            .await
+            .err()
+            .expect("connected without TLS or a client certificate");
+        assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    }
+    let mixed = RedisClusterConfig {
+        nodes: vec![config.nodes[0].clone(), format!("redis://{}", nodes[1].address())],
+        ..config
+    };
+    match RedisEngine::connect_cluster("tls", &mixed).await {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "engines.tls.nodes"),
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
+}
+
+/// Sentinels and data nodes that speak TLS alone and ask for the client's
+/// certificate: locks and notifications on the primary, and after a
+/// failover on the replica the sentinels name, all over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_their_primary_are_reached_over_tls() {
+    let certs = certificates();
+    let mut fixture = RedisSentinel::start_with(None, Some(&certs));
+    let config = RedisSentinelConfig {
+        sentinels: fixture.sentinel_urls(),
+        master_name: MASTER_NAME.to_owned(),
+        replicas_ack: 0,
+        replicas_ack_timeout: Duration::from_millis(50),
+        fence_retention: Duration::from_secs(1),
+        waiter_ttl: Duration::from_secs(1),
+        client: ClientSettings::with_timeout(Duration::from_secs(5)),
+        credentials: Credentials::default(),
+        tls: tls_files(&certs, Some("ca.crt"), true),
+    };
+    assert!(config.sentinels.iter().all(|url| url.starts_with("rediss://")));
+    let engine = RedisEngine::connect_sentinel("tls", &config)
+        .await
+        .expect("connect over TLS");
+    let registry = Registry::with_engine("tls", Arc::new(engine), SETTINGS).expect("registry");
+    a_waiter_is_woken_over_tls(&registry).await;
+
+    fixture.fail_over();
+    let started = Instant::now();
+    let guard = loop {
+        match registry.locks("tls").get("after").try_lock().await {
+            Ok(Some(guard)) => break guard,
+            _ if started.elapsed() < Duration::from_secs(20) => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("no lock on the new primary within 20 s: {:?}", other.err()),
+        }
+    };
+    guard.release().await.expect("release");
+
+    let plain = RedisSentinelConfig {
+        sentinels: config.sentinels.iter().map(|url| url.replacen("rediss://", "redis://", 1)).collect(),
+        tls: TlsFiles::default(),
+        ..config.clone()
+    };
+    let err = RedisEngine::connect_sentinel("tls", &plain)
         .await
         .err()
         .expect("a plain client got in");

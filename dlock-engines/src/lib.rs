@@ -2,8 +2,8 @@
 //! and `conformance`, the behaviour suite every engine passes unchanged.
 //!
 //! Each engine is a module behind the cargo feature of its name; [`ENGINES`]
-//! lists them with the kinds they register. `redis-tls` and `etcd-tls` add
-//! TLS to those two, and `etcd` needs `protoc` to build.
+//! lists them with the kinds they register. `redis-tls`, `zookeeper-tls` and
+//! `etcd-tls` add TLS to those three, and `etcd` needs `protoc` to build.
 //!
 //! Applications use this crate through the `dlock` library (package
 //! `dlock-rs`), whose features of the same names turn these on, as
@@ -29,8 +29,11 @@ use dlock_core::kit::Kinds;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 /// The rustls client config of the engines whose client takes one.
-#[cfg(any(feature = "postgres", feature = "memcached"))]
+#[cfg(any(feature = "postgres", feature = "memcached", feature = "zookeeper-tls"))]
 mod tls;
+/// One crypto provider for the clients that use rustls's process default.
+#[cfg(any(feature = "mysql", feature = "redis-tls", feature = "zookeeper-tls"))]
+mod crypto;
 
 /// The one list of engines. A row is a module, its cargo feature (the same
 /// name) and the kinds it registers (`kind = ...` in config); the module

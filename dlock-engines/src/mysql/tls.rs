@@ -31,5 +31,6 @@ pub(super) fn ssl_opts(at: &Connecting<'_>, mode: TlsMode, files: &TlsFiles) -> 
         None => opts,
     };
     let identity = pem.identity.map(|(cert, key)| ClientIdentity::new(cert.into(), key.into()));
+    crate::crypto::ensure_provider();
     Ok(Some(opts.with_client_identity(identity)))
 }

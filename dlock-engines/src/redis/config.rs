@@ -71,7 +71,9 @@ impl RedisConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisClusterConfig {
-    /// `redis://host:port` of one or more cluster nodes.
+    /// `redis://host:port` of one or more cluster nodes; `rediss://` for
+    /// TLS to every node (feature `redis-tls`, the nodes run with
+    /// `tls-cluster yes`).
     pub nodes: Vec<String>,
     /// As [`RedisConfig::fence_retention`].
     #[serde(default = "default_fence_retention", with = "humantime_serde")]
@@ -85,6 +87,9 @@ pub struct RedisClusterConfig {
     /// As [`RedisConfig::credentials`], for every node.
     #[serde(flatten)]
     pub credentials: Credentials,
+    /// As [`RedisConfig::tls`], for every node.
+    #[serde(flatten)]
+    pub tls: TlsFiles,
 }
 
 /// Settings of a Redis engine behind Sentinel, `kind = "redis-sentinel"`:
@@ -93,7 +98,9 @@ pub struct RedisClusterConfig {
 #[serde(deny_unknown_fields)]
 pub struct RedisSentinelConfig {
     /// `redis://[user:password@]host:port` of each sentinel (auth, if any,
-    /// from the first).
+    /// from the first). `rediss://` for TLS (feature `redis-tls`) to the
+    /// sentinels and to the data nodes they name, which then run with
+    /// `tls-replication yes`.
     pub sentinels: Vec<String>,
     /// The name the sentinels monitor the primary under.
     pub master_name: String,
@@ -119,6 +126,9 @@ pub struct RedisSentinelConfig {
     /// (a password alone for `AUTH`).
     #[serde(flatten)]
     pub credentials: Credentials,
+    /// As [`RedisConfig::tls`], for the sentinels and the data nodes.
+    #[serde(flatten)]
+    pub tls: TlsFiles,
 }
 
 fn default_fence_retention() -> Duration {
@@ -174,11 +184,16 @@ impl RedisEngine {
         if config.nodes.is_empty() {
             return Err(at.bad("nodes", "name at least one seed node"));
         }
-        let nodes = config
-            .nodes
-            .iter()
-            .map(|url| connection_info(&at, "nodes", url, &config.credentials))
-            .collect::<Result<Vec<_>, _>>()?;
+        let urls: Vec<&str> = config.nodes.iter().map(String::as_str).collect();
+        wants_tls(&at, "nodes", &urls, &config.tls)?;
+        let seeds = connection::Seeds {
+            nodes: urls
+                .iter()
+                .map(|url| connection_info(&at, "nodes", url, &config.credentials))
+                .collect::<Result<Vec<_>, _>>()?,
+            #[cfg(feature = "redis-tls")]
+            certificates: certificates(&at, &config.tls)?,
+        };
         let addresses: Vec<String> = config.nodes.iter().map(|url| without_password(url)).collect();
         let target = Target {
             label: config.client.label(&at)?,
@@ -186,8 +201,8 @@ impl RedisEngine {
             address: addresses.join(","),
             timeout: config.client.connect_timeout,
         };
-        let connection = connection::cluster(&nodes, &target).await?;
-        let notifier = notify::Notifier::new(notify::Source::Cluster(nodes));
+        let connection = connection::cluster(&seeds, &target).await?;
+        let notifier = notify::Notifier::new(notify::Source::Cluster(seeds));
         Self::new(target, connection, notifier, "SPUBLISH", timings).await
     }
 
@@ -201,6 +216,12 @@ impl RedisEngine {
         if config.sentinels.is_empty() {
             return Err(at.bad("sentinels", "name at least one sentinel"));
         }
+        let urls: Vec<&str> = config.sentinels.iter().map(String::as_str).collect();
+        // Without `redis-tls`, `rediss://` is refused: `tls` is false.
+        #[cfg_attr(not(feature = "redis-tls"), expect(unused_variables))]
+        let tls = wants_tls(&at, "sentinels", &urls, &config.tls)?;
+        #[cfg(feature = "redis-tls")]
+        let certificates = certificates(&at, &config.tls)?;
         let mut infos = Vec::new();
         let mut sentinel_auth = None;
         for url in &config.sentinels {
@@ -219,6 +240,16 @@ impl RedisEngine {
                 .map(|info| info.set_redis_settings(auth.clone()))
                 .collect();
         }
+        // The certificates go with each sentinel's address, which the
+        // client and the failover listener both connect by.
+        #[cfg(feature = "redis-tls")]
+        if let Some(certificates) = &certificates {
+            infos = infos
+                .into_iter()
+                .map(|info| Client::build_with_tls(info, certificates.clone()).map(|c| c.get_connection_info().clone()))
+                .collect::<Result<_, _>>()
+                .map_err(|e| at.bad("sentinels", e.to_string()))?;
+        }
         let addresses: Vec<_> = infos.iter().map(|info| info.addr().clone()).collect();
         let mut builder = redis::sentinel::SentinelClientBuilder::new(
             addresses,
@@ -232,6 +263,13 @@ impl RedisEngine {
             }
             if let Some(password) = auth.password() {
                 builder = builder.set_client_to_sentinel_password(password);
+            }
+        }
+        #[cfg(feature = "redis-tls")]
+        if tls {
+            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+            if let Some(certificates) = certificates {
+                builder = builder.set_client_to_redis_certificates(certificates);
             }
         }
         if let Some(username) = &config.credentials.username {
@@ -285,7 +323,23 @@ pub(crate) fn client(
     files: &TlsFiles,
     credentials: &Credentials,
 ) -> Result<Client, Error> {
-    let tls = url.starts_with("rediss://");
+    wants_tls(at, field, &[url], files)?;
+    let info = connection_info(at, field, url, credentials)?;
+    #[cfg(feature = "redis-tls")]
+    if let Some(certificates) = certificates(at, files)? {
+        return Client::build_with_tls(info, certificates).map_err(|e| at.bad(field, e.to_string()));
+    }
+    Client::open(info).map_err(|e| at.bad(field, e.to_string()))
+}
+
+/// Whether `urls` ask for TLS: `rediss://`, all of them or none. The TLS
+/// files go only with it, and it needs the cargo feature `redis-tls`.
+fn wants_tls(at: &Connecting<'_>, field: &str, urls: &[&str], files: &TlsFiles) -> Result<bool, Error> {
+    let secure = urls.iter().filter(|url| url.starts_with("rediss://")).count();
+    if secure != 0 && secure != urls.len() {
+        return Err(at.bad(field, "write every url as rediss:// for TLS, or none"));
+    }
+    let tls = secure != 0;
     if !tls && files.any() {
         let field = match files {
             TlsFiles {
@@ -302,22 +356,28 @@ pub(crate) fn client(
     if tls && !cfg!(feature = "redis-tls") {
         return Err(at.bad(field, "rediss:// needs dlock's cargo feature `redis-tls`"));
     }
-    let info = connection_info(at, field, url, credentials)?;
     #[cfg(feature = "redis-tls")]
-    if files.any() {
-        let pem = files.read(at)?;
-        let certificates = redis::TlsCertificates {
-            client_tls: pem
-                .identity
-                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
-                    client_cert,
-                    client_key,
-                }),
-            root_cert: pem.ca,
-        };
-        return Client::build_with_tls(info, certificates).map_err(|e| at.bad(field, e.to_string()));
+    if tls {
+        crate::crypto::ensure_provider();
     }
-    Client::open(info).map_err(|e| at.bad(field, e.to_string()))
+    Ok(tls)
+}
+
+/// The certificates the TLS files name; none when no file is set (the
+/// system's roots then check the server).
+#[cfg(feature = "redis-tls")]
+fn certificates(at: &Connecting<'_>, files: &TlsFiles) -> Result<Option<redis::TlsCertificates>, Error> {
+    if !files.any() {
+        return Ok(None);
+    }
+    let pem = files.read(at)?;
+    Ok(Some(redis::TlsCertificates {
+        client_tls: pem.identity.map(|(client_cert, client_key)| redis::ClientTlsConfig {
+            client_cert,
+            client_key,
+        }),
+        root_cert: pem.ca,
+    }))
 }
 
 /// `url` parsed, with the user and password of `credentials` in place of

@@ -308,8 +308,29 @@ pub(crate) async fn sentinel(primary: Arc<Primary>, target: &Target<'_>) -> Resu
     Ok(Connection::Sentinel(primary))
 }
 
-pub(crate) async fn cluster(nodes: &[redis::ConnectionInfo], target: &Target<'_>) -> Result<Connection, Error> {
-    let client = ClusterClientBuilder::new(nodes.to_vec())
+/// A cluster's seed nodes, and the certificates to reach every node with.
+#[derive(Clone)]
+pub(crate) struct Seeds {
+    pub nodes: Vec<ConnectionInfo>,
+    #[cfg(feature = "redis-tls")]
+    pub certificates: Option<redis::TlsCertificates>,
+}
+
+impl Seeds {
+    /// A builder of clients of the cluster, over TLS if its urls say so.
+    pub fn builder(&self) -> ClusterClientBuilder {
+        let builder = ClusterClientBuilder::new(self.nodes.clone());
+        #[cfg(feature = "redis-tls")]
+        if let Some(certificates) = &self.certificates {
+            return builder.certs(certificates.clone());
+        }
+        builder
+    }
+}
+
+pub(crate) async fn cluster(seeds: &Seeds, target: &Target<'_>) -> Result<Connection, Error> {
+    let client = seeds
+        .builder()
         .connection_timeout(target.timeout)
         .response_timeout(target.timeout)
         .build()

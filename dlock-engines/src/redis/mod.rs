@@ -81,11 +81,13 @@
 //! [engines.shared]
 //! kind = "redis-cluster"
 //! nodes = ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]   # seed nodes
+//! # nodes = ["rediss://..."]      # TLS to every node (tls-cluster yes), the same tls_ files
 //!
 //! [engines.ha]
 //! kind = "redis-sentinel"
 //! sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"]
 //! master_name = "mymaster"
+//! # sentinels = ["rediss://..."]  # TLS to the sentinels and the data nodes (tls-replication yes)
 //! # username = "locker"            # ACL user and password of the data nodes
 //! # password = "..."
 //! replicas_ack = 1                 # a grant waits for 1 replica (WAIT); 0: no wait (the default)

@@ -15,7 +15,6 @@ use std::convert::Infallible;
 
 use dlock_core::kit::{OwnerId, Wake, Woken};
 use redis::aio::MultiplexedConnection;
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{
     AsyncConnectionConfig, Client, FromRedisValue, ProtocolVersion, PushInfo, PushKind, RedisResult,
@@ -40,7 +39,7 @@ type Channels = Arc<Mutex<HashMap<String, broadcast::Sender<Arc<str>>>>>;
 /// channel served by the node owning its slot, never broadcast cluster-wide.
 pub(crate) enum Source {
     Single(Box<Client>),
-    Cluster(Vec<redis::ConnectionInfo>),
+    Cluster(super::connection::Seeds),
     /// The primary Sentinel names when the subscriber (re)connects.
     Sentinel(Arc<super::connection::Primary>),
 }
@@ -108,8 +107,9 @@ async fn connect(source: &Source, channels: Channels, closed: Arc<AtomicBool>) -
     match source {
         Source::Single(client) => single_sink(client, dispatch).await,
         Source::Sentinel(primary) => single_sink(&primary.client().await.ok()?, dispatch).await,
-        Source::Cluster(nodes) => {
-            let client = ClusterClientBuilder::new(nodes.clone())
+        Source::Cluster(seeds) => {
+            let client = seeds
+                .builder()
                 .use_protocol(ProtocolVersion::RESP3)
                 .push_sender(dispatch)
                 .build()

@@ -3,13 +3,14 @@
 use std::time::Duration;
 
 use dlock_core::Error;
-use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, default_root};
+use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, TlsFiles, TlsMode, default_root};
 use serde::Deserialize;
 use zookeeper_client::Acls;
 
 use super::ZooKeeperEngine;
 use super::keeper::Keeper;
 use super::session::Sessions;
+use super::tls::Transport;
 
 /// Settings of the ZooKeeper engine, `kind = "zookeeper"`.
 #[derive(Debug, Clone, Deserialize)]
@@ -39,6 +40,16 @@ pub struct ZooKeeperConfig {
     /// `client_name` is the label this process's nodes carry.
     #[serde(flatten)]
     pub client: ClientSettings,
+    /// TLS, for a server's `secureClientPort` (cargo feature
+    /// `zookeeper-tls`): `require`, `verify-ca` or `verify-full`; default
+    /// `disable`. A secure port speaks TLS alone, so `prefer` is refused.
+    #[serde(default)]
+    pub tls_mode: Option<TlsMode>,
+    /// The CA that signed the server's certificate (needed: the client
+    /// knows no system roots), and this client's certificate and key for
+    /// a server that asks for one (`ssl.clientAuth`).
+    #[serde(flatten)]
+    pub tls: TlsFiles,
 }
 
 impl ZooKeeperConfig {
@@ -52,6 +63,8 @@ impl ZooKeeperConfig {
             digest: None,
             credentials: Credentials::default(),
             client: ClientSettings::default(),
+            tls_mode: None,
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -103,7 +116,8 @@ impl ZooKeeperEngine {
             (Some(_), None) => return Err(at.bad("password", "set password or password_file with username")),
         }
         let config = &config;
-        let sessions = Sessions::connect(config.clone())
+        let transport = Transport::new(&at, config)?;
+        let sessions = Sessions::connect(config.clone(), transport)
             .await
             .map_err(|e| at.unreachable(&config.connect, e))?;
         Ok(ZooKeeperEngine {

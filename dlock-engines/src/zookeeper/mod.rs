@@ -66,6 +66,12 @@
 //! diff. Locks then wait, and fail at their wait's end, until it does.
 //! Upgrade, or run members with `-Dzookeeper.forceSnapshotSync=true`.
 //!
+//! **TLS** (cargo feature `zookeeper-tls`) is for a server's
+//! `secureClientPort`, which ZooKeeper serves through Netty
+//! (`serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory`).
+//! `tls_mode` is `require`, `verify-ca` or `verify-full`, and `tls_ca_file`
+//! is needed: the client knows no system roots (`tls.rs`).
+//!
 //! Config:
 //!
 //! ```toml
@@ -77,6 +83,8 @@
 //! connect_timeout = "5s"
 //! keeper_idle = "1m"          # LockKeeper: drop per-lock state idle this long
 //! # digest = "user:password"  # digest auth; nodes then get creator-only ACLs
+//! # tls_mode = "verify-full"  # for a secureClientPort
+//! # tls_ca_file = "/etc/dlock/zk-ca.pem"
 //! ```
 
 mod config;
@@ -87,6 +95,7 @@ mod nodes;
 mod permits;
 mod records;
 mod session;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;

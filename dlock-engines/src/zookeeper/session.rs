@@ -16,6 +16,7 @@ use dlock_core::kit::session::{self, Ender, Ends, SessionEnd};
 use zookeeper_client::{Client, Error as ZkError, SessionState, StateWatcher};
 
 use super::ZooKeeperConfig;
+use super::tls::Transport;
 
 pub(crate) struct Session {
     pub client: Client,
@@ -79,41 +80,49 @@ pub(crate) fn transient(e: &ZkError) -> bool {
 /// The current session, and how to make the next one.
 pub(crate) struct Sessions {
     config: ZooKeeperConfig,
+    transport: Transport,
     sessions: session::Sessions<Session>,
 }
 
 impl Sessions {
-    pub async fn connect(config: ZooKeeperConfig) -> Result<Self, EngineError> {
-        let first = open(&config).await?;
+    pub async fn connect(config: ZooKeeperConfig, transport: Transport) -> Result<Self, EngineError> {
+        let first = open(&config, &transport).await?;
         Ok(Sessions {
             config,
+            transport,
             sessions: session::Sessions::new(first),
         })
     }
 
     /// The live session, opening a new one if the current one has ended.
     pub async fn live(&self) -> Result<std::sync::Arc<Session>, EngineError> {
-        self.sessions.live(|| open(&self.config)).await
+        self.sessions.live(|| open(&self.config, &self.transport)).await
     }
 }
 
-async fn open(config: &ZooKeeperConfig) -> Result<Session, EngineError> {
+async fn open(config: &ZooKeeperConfig, transport: &Transport) -> Result<Session, EngineError> {
     let mut connector = Client::connector()
         .with_session_timeout(config.session_timeout)
         .with_connection_timeout(config.client.connect_timeout);
     if let Some(auth) = &config.digest {
         connector = connector.with_auth("digest", auth.as_bytes());
     }
-    let client = tokio::time::timeout(config.client.connect_timeout, connector.connect(&config.connect))
+    let connected = tokio::time::timeout(config.client.connect_timeout, transport.connect(connector, &config.connect))
         .await
         .map_err(|_| format!("no session within {:?}", config.client.connect_timeout))
-        .and_then(|connected| connected.map_err(|e| e.to_string()))
-        .map_err(|why| {
-            EngineError::failed(format!(
+        .and_then(|connected| connected.map_err(|e| e.to_string()));
+    let client = match connected {
+        Ok(client) => client,
+        Err(mut why) => {
+            if let Some(tls) = transport.why_not(&config.connect).await {
+                why = format!("{why}; {tls}");
+            }
+            return Err(EngineError::failed(format!(
                 "cannot connect to ZooKeeper at {}: {why}",
                 config.connect
-            ))
-        })?;
+            )));
+        }
+    };
     let end = SessionEnd::default();
     tokio::spawn(watch_state(
         client.state_watcher(),
