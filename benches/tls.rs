@@ -7,8 +7,8 @@
 //! - MySQL (MariaDB): `--ssl-*` with `require_secure_transport` off;
 //!   `verify-full` against `disable`.
 //! - Redis: `--tls-port` beside `--port`; `rediss://` against `redis://`.
-//!
-//! ZooKeeper is not here: the engine has no TLS yet.
+//! - ZooKeeper: `secureClientPort` beside `clientPort`, both on Netty;
+//!   `verify-full` with a client certificate against `disable`.
 
 mod common;
 
@@ -17,12 +17,14 @@ use std::sync::Arc;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
+use dlock::engines::zookeeper::{ZooKeeperConfig, ZooKeeperEngine};
 use dlock::kit::{Engine, TlsMode};
 use dlock::{Lock, Registry, Settings};
 use dlock_testkit::certificates::{certificates, tls_files};
 use dlock_testkit::fixtures::mysql::MariaDb;
 use dlock_testkit::fixtures::postgres::PgServer;
 use dlock_testkit::fixtures::redis::redis_args;
+use dlock_testkit::fixtures::zookeeper::secured_beside_plain;
 use dlock_testkit::server::{TestServer, free_port};
 
 use common::{Contender, Target, uncontended};
@@ -124,4 +126,19 @@ async fn main() {
     let plain = warm_lock("redis-plain", connect(&plain).await).await;
     let tls = warm_lock("redis-tls", connect(&tls).await).await;
     compare("redis", redis.pid(), plain, tls).await;
+    drop(redis);
+
+    let (zk, plain_port) = secured_beside_plain(&certs);
+    let plain = ZooKeeperConfig::new(format!("127.0.0.1:{plain_port}"));
+    let tls = ZooKeeperConfig {
+        tls_mode: Some(TlsMode::VerifyFull),
+        tls: tls_files(&certs, Some("ca.crt"), true),
+        ..ZooKeeperConfig::new(zk.address())
+    };
+    let connect = async |config: &ZooKeeperConfig| {
+        Arc::new(ZooKeeperEngine::connect("zk", config).await.expect("connect")) as Arc<dyn Engine>
+    };
+    let plain = warm_lock("zk-plain", connect(&plain).await).await;
+    let tls = warm_lock("zk-tls", connect(&tls).await).await;
+    compare("zookeeper", zk.pid(), plain, tls).await;
 }
