@@ -12,7 +12,7 @@ use dlock::{Error, Registry};
 use dlock_testkit::certificates::certificates;
 use dlock_testkit::certificates::tls_files;
 use dlock_testkit::fixtures::redis::{MASTER_NAME, RedisSentinel, redis_args, redis_cluster_with, tls_args};
-use dlock_testkit::server::TestServer;
+use dlock_testkit::server::{TestServer, secret_file};
 use dlock_testkit::timed_writer;
 
 fn tls_server(certs: &Path, client_certs: bool) -> TestServer {
@@ -158,19 +158,24 @@ async fn a_waiter_is_woken_over_tls(registry: &Registry) {
 }
 
 /// A cluster whose nodes speak TLS alone, to clients and to each other,
-/// and ask for the client's certificate: locks on every node's slots, and
-/// a sharded notification through the TLS subscriber.
+/// ask for the client's certificate and require a password: locks on
+/// every node's slots with the password from its file, and a sharded
+/// notification through the TLS subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_nodes_are_reached_over_tls() {
+    const PASSWORD: &str = "cluster-pass-3c1d";
     let certs = certificates();
-    let nodes = redis_cluster_with(3, Some(&certs));
+    let nodes = redis_cluster_with(3, Some(&certs), Some(PASSWORD));
     let urls = |scheme: &str| nodes.iter().map(|n| format!("{scheme}://{}", n.address())).collect();
     let config = RedisClusterConfig {
         nodes: urls("rediss"),
         fence_retention: Duration::from_secs(1),
         waiter_ttl: Duration::from_secs(1),
         client: ClientSettings::with_timeout(Duration::from_secs(5)),
-        credentials: Credentials::default(),
+        credentials: Credentials {
+            password_file: Some(secret_file(PASSWORD)),
+            ..Credentials::default()
+        },
         tls: tls_files(&certs, Some("ca.crt"), true),
     };
     let engine = RedisEngine::connect_cluster("tls", &config)
@@ -193,12 +198,20 @@ async fn cluster_nodes_are_reached_over_tls() {
         tls: TlsFiles::default(),
         ..config.clone()
     };
-    for refused in [without_client_certificate, plain] {
+    let wrong_password = RedisClusterConfig {
+        credentials: Credentials {
+            password: Some("not-the-password-51e0".into()),
+            ..Credentials::default()
+        },
+        ..config.clone()
+    };
+    for refused in [without_client_certificate, plain, wrong_password] {
         let err = RedisEngine::connect_cluster("tls", &refused)
             .await
             .err()
-            .expect("connected without TLS or a client certificate");
+            .expect("connected without TLS, a client certificate or the password");
         assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+        assert!(!err.to_string().contains("not-the-password"), "{err}");
     }
     let mixed = RedisClusterConfig {
         nodes: vec![config.nodes[0].clone(), format!("redis://{}", nodes[1].address())],
