@@ -13,13 +13,46 @@ use dlock_testkit::certificates::certificates;
 use dlock_testkit::certificates::tls_files;
 use dlock_testkit::fixtures::redis::{MASTER_NAME, RedisSentinel, redis_args, redis_cluster_with, tls_args};
 use dlock_testkit::server::{TestServer, secret_file};
-use dlock_testkit::timed_writer;
+use dlock_testkit::{assert_unreachable_is_a_clear_error, timed_writer};
 
 fn tls_server(certs: &Path, client_certs: bool) -> TestServer {
+    tls_server_showing(certs, "server", client_certs)
+}
+
+/// A TLS-only server showing the certificate `<served>.crt` of `certs`.
+fn tls_server_showing(certs: &Path, served: &str, client_certs: bool) -> TestServer {
     TestServer::start("redis-server", |port| {
-        let tls = tls_args(certs, port, client_certs);
+        let mut tls = tls_args(certs, port, client_certs);
+        // Later flags override earlier ones.
+        for (flag, file) in [("--tls-cert-file", "crt"), ("--tls-key-file", "key")] {
+            tls.extend([flag.to_owned(), certs.join(format!("{served}.{file}")).display().to_string()]);
+        }
         redis_args(port, &tls.iter().map(String::as_str).collect::<Vec<_>>())
     })
+}
+
+/// A certificate from another CA, for another name, or expired: each a
+/// clear error at startup naming the engine, the address and the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_server_certificate_is_a_clear_error_with_its_reason() {
+    let certs = certificates();
+    let cases = [
+        ("server", "other-ca.crt", "UnknownIssuer"),
+        ("elsewhere", "ca.crt", "not valid for name"),
+        ("expired", "ca.crt", "certificate expired"),
+    ];
+    for (served, ca, reason) in cases {
+        let server = tls_server_showing(&certs, served, false);
+        let config = RedisConfig {
+            tls: tls_files(&certs, Some(ca), false),
+            client: ClientSettings::with_timeout(Duration::from_secs(3)),
+            ..RedisConfig::new(format!("rediss://{}", server.address()))
+        };
+        let connect = RedisEngine::connect("tls", &config);
+        let message =
+            assert_unreachable_is_a_clear_error(connect, "tls", &server.address(), Duration::from_secs(10)).await;
+        assert!(message.contains(reason), "{served}: {message}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
