@@ -7,27 +7,86 @@ use std::time::Duration;
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Ident, LitStr, Token};
+use syn::{Ident, LitInt, LitStr, Token};
 
 use crate::suggest::nearest;
 use crate::template::Template;
 
-/// Every option, in the order the docs list them.
-const OPTIONS: [&str; 13] = [
-    "group",
-    "key",
-    "keys",
-    "permits",
-    "mode",
-    "wait",
-    "lease",
-    "engine",
-    "on_lost",
-    "on_revoke",
-    "if_held",
-    "hold_at_least",
-    "hold_at_most",
+/// Every option, in the order the docs list them (`tests` holds the
+/// rustdoc table of `distributed_lock` to it): its name, an example, and
+/// where its value goes, which says how it is written.
+const OPTIONS: [Spec; 13] = [
+    Spec::text("group", "group = \"order\"", |g| &mut g.group),
+    Spec::text("key", "key = \"<order_id>\"", |g| &mut g.key),
+    Spec {
+        name: "keys",
+        example: "keys = [\"<from>\", \"<to>\"]",
+        place: Place::Texts(|g| &mut g.keys),
+    },
+    Spec {
+        name: "permits",
+        example: "permits = 5",
+        place: Place::Number(|g| &mut g.permits),
+    },
+    Spec::text("mode", "mode = \"write\"", |g| &mut g.mode),
+    Spec::text("wait", "wait = \"5s\"", |g| &mut g.wait),
+    Spec::text("lease", "lease = \"30s\"", |g| &mut g.lease),
+    Spec::text("engine", "engine = \"main\"", |g| &mut g.engine),
+    Spec::text("on_lost", "on_lost = \"cancel\"", |g| &mut g.on_lost),
+    Spec::text("on_revoke", "on_revoke = \"cancel\"", |g| &mut g.on_revoke),
+    Spec::text("if_held", "if_held = \"skip\"", |g| &mut g.if_held),
+    Spec::text("hold_at_least", "hold_at_least = \"50s\"", |g| &mut g.hold_at_least),
+    Spec::text("hold_at_most", "hold_at_most = \"10m\"", |g| &mut g.hold_at_most),
 ];
+
+/// One option of the attribute.
+struct Spec {
+    name: &'static str,
+    example: &'static str,
+    place: Place,
+}
+
+impl Spec {
+    const fn text(name: &'static str, example: &'static str, place: fn(&mut Given) -> &mut Option<LitStr>) -> Self {
+        Spec {
+            name,
+            example,
+            place: Place::Text(place),
+        }
+    }
+}
+
+/// Where an option's value goes in [`Given`]; its kind is how the value
+/// is written.
+enum Place {
+    /// `name = "text"`.
+    Text(fn(&mut Given) -> &mut Option<LitStr>),
+    /// `name = ["text", ...]`.
+    Texts(fn(&mut Given) -> &mut Option<Texts>),
+    /// `name = 5`.
+    Number(fn(&mut Given) -> &mut Option<LitInt>),
+}
+
+/// A list as written, with its option's name for errors about the list.
+type Texts = (Ident, Vec<LitStr>);
+
+/// The values written, each under its option's name.
+#[derive(Default)]
+struct Given {
+    group: Option<LitStr>,
+    key: Option<LitStr>,
+    keys: Option<Texts>,
+    permits: Option<LitInt>,
+    mode: Option<LitStr>,
+    wait: Option<LitStr>,
+    lease: Option<LitStr>,
+    engine: Option<LitStr>,
+    on_lost: Option<LitStr>,
+    on_revoke: Option<LitStr>,
+    if_held: Option<LitStr>,
+    hold_at_least: Option<LitStr>,
+    hold_at_most: Option<LitStr>,
+}
 
 /// Shortest lease the core accepts (`dlock_core::MIN_LEASE`; a proc-macro
 /// crate cannot use it, and `tests/attribute.rs` checks that the two agree).
@@ -66,82 +125,72 @@ pub(crate) struct Job {
     pub span: Option<Span>,
 }
 
-/// `name = "value"` or `name = ["value", ...]`, as written.
+/// `name = value`, as written, its value of the kind its option takes.
 struct Item {
     name: Ident,
+    spec: &'static Spec,
     value: Value,
 }
 
 enum Value {
     One(LitStr),
     List(Vec<LitStr>),
-    Number(syn::LitInt),
+    Number(LitInt),
 }
 
 impl Parse for Item {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let name: Ident = input.call(syn::ext::IdentExt::parse_any)?;
+        let option = name.to_string();
+        let Some(spec) = OPTIONS.iter().find(|spec| spec.name == option) else {
+            return Err(syn::Error::new(name.span(), unknown_option(&option)));
+        };
         if !input.peek(Token![=]) {
-            let message = match name.to_string().as_str() {
-                "permits" => "expected `permits = 5`: the holders a semaphore admits at once".to_owned(),
-                _ => format!("expected `{name} = \"...\"`: every option takes a string value"),
-            };
+            let message = format!("expected `{}`: every option is written `name = value`", spec.example);
             return Err(syn::Error::new(name.span(), message));
         }
         input.parse::<Token![=]>()?;
-        if name == "permits" {
-            if !input.peek(syn::LitInt) {
-                return Err(syn::Error::new(
-                    input.span(),
-                    "`permits` takes a whole number, e.g. permits = 5",
-                ));
+        let (fits, what) = match spec.place {
+            Place::Text(_) => (input.peek(LitStr), "a string literal"),
+            Place::Texts(_) => (input.peek(syn::token::Bracket), "a list of string literals"),
+            Place::Number(_) => (input.peek(LitInt), "a whole number"),
+        };
+        if !fits {
+            return Err(input.error(format!("`{option}` takes {what}, e.g. {}", spec.example)));
+        }
+        let value = match spec.place {
+            Place::Text(_) => Value::One(input.parse()?),
+            Place::Number(_) => Value::Number(input.parse()?),
+            Place::Texts(_) => {
+                let inside;
+                syn::bracketed!(inside in input);
+                let texts = Punctuated::<LitStr, Token![,]>::parse_terminated(&inside)?;
+                Value::List(texts.into_iter().collect())
             }
-            return Ok(Item {
-                name,
-                value: Value::Number(input.parse()?),
-            });
-        }
-        let list = name == "keys";
-        if list && input.peek(syn::token::Bracket) {
-            let inside;
-            syn::bracketed!(inside in input);
-            let keys = Punctuated::<LitStr, Token![,]>::parse_terminated(&inside)?;
-            return Ok(Item {
-                name,
-                value: Value::List(keys.into_iter().collect()),
-            });
-        }
-        if list || !input.peek(LitStr) {
-            let what = if list {
-                "a list of string literals"
-            } else {
-                "a string literal"
-            };
-            return Err(input.error(format!("`{name}` takes {what}, e.g. {}", example(&name))));
-        }
-        Ok(Item {
-            name,
-            value: Value::One(input.parse()?),
-        })
+        };
+        Ok(Item { name, spec, value })
     }
 }
 
-fn example(name: &Ident) -> &'static str {
-    match name.to_string().as_str() {
-        "group" => "group = \"order\"",
-        "key" => "key = \"<order_id>\"",
-        "keys" => "keys = [\"<from>\", \"<to>\"]",
-        "mode" => "mode = \"write\"",
-        "wait" => "wait = \"5s\"",
-        "lease" => "lease = \"30s\"",
-        "engine" => "engine = \"main\"",
-        "on_lost" => "on_lost = \"cancel\"",
-        "on_revoke" => "on_revoke = \"cancel\"",
-        "if_held" => "if_held = \"skip\"",
-        "hold_at_least" => "hold_at_least = \"50s\"",
-        "hold_at_most" => "hold_at_most = \"10m\"",
-        _ => "name = \"value\"",
+impl Item {
+    /// Puts the value in its place; an option given twice is an error.
+    fn place(self, given: &mut Given) -> syn::Result<()> {
+        let twice = || syn::Error::new(self.name.span(), format!("`{}` is given twice", self.name));
+        match (&self.spec.place, self.value) {
+            (Place::Text(place), Value::One(text)) => fill(place(given), text, twice),
+            (Place::Texts(place), Value::List(texts)) => fill(place(given), (self.name.clone(), texts), twice),
+            (Place::Number(place), Value::Number(number)) => fill(place(given), number, twice),
+            _ => unreachable!("Item::parse reads the kind of value its place takes"),
+        }
     }
+}
+
+fn fill<T>(slot: &mut Option<T>, value: T, twice: impl FnOnce() -> syn::Error) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(twice());
+    }
+    *slot = Some(value);
+    Ok(())
 }
 
 impl Args {
@@ -149,33 +198,15 @@ impl Args {
     /// attribute, for errors about what is missing.
     pub fn parse(tokens: TokenStream, attr: Span) -> syn::Result<Self> {
         let items = Punctuated::<Item, Token![,]>::parse_terminated.parse2(tokens)?;
-        let mut given: [Option<LitStr>; OPTIONS.len()] = Default::default();
-        let mut keys = None;
-        let mut permits = None;
-        for Item { name, value } in items {
-            let option = name.to_string();
-            let Some(slot) = OPTIONS.iter().position(|o| *o == option) else {
-                return Err(syn::Error::new(name.span(), unknown_option(&option)));
-            };
-            let repeated = match option.as_str() {
-                "keys" => keys.is_some(),
-                "permits" => permits.is_some(),
-                _ => given[slot].is_some(),
-            };
-            if repeated {
-                return Err(syn::Error::new(name.span(), format!("`{option}` is given twice")));
-            }
-            match value {
-                Value::One(value) => given[slot] = Some(value),
-                Value::List(list) => keys = Some((name, list)),
-                Value::Number(number) => permits = Some(number),
-            }
+        let mut given = Given::default();
+        for item in items {
+            item.place(&mut given)?;
         }
-        let [
+        let Given {
             group,
             key,
-            _,
-            _,
+            keys,
+            permits,
             mode,
             wait,
             lease,
@@ -185,7 +216,7 @@ impl Args {
             if_held,
             hold_at_least,
             hold_at_most,
-        ] = given;
+        } = given;
         let job = job(&if_held, &hold_at_least, &hold_at_most)?;
         if let Some(span) = job.span {
             if permits.is_some() {
@@ -396,12 +427,31 @@ fn duration(lit: &LitStr) -> syn::Result<Duration> {
 }
 
 fn unknown_option(option: &str) -> String {
-    let hint = match nearest(option, OPTIONS.iter().copied()) {
+    let names = OPTIONS.iter().map(|spec| spec.name);
+    let hint = match nearest(option, names.clone()) {
         Some(nearest) => format!("did you mean `{nearest}`? "),
         None => String::new(),
     };
     format!(
         "unknown option `{option}`; {hint}options are: {}",
-        OPTIONS.join(", ")
+        names.collect::<Vec<_>>().join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OPTIONS;
+
+    /// The rustdoc table of `distributed_lock` lists the options of
+    /// [`OPTIONS`], in its order.
+    #[test]
+    fn the_docs_list_every_option_in_order() {
+        let documented: Vec<&str> = include_str!("lib.rs")
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("/// | `")?.split_once('`'))
+            .map(|(name, _)| name)
+            .collect();
+        let options: Vec<&str> = OPTIONS.iter().map(|spec| spec.name).collect();
+        assert_eq!(documented, options);
+    }
 }
