@@ -1,7 +1,8 @@
 //! The engine table (`dlock::engines::ENGINES`, one row per engine) is the
-//! one list: what must still be written by hand elsewhere, a cargo feature
-//! in each manifest, a fixture, a column of the guarantee doc, is held to
-//! it here (the README's engine table too), so a new engine that misses one fails with the place named.
+//! one list: what must still be written by hand elsewhere (a cargo feature
+//! in each manifest, a fixture, a conformance file, a column of the
+//! guarantee doc, a row of the README's engine table) is held to it here,
+//! so a new engine that misses one fails with the place named.
 
 #![cfg(feature = "all-engines")]
 
@@ -89,6 +90,12 @@ fn each_engine_has_its_features_fixture_and_doc_column() {
             fixture.display()
         );
         for kind in *kinds {
+            let conformance = format!("tests/conformance_{}.rs", kind.replace('-', "_"));
+            assert!(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join(&conformance).exists()
+                    && read(&conformance).contains("conformance_suite!("),
+                "{kind} has no conformance file running the suite: {conformance}"
+            );
             assert!(
                 doc_header.contains(&format!(" {kind} (")) || doc_header.contains(&format!(" {kind},")),
                 "docs/guarantees.md has no column for {kind}"
