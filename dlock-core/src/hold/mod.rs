@@ -1,77 +1,27 @@
 //! A hold: one engine-level acquisition, shared by every nested guard of the
-//! task that made it. The table of holds is what makes locks reentrant per
-//! async task at zero engine cost.
+//! task that made it, from its grant to its release or loss. The table of
+//! holds (`table.rs`) is what makes locks reentrant per async task at zero
+//! engine cost.
 
-use std::collections::HashMap;
+mod table;
+
 use std::collections::hash_map::Entry;
 use std::future::Future;
-use std::hash::Hash;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::thread::ThreadId;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::key::shard_of;
 use crate::kit::{Call, within};
-use crate::kit::{Engine, EngineError, KeyHashing, Renewal, Request};
+use crate::kit::{Engine, EngineError, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Series, Span};
 use crate::registry::Group;
 use crate::{Error, LockKey, LostReason, Mode, trace};
 
-/// Who reentrancy is scoped to: the tokio task, or the thread for code that runs
-/// outside any task (`block_on`, whose future never changes thread).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) enum TaskKey {
-    Task(tokio::task::Id),
-    Thread(ThreadId),
-}
-
-impl TaskKey {
-    pub fn current() -> Self {
-        match tokio::task::try_id() {
-            Some(id) => TaskKey::Task(id),
-            None => TaskKey::Thread(std::thread::current().id()),
-        }
-    }
-}
-
-/// Where a hold is filed: the engine instance is part of it, so the same name
-/// on two engines is two locks; and a semaphore is not the lock of its name.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct HoldKey {
-    task: TaskKey,
-    engine: usize,
-    key: LockKey,
-    semaphore: bool,
-}
-
-impl HoldKey {
-    fn new(task: TaskKey, group: &Group, key: &LockKey, semaphore: bool) -> Self {
-        HoldKey {
-            task,
-            // The hold keeps the engine alive, so its address is not reused while filed.
-            engine: engine_id(group),
-            key: key.clone(),
-            semaphore,
-        }
-    }
-
-    fn shard(&self) -> MutexGuard<'static, HashMap<HoldKey, Arc<Hold>, KeyHashing>> {
-        lock(&TABLE[shard_of::<SHARDS>(self)])
-    }
-}
-
-/// Tells engine instances apart: the same name on two engines is two locks.
-pub(crate) fn engine_id(group: &Group) -> usize {
-    Arc::as_ptr(&group.engine) as *const () as usize
-}
-
-const SHARDS: usize = 32;
-type Shard = Mutex<HashMap<HoldKey, Arc<Hold>, KeyHashing>>;
-static TABLE: LazyLock<[Shard; SHARDS]> = LazyLock::new(|| std::array::from_fn(|_| Shard::default()));
+use table::HoldKey;
+pub(crate) use table::{Filed, TaskKey, engine_id, held_by_other_tasks, held_by_this_task};
 
 /// Locks a std mutex, ignoring poison: every critical section here is a few
 /// counter updates that cannot leave the state half-written.
@@ -83,60 +33,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Counts {
     writes: u32,
     reads: u32,
-}
-
-/// Every hold filed for the current task.
-pub(crate) fn held_by_this_task() -> Vec<Arc<Hold>> {
-    let task = TaskKey::current();
-    TABLE
-        .iter()
-        .flat_map(|shard| {
-            lock(shard)
-                .iter()
-                .filter(|(filed, _)| filed.task == task)
-                .map(|(_, hold)| hold.clone())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// The holds of `req`'s lock (or semaphore) on `group`'s engine filed for
-/// other tasks of this process, each once (a share is filed for every task
-/// it was handed to): what a task waiting for it may be waiting on.
-pub(crate) fn held_by_other_tasks(group: &Group, req: &Request) -> Vec<Arc<Hold>> {
-    let (task, engine) = (TaskKey::current(), engine_id(group));
-    let semaphore = req.permits.is_some();
-    let mut holds: Vec<Arc<Hold>> = Vec::new();
-    for shard in TABLE.iter() {
-        for (filed, hold) in lock(shard).iter() {
-            let theirs = filed.engine == engine
-                && filed.key == req.key
-                && filed.semaphore == semaphore
-                && filed.task != task;
-            if theirs && !holds.iter().any(|h| Arc::ptr_eq(h, hold)) {
-                holds.push(hold.clone());
-            }
-        }
-    }
-    holds
-}
-
-/// A hold filed for a task other than the one that took it, for as long as
-/// it lives.
-pub(crate) struct Filed {
-    filed: Option<HoldKey>,
-    hold: Arc<Hold>,
-}
-
-impl Drop for Filed {
-    fn drop(&mut self) {
-        if let Some(filed) = self.filed.take() {
-            let mut table = filed.shard();
-            if table.get(&filed).is_some_and(|h| Arc::ptr_eq(h, &self.hold)) {
-                table.remove(&filed);
-            }
-        }
-    }
 }
 
 /// What a guard's exit leaves to do.
@@ -341,22 +237,7 @@ impl Hold {
     /// Files this hold for the current task too, so that the task's nested
     /// acquisitions reenter it; undone when the returned value drops.
     pub fn file_for_this_task(self: &Arc<Self>) -> Filed {
-        let filed = HoldKey {
-            task: TaskKey::current(),
-            ..self.filed.clone()
-        };
-        let filed = match filed.shard().entry(filed.clone()) {
-            Entry::Vacant(v) => {
-                v.insert(self.clone());
-                Some(filed)
-            }
-            // This task holds the lock already: that hold serves.
-            Entry::Occupied(_) => None,
-        };
-        Filed {
-            filed,
-            hold: self.clone(),
-        }
+        table::file_for_this_task(self)
     }
 
     /// Keeps what stops the watchdog; stops it at once if the hold has
