@@ -28,12 +28,12 @@ use dlock_core::kit::Kinds;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
-/// The rustls client config of the engines whose client takes one.
-#[cfg(any(feature = "postgres", feature = "memcached", feature = "zookeeper-tls"))]
-mod tls;
 /// One crypto provider for the clients that use rustls's process default.
 #[cfg(any(feature = "mysql", feature = "redis-tls", feature = "zookeeper-tls"))]
 mod crypto;
+/// The rustls client config of the engines whose client takes one.
+#[cfg(any(feature = "postgres", feature = "memcached", feature = "zookeeper-tls"))]
+mod tls;
 
 /// The one list of engines. A row is a module, its cargo feature (the same
 /// name) and the kinds it registers (`kind = ...` in config); the module
