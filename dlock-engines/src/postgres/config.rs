@@ -5,10 +5,9 @@ use std::sync::Arc;
 use dlock_core::Error;
 use dlock_core::kit::{ClientSettings, Connecting, Credentials, EngineError, Kinds, TlsFiles, TlsMode};
 use serde::Deserialize;
-use tokio_postgres::config::Host;
 
 use super::pool::Pool;
-use super::server::Server;
+use super::server::{Server, address_of};
 use super::{PostgresEngine, objects};
 
 /// Settings of the postgres engine, `kind = "postgres"`.
@@ -92,7 +91,7 @@ impl PostgresEngine {
                 "must be at least 2: one connection stays free for short statements while the others wait",
             ));
         }
-        let mut server = Server::new(&at, config)?;
+        let mut server = Server::new(&at, &config.url, &config.credentials, (config.tls_mode, &config.tls))?;
         let pg = &mut server.config;
         pg.connect_timeout(config.client.connect_timeout);
         let label = config.client.label(&at)?;
@@ -113,36 +112,5 @@ impl PostgresEngine {
         };
         let pool = at.in_time(&address, config.client.connect_timeout, start).await?;
         Ok(PostgresEngine { pool, address })
-    }
-}
-
-/// `host:port` of each host, for messages; never the password.
-pub(super) fn address_of(config: &tokio_postgres::Config) -> String {
-    let ports = config.get_ports();
-    let hosts = config.get_hosts().iter().enumerate().map(|(i, host)| {
-        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-        match host {
-            Host::Tcp(host) => format!("{host}:{port}"),
-            Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
-        }
-    });
-    let address = hosts.collect::<Vec<_>>().join(",");
-    if address.is_empty() {
-        "(no host)".to_owned()
-    } else {
-        address
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_never_show_the_password() {
-        let config: tokio_postgres::Config = "postgres://u:secret@db1:5433,db2/app".parse().unwrap();
-        assert_eq!(address_of(&config), "db1:5433,db2:5432");
-        let config: tokio_postgres::Config = "host=/run/pg port=6000 password=secret".parse().unwrap();
-        assert_eq!(address_of(&config), "/run/pg/.s.PGSQL.6000");
     }
 }

@@ -16,7 +16,8 @@
 //! connections (never two holds of one key on one connection: the session
 //! would reenter). A request that must wait sleeps in the server's queue
 //! on a connection that holds nothing; at most `max_connections - 1` do so
-//! at once and the rest line up in the process. See `pool.rs`.
+//! at once and the rest line up in the process. See `pool.rs`, and
+//! `conn.rs` for the statements on one session.
 //!
 //! **Fencing.** Each grant takes `nextval` of one sequence,
 //! `<schema>.dlock_fence`, in the statement that takes the lock, after it
@@ -95,6 +96,7 @@
 //! ```
 
 mod config;
+mod conn;
 mod control;
 mod objects;
 mod permits;
@@ -103,6 +105,7 @@ mod records;
 mod server;
 mod sql;
 mod waiter;
+mod want;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -114,9 +117,10 @@ use dlock_core::kit::{
 use dlock_core::{LockKey, LockView, Mode};
 
 use permits::Permit;
-use pool::{Conn, Ping, Pool};
-use records::Tag;
-use waiter::{Stage, Waiter, Want};
+use conn::{Conn, Ping};
+use pool::Pool;
+use waiter::{Stage, Waiter};
+use want::{Tag, Want};
 
 pub use config::{PostgresConfig, register};
 

@@ -5,11 +5,10 @@
 use dlock_core::Error;
 use dlock_core::kit::EngineError;
 
-use super::pool::failed;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use super::server::Server;
+use super::server::{Server, failed};
 
 /// The objects' names, quoted for the statements.
 pub(super) struct Objects {

@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use dlock_core::kit::{EngineError, Poll, Request, Woken};
 use dlock_core::{LockKey, Mode};
 
-use super::pool::{Conn, Pool};
-use super::records::Tag;
-use super::waiter::{Stage, Waiter, Want};
+use super::conn::Conn;
+use super::pool::Pool;
+use super::waiter::{Stage, Waiter};
+use super::want::{Tag, Want};
 use super::{Hold, Place, acquire, advisory_key, answer};
 
 /// A permit request: the turnstile's hold while it queues, then its slot.

@@ -3,7 +3,7 @@
 //! The server's lock table is the truth: a hold or a wait shows while
 //! `pg_locks` has its session on its key, and its row adds the fence, the
 //! owner digest, the label and the time granted. A hold taken at once
-//! writes its row only once it has lasted `kit::RECORD_AFTER` (`pool.rs`),
+//! writes its row only once it has lasted `kit::RECORD_AFTER` (`conn.rs`),
 //! so readers wait [`RECORD_WAIT`] for younger holds: `inspect` when it
 //! sees a hold with no row, `list` always, since a hold with no row cannot
 //! be found by group. A row whose session no longer holds or waits is
@@ -19,33 +19,14 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
+use dlock_core::kit::{EngineError, RECORD_WAIT};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use tokio_postgres::Row;
 
 use super::advisory_key;
 use super::permits::Keys;
-use super::pool::{Pool, failed};
-
-/// What a request's row says besides its key and session.
-#[derive(Clone)]
-pub(super) struct Tag {
-    pub key: LockKey,
-    /// A semaphore's count; `None` for a lock.
-    pub permits: Option<u32>,
-    /// The owner id's digest: the id never reaches the server.
-    pub owner: String,
-}
-
-impl Tag {
-    pub fn of(req: &Request) -> Tag {
-        Tag {
-            key: req.key.clone(),
-            permits: req.permits,
-            owner: req.owner.digest(),
-        }
-    }
-}
+use super::pool::Pool;
+use super::server::failed;
 
 /// One lock or wait in `pg_locks`, with its row's fields if it has one.
 struct Seen {
@@ -122,7 +103,7 @@ pub(super) async fn inspect(
     };
     let mut waited = false;
     loop {
-        let rows = pool.records(Query::Keys(&keys)).await?;
+        let rows = pool.all(|s| &s.inspect, &[&keys]).await?;
         let seen = rows
             .iter()
             .map(Seen::read)
@@ -141,7 +122,7 @@ pub(super) async fn inspect(
 /// in one statement, once holds taken just before have written their rows.
 pub(super) async fn list(pool: &Pool, group: &str) -> Result<Vec<LockView>, EngineError> {
     tokio::time::sleep(RECORD_WAIT).await;
-    let rows = pool.records(Query::Group(group)).await?;
+    let rows = pool.all(|s| &s.list, &[&group]).await?;
     let mut by_lock: BTreeMap<(String, Option<u32>), Vec<Seen>> = BTreeMap::new();
     for row in &rows {
         let seen = Seen::read(row).map_err(failed)?;
@@ -155,12 +136,6 @@ pub(super) async fn list(pool: &Pool, group: &str) -> Result<Vec<LockView>, Engi
         view(group, &name, permits, turnstile, seen)
     });
     Ok(views.collect())
-}
-
-/// What a statement asks for.
-pub(super) enum Query<'a> {
-    Keys(&'a [i64]),
-    Group(&'a str),
 }
 
 /// The view of one lock from its locks in `pg_locks`, holders first, then

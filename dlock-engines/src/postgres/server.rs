@@ -7,13 +7,12 @@
 use std::collections::HashSet;
 
 use dlock_core::Error;
-use dlock_core::kit::{Connecting, TlsFiles, TlsMode};
-use tokio_postgres::config::SslMode;
+use dlock_core::kit::{Connecting, Credentials, EngineError, TlsFiles, TlsMode};
+use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, SimpleQueryMessage, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::config::PostgresConfig;
 
 /// A connection's other half, to be polled in a task of its own.
 pub(super) type Link = Connection<Socket, <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream>;
@@ -25,25 +24,31 @@ pub(super) struct Server {
 }
 
 impl Server {
-    /// Parses the settings; a bad one is an error naming its field.
-    pub fn new(at: &Connecting<'_>, settings: &PostgresConfig) -> Result<Self, Error> {
-        let (url, words) = take_tls_words(&settings.url);
+    /// Parses the settings (the engine's `url`, `credentials`, `tls_mode`
+    /// and `tls`); a bad one is an error naming its field.
+    pub fn new(
+        at: &Connecting<'_>,
+        url: &str,
+        credentials: &Credentials,
+        tls: (Option<TlsMode>, &TlsFiles),
+    ) -> Result<Self, Error> {
+        let (url, words) = take_tls_words(url);
         let mut config: Config = url.parse().map_err(|e| {
             at.bad(
                 "url",
                 format!("not a PostgreSQL URL (postgres://user@host:5432/db) or key/value string (host=... user=...): {e}"),
             )
         })?;
-        if let Some(password) = settings.credentials.password(at)? {
+        if let Some(password) = credentials.password(at)? {
             if config.get_password().is_some() {
                 return Err(at.bad("password", "the url names a password too: keep one"));
             }
             config.password(password);
         }
-        if let Some(user) = &settings.credentials.username {
+        if let Some(user) = &credentials.username {
             config.user(user);
         }
-        let (mode, files) = tls_settings(at, settings, &words)?;
+        let (mode, files) = tls_settings(at, tls, &words)?;
         // An `sslmode` the words missed (a `?` in the password, an
         // escaped key) is tokio-postgres's: kept, never overwritten.
         let parsed = match config.get_ssl_mode() {
@@ -110,7 +115,7 @@ impl Server {
 
 /// The error for a failure of the server, naming where it is.
 fn failed_with<'a>(at: &'a Connecting<'_>, server: &'a Server) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
-    move |e| at.unreachable(super::config::address_of(&server.config), super::pool::failed(e))
+    move |e| at.unreachable(address_of(&server.config), failed(e))
 }
 
 /// The TLS words of libpq that stand in place of a setting: `sslmode`
@@ -126,12 +131,12 @@ const WORDS: [(&str, &str); 4] = [
 /// an error); no mode if neither gives one.
 fn tls_settings(
     at: &Connecting<'_>,
-    settings: &PostgresConfig,
+    (mode, files): (Option<TlsMode>, &TlsFiles),
     words: &[(String, String)],
 ) -> Result<(Option<TlsMode>, TlsFiles), Error> {
     let word = |name: &str| words.iter().rev().find(|(w, _)| w == name).map(|(_, v)| v.clone());
-    let mut files = settings.tls.clone();
-    let mut mode = settings.tls_mode;
+    let mut files = files.clone();
+    let mut mode = mode;
     for (name, field) in WORDS {
         let Some(value) = word(name) else { continue };
         let twice = || at.bad(field, format!("set here and as `{name}` in the url: keep one"));
@@ -256,9 +261,56 @@ fn percent_decoded(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `host:port` of each host, for messages; never the password.
+pub(super) fn address_of(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    let hosts = config.get_hosts().iter().enumerate().map(|(i, host)| {
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        match host {
+            Host::Tcp(host) => format!("{host}:{port}"),
+            Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+        }
+    });
+    let address = hosts.collect::<Vec<_>>().join(",");
+    if address.is_empty() {
+        "(no host)".to_owned()
+    } else {
+        address
+    }
+}
+
+/// A driver error as the engine reports it: tokio-postgres shows a server
+/// error as just "db error" and a refused connection as "error connecting
+/// to server", so the server's text and the causes are spelt out.
+pub(super) fn failed(e: tokio_postgres::Error) -> EngineError {
+    if let Some(db) = e.as_db_error() {
+        return EngineError::failed(format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        ));
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(inner) = cause {
+        text = format!("{text}: {inner}");
+        cause = inner.source();
+    }
+    EngineError::failed(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_never_show_the_password() {
+        let config: tokio_postgres::Config = "postgres://u:secret@db1:5433,db2/app".parse().unwrap();
+        assert_eq!(address_of(&config), "db1:5433,db2:5432");
+        let config: tokio_postgres::Config = "host=/run/pg port=6000 password=secret".parse().unwrap();
+        assert_eq!(address_of(&config), "/run/pg/.s.PGSQL.6000");
+    }
 
     #[test]
     fn tls_words_leave_a_url_and_keep_the_rest() {

@@ -5,7 +5,7 @@
 //!
 //! A take at once and its unlock are the bare lock functions: an
 //! uncontended cycle writes nothing. Such a hold writes its row in the
-//! record table only once it has lasted (`record`, see `pool.rs`), and its
+//! record table only once it has lasted (`record`, see `conn.rs`), and its
 //! unlock deletes the row then. A request about to wait writes its row
 //! first, and its grant fills it in, in the statement that waits: an
 //! `INSERT` fed by a CTE around the lock function. The session's pid and

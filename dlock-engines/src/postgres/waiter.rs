@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::Mode;
 use dlock_core::kit::{Wake, Woken};
 use tokio::sync::watch;
 use tokio_postgres::error::SqlState;
 
-use super::pool::{Conn, Pool};
-use super::records::Tag;
+use super::conn::Conn;
+use super::pool::Pool;
+use super::want::Want;
 use super::{Hold, Place};
 
 /// Where a waiting request is.
@@ -40,15 +40,6 @@ impl Stage {
 pub(super) struct Waiter {
     stage: watch::Receiver<Stage>,
     withdraw: Arc<watch::Sender<bool>>,
-}
-
-/// What the task needs to know about its request.
-pub(super) struct Want {
-    pub key: i64,
-    pub mode: Mode,
-    pub lease_ms: u64,
-    /// What its row in the record table says.
-    pub tag: Tag,
 }
 
 impl Waiter {
@@ -210,7 +201,7 @@ async fn queue_on(
         },
         Ok(None) => Stage::Withdrawn,
         Err(e) if !withdrawn && e.code() == Some(&SqlState::QUERY_CANCELED) => return None,
-        Err(e) => Stage::Failed(super::pool::failed(e).to_string().into()),
+        Err(e) => Stage::Failed(super::server::failed(e).to_string().into()),
     })
 }
 
