@@ -25,7 +25,10 @@ fn tls_server_showing(certs: &Path, served: &str, client_certs: bool) -> TestSer
         let mut tls = tls_args(certs, port, client_certs);
         // Later flags override earlier ones.
         for (flag, file) in [("--tls-cert-file", "crt"), ("--tls-key-file", "key")] {
-            tls.extend([flag.to_owned(), certs.join(format!("{served}.{file}")).display().to_string()]);
+            tls.extend([
+                flag.to_owned(),
+                certs.join(format!("{served}.{file}")).display().to_string(),
+            ]);
         }
         redis_args(port, &tls.iter().map(String::as_str).collect::<Vec<_>>())
     })
@@ -50,7 +53,8 @@ async fn a_bad_server_certificate_is_a_clear_error_with_its_reason() {
         };
         let connect = RedisEngine::connect("tls", &config);
         let message =
-            assert_unreachable_is_a_clear_error(connect, "tls", &server.address(), Duration::from_secs(10)).await;
+            assert_unreachable_is_a_clear_error(connect, "tls", &server.address(), Duration::from_secs(10))
+                .await;
         assert!(message.contains(reason), "{served}: {message}");
     }
 }
@@ -199,7 +203,12 @@ async fn cluster_nodes_are_reached_over_tls() {
     const PASSWORD: &str = "cluster-pass-3c1d";
     let certs = certificates();
     let nodes = redis_cluster_with(3, Some(&certs), Some(PASSWORD));
-    let urls = |scheme: &str| nodes.iter().map(|n| format!("{scheme}://{}", n.address())).collect();
+    let urls = |scheme: &str| {
+        nodes
+            .iter()
+            .map(|n| format!("{scheme}://{}", n.address()))
+            .collect()
+    };
     let config = RedisClusterConfig {
         nodes: urls("rediss"),
         fence_retention: Duration::from_secs(1),
@@ -217,7 +226,12 @@ async fn cluster_nodes_are_reached_over_tls() {
     let registry = Registry::with_engine("tls", Arc::new(engine), SETTINGS).expect("registry");
     // 48 names fall in the slots of all three nodes.
     for n in 0..48 {
-        let guard = registry.locks("tls").get(format!("k{n}")).lock().await.expect("lock");
+        let guard = registry
+            .locks("tls")
+            .get(format!("k{n}"))
+            .lock()
+            .await
+            .expect("lock");
         guard.release().await.expect("release");
     }
     a_waiter_is_woken_over_tls(&registry).await;
@@ -286,14 +300,20 @@ async fn sentinels_and_their_primary_are_reached_over_tls() {
     let guard = loop {
         match registry.locks("tls").get("after").try_lock().await {
             Ok(Some(guard)) => break guard,
-            _ if started.elapsed() < Duration::from_secs(20) => tokio::time::sleep(Duration::from_millis(100)).await,
+            _ if started.elapsed() < Duration::from_secs(20) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
             other => panic!("no lock on the new primary within 20 s: {:?}", other.err()),
         }
     };
     guard.release().await.expect("release");
 
     let plain = RedisSentinelConfig {
-        sentinels: config.sentinels.iter().map(|url| url.replacen("rediss://", "redis://", 1)).collect(),
+        sentinels: config
+            .sentinels
+            .iter()
+            .map(|url| url.replacen("rediss://", "redis://", 1))
+            .collect(),
         tls: TlsFiles::default(),
         ..config.clone()
     };

@@ -35,7 +35,9 @@ const OPTIONS: [Spec; 13] = [
     Spec::text("on_lost", "on_lost = \"cancel\"", |g| &mut g.on_lost),
     Spec::text("on_revoke", "on_revoke = \"cancel\"", |g| &mut g.on_revoke),
     Spec::text("if_held", "if_held = \"skip\"", |g| &mut g.if_held),
-    Spec::text("hold_at_least", "hold_at_least = \"50s\"", |g| &mut g.hold_at_least),
+    Spec::text("hold_at_least", "hold_at_least = \"50s\"", |g| {
+        &mut g.hold_at_least
+    }),
     Spec::text("hold_at_most", "hold_at_most = \"10m\"", |g| &mut g.hold_at_most),
 ];
 
@@ -47,7 +49,11 @@ struct Spec {
 }
 
 impl Spec {
-    const fn text(name: &'static str, example: &'static str, place: fn(&mut Given) -> &mut Option<LitStr>) -> Self {
+    const fn text(
+        name: &'static str,
+        example: &'static str,
+        place: fn(&mut Given) -> &mut Option<LitStr>,
+    ) -> Self {
         Spec {
             name,
             example,
@@ -146,7 +152,10 @@ impl Parse for Item {
             return Err(syn::Error::new(name.span(), unknown_option(&option)));
         };
         if !input.peek(Token![=]) {
-            let message = format!("expected `{}`: every option is written `name = value`", spec.example);
+            let message = format!(
+                "expected `{}`: every option is written `name = value`",
+                spec.example
+            );
             return Err(syn::Error::new(name.span(), message));
         }
         input.parse::<Token![=]>()?;
@@ -178,7 +187,9 @@ impl Item {
         let twice = || syn::Error::new(self.name.span(), format!("`{}` is given twice", self.name));
         match (&self.spec.place, self.value) {
             (Place::Text(place), Value::One(text)) => fill(place(given), text, twice),
-            (Place::Texts(place), Value::List(texts)) => fill(place(given), (self.name.clone(), texts), twice),
+            (Place::Texts(place), Value::List(texts)) => {
+                fill(place(given), (self.name.clone(), texts), twice)
+            }
             (Place::Number(place), Value::Number(number)) => fill(place(given), number, twice),
             _ => unreachable!("Item::parse reads the kind of value its place takes"),
         }
