@@ -69,6 +69,14 @@ pub(crate) fn client_config(
     }
 }
 
+/// The name to check the certificate of the server at `host:port` for:
+/// its host, an IPv6 address without its brackets.
+#[cfg(any(feature = "memcached", feature = "zookeeper-tls"))]
+pub(crate) fn server_name(address: &str) -> Option<ServerName<'static>> {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    ServerName::try_from(host.trim_matches(['[', ']']).to_owned()).ok()
+}
+
 fn roots_from(at: &Connecting<'_>, ca: &[u8]) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca) {

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use dlock_core::Error;
 use dlock_core::kit::{ClientSettings, Connecting, Credentials, Kinds, TlsFiles, TlsMode};
-use rustls::pki_types::ServerName;
 use serde::Deserialize;
 use tokio_rustls::TlsConnector;
 
@@ -72,9 +71,9 @@ fn opening(at: &Connecting<'_>, config: &MemcachedConfig) -> Result<Opening, Err
             // memcached 1.6 answers a resumed TLS 1.3 session with an
             // internal_error alert: every connection shakes hands in full.
             client.resumption = rustls::client::Resumption::disabled();
-            let host = config.address.rsplit_once(':').map_or(config.address.as_str(), |(host, _)| host);
-            let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned())
-                .map_err(|_| at.bad("address", format!("`{host}` is not a host name or address to check a certificate for")))?;
+            let name = crate::tls::server_name(&config.address).ok_or_else(|| {
+                at.bad("address", format!("`{}` names no host to check a certificate for", config.address))
+            })?;
             Some((TlsConnector::from(Arc::new(client)), name))
         }
     };

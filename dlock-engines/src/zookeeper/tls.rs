@@ -75,7 +75,6 @@ mod secure {
     use dlock_core::Error;
     use dlock_core::kit::{Connecting, TlsFiles, TlsMode};
     use rustls::ClientConfig;
-    use rustls::pki_types::ServerName;
     use zookeeper_client::TlsOptions;
 
     /// zookeeper-client's options, and the same checks as rustls's config.
@@ -121,8 +120,7 @@ mod secure {
             let first = cluster.split(',').next()?.trim();
             let first = first.strip_prefix("tcp+tls://").unwrap_or(first);
             let address = first.split('/').next()?;
-            let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
-            let name = ServerName::try_from(host.trim_matches(['[', ']']).to_owned()).ok()?;
+            let name = crate::tls::server_name(address)?;
             let connector = tokio_rustls::TlsConnector::from(self.probe.clone());
             let handshake = async {
                 let stream = tokio::net::TcpStream::connect(address).await?;
