@@ -38,6 +38,7 @@ mod common;
 
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::kit::{Engine, OwnerId, Poll, Request};
+use dlock::kit::{Inspect, List};
 use dlock::{LockKey, Mode, Registry, Settings};
 use dlock_testkit::fixtures::redis::{info_field, redis_args, redis_cli};
 use dlock_testkit::server::TestServer;

@@ -254,12 +254,12 @@
 //! ```
 //!
 //! An engine of your own implements [`kit::Engine`], declares its
-//! [`kit::Capabilities`] and registers its kind with [`init_with`]; one built by
-//! hand goes in with [`install`].
+//! [`kit::Guarantees`], offers its [`kit::Facets`] and registers its kind
+//! with [`init_with`]; one built by hand goes in with [`install`].
 //!
 //! # Guarantees
 //!
-//! What an engine can promise is declared once, in its [`kit::Capabilities`]: read
+//! What an engine can promise is declared once, in its [`kit::Guarantees`]: read
 //! mode or exclusive only, a FIFO queue on the server or none, strict or
 //! best-effort fencing, and what ends an unrenewed hold (its lease, or the
 //! client's session). The core refuses what an engine lacks with

@@ -1,7 +1,8 @@
 //! An engine defined outside dlock-engines, with nothing but the `dlock`
 //! crate: registered as a kind, routed to from TOML, and put through the
 //! conformance suite, which skips by its capabilities (exclusive only, no
-//! queue, leases in whole 100 ms units) and checks the typed errors.
+//! queue, leases in whole 100 ms units) and checks the typed errors. It
+//! offers one facet, hold at least, and writes nothing for the others.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::kit::{
-    Capabilities, Engine, EngineError, Fairness, Kinds, LostSignal, OwnerId, Poll, Records, Renewal, Request,
-    Woken, async_trait,
+    Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Kinds, LostSignal, OwnerId, Poll, Records,
+    Renewal, Request, Woken, async_trait,
 };
 use dlock::{Config, Error, LockKey, Registry};
 use tokio::sync::Notify;
@@ -86,16 +87,18 @@ impl Engine for TableEngine {
         "in-process table".to_owned()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            read: false,
-            fairness: Fairness::None,
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            fencing: Fencing::Strict,
             lease_unit: self.unit,
-            semaphore: false,
-            records: Records::None,
-            force_release: false,
-            revoke: false,
-            ..Capabilities::FULL
+            ..Guarantees::default()
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            hold_at_least: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -148,6 +151,11 @@ impl Engine for TableEngine {
         None
     }
 }
+
+/// Its renewal sets the expiry to the request's lease, so the facet's
+/// default serves: renew for what is left, and leave the lock to expire.
+#[async_trait]
+impl HoldAtLeast for TableEngine {}
 
 fn kinds() -> Kinds {
     let mut kinds = dlock::engines::kinds();
@@ -216,6 +224,20 @@ async fn its_settings_and_capabilities_are_checked_at_startup() {
         message.contains("table"),
         "the offered kinds include it: {message}"
     );
+}
+
+#[tokio::test]
+async fn it_offers_only_the_facets_it_implements() {
+    let capabilities = engine().await.capabilities();
+    assert!(capabilities.hold_at_least);
+    assert!(!capabilities.semaphore && !capabilities.control && !capabilities.election_values);
+    assert_eq!(capabilities.records, Records::None);
+    assert!(!capabilities.election(), "no records show its terms");
+    let registry = build(CONFIG).await.expect("config");
+    let lock = registry.locks("orders").get("9");
+    for refused in [lock.inspect().await.map(drop), lock.revoke().await.map(drop)] {
+        assert!(matches!(refused, Err(Error::Unsupported { .. })), "{refused:?}");
+    }
 }
 
 async fn engine() -> Arc<dyn Engine> {

@@ -152,7 +152,16 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
     };
     let (left, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
     assert_eq!(flags, 0);
-    assert_eq!(engine.revoke(&key).await.expect("revoke"), 1);
+    assert_eq!(
+        engine
+            .facets()
+            .control
+            .expect("offered")
+            .revoke(&key)
+            .await
+            .expect("revoke"),
+        1
+    );
     let (left_after, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
     assert!(
         flags == 1 && left_after <= left,
@@ -162,11 +171,38 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
         assert_eq!(engine.renew(&holder).await.expect("renew"), Renewal::Revoked);
         assert_eq!(left_and_flags(&fixture, "dlock:mc:ctl").await.1, 1);
     }
-    assert_eq!(engine.revoke(&key).await.expect("revoke"), 1, "asked again");
+    assert_eq!(
+        engine
+            .facets()
+            .control
+            .expect("offered")
+            .revoke(&key)
+            .await
+            .expect("revoke"),
+        1,
+        "asked again"
+    );
 
-    assert_eq!(engine.force_release(&key).await.expect("force release"), 1);
+    assert_eq!(
+        engine
+            .facets()
+            .control
+            .expect("offered")
+            .force_release(&key)
+            .await
+            .expect("force release"),
+        1
+    );
     assert_eq!(engine.renew(&holder).await.expect("renew"), Renewal::Gone);
-    assert!(engine.forced_out(&holder).await.expect("forced out"));
+    assert!(
+        engine
+            .facets()
+            .control
+            .expect("offered")
+            .forced_out(&holder)
+            .await
+            .expect("forced out")
+    );
     let tombstone = format!(
         "dlock-forced:{:032x}:{}",
         key.stable_hash(),
@@ -189,7 +225,15 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
     };
     assert!(second > first, "fence {second} after {first}");
     assert_eq!(engine.renew(&next).await.expect("renew"), Renewal::Held);
-    assert!(!engine.forced_out(&next).await.expect("forced out"));
+    assert!(
+        !engine
+            .facets()
+            .control
+            .expect("offered")
+            .forced_out(&next)
+            .await
+            .expect("forced out")
+    );
     assert!(engine.release(&next).await.expect("release"));
 }
 
@@ -216,7 +260,13 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
     let before = SystemTime::now();
     assert!(matches!(named.acquire(&holder).await, Ok(Poll::Held(_))));
     let after = SystemTime::now();
-    let view = looking.inspect(&holder.key, None).await.expect("inspect");
+    let view = looking
+        .facets()
+        .inspect
+        .expect("offered")
+        .inspect(&holder.key, None)
+        .await
+        .expect("inspect");
     let [record] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };
@@ -242,6 +292,9 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
     assert!(named.release(&holder).await.expect("release"));
     assert!(
         looking
+            .facets()
+            .inspect
+            .expect("offered")
             .inspect(&holder.key, None)
             .await
             .expect("inspect")
@@ -258,7 +311,13 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
         assert!(matches!(named.acquire(req).await, Ok(Poll::Held(_))));
     }
     // Asked with another count, the view keeps the one the items agree on.
-    let view = looking.inspect(&first.key, Some(5)).await.expect("inspect");
+    let view = looking
+        .facets()
+        .inspect
+        .expect("offered")
+        .inspect(&first.key, Some(5))
+        .await
+        .expect("inspect");
     let mut owners: Vec<_> = view.holders.iter().map(|r| r.owner.clone()).collect();
     owners.sort_unstable();
     let mut expected = vec![Some(first.owner.digest()), Some(second.owner.digest())];
@@ -270,7 +329,13 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
         "HD\r\n"
     );
     let foreign = LockKey::new("mc", "foreign").expect("key");
-    let view = looking.inspect(&foreign, None).await.expect("inspect");
+    let view = looking
+        .facets()
+        .inspect
+        .expect("offered")
+        .inspect(&foreign, None)
+        .await
+        .expect("inspect");
     let [record] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };

@@ -523,7 +523,8 @@ async fn an_older_table_gets_the_record_columns_and_records_carry_the_label() {
     let Ok(Poll::Held(fence)) = engine.acquire(&reader).await else {
         panic!("a reader shares the old client's read hold");
     };
-    let view = engine
+    let records = engine.facets().inspect.expect("records");
+    let view = records
         .inspect(&LockKey::new("my", "old").expect("key"), None)
         .await
         .expect("inspect");
@@ -554,7 +555,7 @@ async fn an_older_table_gets_the_record_columns_and_records_carry_the_label() {
         0,
         "a gate hold has no row"
     );
-    let view = engine.inspect(&gated.key, None).await.expect("inspect");
+    let view = records.inspect(&gated.key, None).await.expect("inspect");
     let [holder] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };

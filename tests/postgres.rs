@@ -315,7 +315,8 @@ async fn force_release_spares_the_other_holds_of_the_holders_session() {
         holding_pids(server).split(',').any(|pid| pid == pids),
         "the holder's session lives on"
     );
-    let view = holding
+    let records = holding.facets().inspect.expect("records");
+    let view = records
         .inspect(&LockKey::new("g", "kept").expect("key"), None)
         .await
         .expect("inspect");
@@ -376,7 +377,13 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     let Ok(Poll::Held(fence)) = holding.acquire(&req).await else {
         panic!("not granted")
     };
-    let view = looking.inspect(&req.key, None).await.expect("inspect");
+    let view = looking
+        .facets()
+        .inspect
+        .expect("offered")
+        .inspect(&req.key, None)
+        .await
+        .expect("inspect");
     let [holder] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };
@@ -392,14 +399,26 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     assert_eq!(killed, "1");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let view = looking.inspect(&req.key, None).await.expect("inspect");
+        let view = looking
+            .facets()
+            .inspect
+            .expect("offered")
+            .inspect(&req.key, None)
+            .await
+            .expect("inspect");
         if view.is_free() {
             break;
         }
         assert!(Instant::now() < deadline, "the hold still shows: {view:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let listed = looking.list("pg").await.expect("list");
+    let listed = looking
+        .facets()
+        .list
+        .expect("offered")
+        .list("pg")
+        .await
+        .expect("list");
     assert!(listed.is_empty(), "{listed:?}");
     let rows = "SELECT count(*) FROM dlock_holds";
     assert_eq!(server.psql(rows), "1", "the stale row is still there");
@@ -427,7 +446,16 @@ async fn an_older_record_table_gets_the_revoked_column() {
     assert_eq!(server.psql(column), "1", "the column was not added");
     let req = request("older");
     assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
-    assert_eq!(engine.revoke(&req.key).await.expect("revoke"), 1);
+    assert_eq!(
+        engine
+            .facets()
+            .control
+            .expect("offered")
+            .revoke(&req.key)
+            .await
+            .expect("revoke"),
+        1
+    );
     assert_eq!(
         engine.renew(&req).await.expect("renew"),
         dlock::kit::Renewal::Revoked

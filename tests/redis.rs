@@ -12,6 +12,7 @@ use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::kit::ClientSettings;
 use dlock::kit::Engine;
+use dlock::kit::{Inspect, List};
 use dlock::{Error, LockKey, Mode, Registry, Settings};
 use dlock_core::kit::{Poll, Request};
 use dlock_testkit::fixtures::redis::{info_field, redis_args};

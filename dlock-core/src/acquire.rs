@@ -52,13 +52,11 @@ pub(crate) async fn acquire(
 ) -> Result<Guard, Error> {
     let key = LockKey::new(group.name.clone(), name)?;
     let permits = kind.permits();
-    if let Kind::Election(Some(_)) = kind
-        && !group.capabilities.election_values
-    {
-        return Err(group.unsupported("a campaign with a value of its own".to_owned()));
+    if let Kind::Election(Some(_)) = kind {
+        group.facet("a campaign with a value of its own", |f| f.election_values)?;
     }
-    if limits.at_least.is_some() && !group.capabilities.hold_at_least {
-        return Err(group.unsupported("hold at least".to_owned()));
+    if limits.at_least.is_some() {
+        group.facet("hold at least", |f| f.hold_at_least)?;
     }
     // Checked before reentry too: a nested read would later need an engine downgrade.
     if mode == Mode::Read && !group.capabilities.read {
@@ -134,9 +132,7 @@ fn check_permits(group: &Group, permits: u32) -> Result<(), Error> {
     if permits == 0 {
         return Err(Error::config("permits", "a semaphore needs at least 1 permit"));
     }
-    if !group.capabilities.semaphore {
-        return Err(group.unsupported("semaphores".to_owned()));
-    }
+    group.facet("semaphores", |f| f.semaphores)?;
     Ok(())
 }
 
@@ -206,7 +202,10 @@ fn name_the_holders(group: &Group, req: &Request) {
     let (engine, key, permits) = (group.engine.clone(), req.key.clone(), req.permits);
     let until = Instant::now() + group.settings.call_timeout;
     tokio::spawn(async move {
-        if let Ok(view) = within(until, engine.inspect(&key, permits)).await {
+        let Some(inspect) = engine.facets().inspect else {
+            return;
+        };
+        if let Ok(view) = within(until, inspect.inspect(&key, permits)).await {
             trace::waited_for(&span, &view);
         }
     });

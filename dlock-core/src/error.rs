@@ -94,7 +94,7 @@ pub enum Error {
     },
 
     /// The engine cannot offer what was asked (read mode on memcached, a
-    /// lease shorter than its unit); see `Engine::capabilities`.
+    /// lease shorter than its unit); see `Engine::guarantees` and `Engine::facets`.
     #[error("engine `{engine}` ({kind}) does not support {feature}")]
     Unsupported {
         /// The engine's configured name.

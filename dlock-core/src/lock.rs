@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::acquire::{self, Kind};
 use crate::config::{Settings, Wait};
 use crate::hold::Limits;
-use crate::kit::{Records, within};
+use crate::kit::within;
 use crate::registry::{Group, Registry};
 use crate::{Error, Guard, LockKey, LockView, Mode};
 
@@ -94,11 +94,9 @@ impl Locks {
     /// ```
     pub async fn list(&self) -> Result<Vec<LockView>, Error> {
         let group = &self.group;
-        if group.capabilities.records != Records::Listed {
-            return Err(group.unsupported("listing a group's locks".to_owned()));
-        }
+        let list = group.facet("listing a group's locks", |f| f.list)?;
         let until = Instant::now() + group.settings.call_timeout;
-        let mut views = within(until, group.engine.list(&group.name))
+        let mut views = within(until, list.list(&group.name))
             .await
             .map_err(|error| group.listing_error(error))?;
         // Whatever order an engine found them in, and free ones it kept.
@@ -267,14 +265,12 @@ impl Lock {
     pub async fn inspect(&self) -> Result<LockView, Error> {
         let group = &self.group;
         let key = LockKey::new(group.name.clone(), self.name.clone())?;
-        if group.capabilities.records == Records::None {
-            return Err(group.unsupported("records of who holds and waits".to_owned()));
-        }
-        if self.kind.permits().is_some() && !group.capabilities.semaphore {
-            return Err(group.unsupported("semaphores".to_owned()));
+        let inspect = group.facet("records of who holds and waits", |f| f.inspect)?;
+        if self.kind.permits().is_some() {
+            group.facet("semaphores", |f| f.semaphores)?;
         }
         let until = Instant::now() + group.settings.call_timeout;
-        within(until, group.engine.inspect(&key, self.kind.permits()))
+        within(until, inspect.inspect(&key, self.kind.permits()))
             .await
             .map_err(|error| group.engine_error_at(key, self.kind.permits(), error))
     }
@@ -314,18 +310,16 @@ impl Lock {
     /// An operator's act on this lock's holders, if the engine can do it.
     async fn act(&self, act: Act) -> Result<u32, Error> {
         let group = &self.group;
-        let (able, what) = match act {
-            Act::ForceRelease => (group.capabilities.force_release, "force release"),
-            Act::Revoke => (group.capabilities.revoke, "revocation"),
+        let what = match act {
+            Act::ForceRelease => "force release",
+            Act::Revoke => "revocation",
         };
-        if !able {
-            return Err(group.unsupported(what.to_owned()));
-        }
+        let control = group.facet(what, |f| f.control)?;
         let key = LockKey::new(group.name.clone(), self.name.clone())?;
         let call = async {
             match act {
-                Act::ForceRelease => group.engine.force_release(&key).await,
-                Act::Revoke => group.engine.revoke(&key).await,
+                Act::ForceRelease => control.force_release(&key).await,
+                Act::Revoke => control.revoke(&key).await,
             }
         };
         let until = Instant::now() + group.settings.call_timeout;

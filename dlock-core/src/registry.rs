@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::config::{Config, EngineConfig, GroupConfig, IMPLICIT_ENGINE, Settings, check_lease};
-use crate::kit::{Capabilities, Engine, EngineError, Kinds, Request};
+use crate::kit::{Capabilities, Engine, EngineError, Facets, Kinds, Request};
 use crate::metrics::Labels;
 use crate::{Error, LockKey};
 
@@ -57,6 +57,16 @@ impl Group {
                 other => other.into(),
             },
         }
+    }
+
+    /// The facet `pick` takes from this group's engine, or the typed
+    /// refusal naming `what` where the engine does not offer it.
+    pub fn facet<'a, T: ?Sized>(
+        &'a self,
+        what: &str,
+        pick: impl FnOnce(Facets<'a>) -> Option<&'a T>,
+    ) -> Result<&'a T, Error> {
+        pick(self.engine.facets()).ok_or_else(|| self.unsupported(what.to_owned()))
     }
 
     pub fn unsupported(&self, feature: String) -> Error {

@@ -211,10 +211,8 @@ pub async fn assert_calls_end_in_time_while_silent(
     if capabilities.records == Records::Listed {
         checks.push(timed("list", within_call, locks.list()).await);
     }
-    if capabilities.force_release {
+    if capabilities.control {
         checks.push(timed("force release", within_call, locks.get("held").force_release()).await);
-    }
-    if capabilities.revoke {
         checks.push(timed("revoke", within_call, locks.get("held").revoke()).await);
     }
     if capabilities.election() {

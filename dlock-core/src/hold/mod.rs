@@ -295,9 +295,10 @@ impl Hold {
             .map(|d| (self.held_since + d).saturating_duration_since(started));
         let keep = keep.filter(|k| !k.is_zero()).map(|k| self.in_lease_units(k));
         let release = self.call(move |engine, req| async move {
-            match keep {
-                Some(keep) => engine.release_after(&req, keep).await,
-                None => engine.release(&req).await,
+            // `keep` is set only where the engine offers the facet (see `acquire`).
+            match (keep, engine.facets().hold_at_least) {
+                (Some(keep), Some(facet)) => facet.release_after(&req, keep).await,
+                _ => engine.release(&req).await,
             }
         });
         let result = within(started + self.group.settings.call_timeout, release).await;
@@ -326,8 +327,13 @@ impl Hold {
         if self.lost_reason().is_some() {
             return;
         }
-        let forced = self.group.capabilities.force_release && {
-            let call = self.call(|engine, req| async move { engine.forced_out(&req).await });
+        let forced = self.group.capabilities.control && {
+            let call = self.call(|engine, req| async move {
+                match engine.facets().control {
+                    Some(control) => control.forced_out(&req).await,
+                    None => Ok(false),
+                }
+            });
             let until = Instant::now() + self.group.settings.call_timeout;
             matches!(within(until, call).await, Ok(true))
         };

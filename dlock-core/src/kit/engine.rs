@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::{Capabilities, Facets, Guarantees};
 use crate::run_on::RunOn;
-use crate::{BoxError, LockKey, LockView, Mode};
+use crate::{BoxError, LockKey, Mode};
 
 /// A future that resolves when a waiting request should be polled again, or
 /// was granted. Spurious wakes are harmless; the core also polls on its own
@@ -210,7 +211,7 @@ pub enum Renewal {
     /// Still held: the lease runs on.
     Held,
     /// Still held, and someone asked this holder to let go
-    /// ([`Engine::revoke`]); the lease runs on all the same.
+    /// ([`Control::revoke`](super::Control::revoke)); the lease runs on all the same.
     Revoked,
     /// Not held any more: the lease ran out, or another owner has it.
     Gone,
@@ -220,216 +221,6 @@ impl From<bool> for Renewal {
     /// For engines that cannot be asked to let go: held or gone.
     fn from(held: bool) -> Self {
         if held { Renewal::Held } else { Renewal::Gone }
-    }
-}
-
-/// What an engine can promise, declared once per engine. The core refuses
-/// what an engine lacks with a typed error, the conformance suite runs or
-/// skips its cases by these, and the guarantee table (`docs/guarantees.md`)
-/// uses the same words ([`Capabilities::words`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Capabilities {
-    /// Read (shared) mode; without it read requests get `Error::Unsupported`.
-    pub read: bool,
-    /// Whether the server keeps a queue; see [`Fairness`].
-    pub fairness: Fairness,
-    /// How far the fencing token can be trusted; see [`Fencing`].
-    pub fencing: Fencing,
-    /// What ends a hold nobody renews; see [`Expiry`].
-    pub expiry: Expiry,
-    /// Leases count whole units of this (1 s on servers whose TTLs are in
-    /// seconds); a shorter lease gets `Error::Unsupported`.
-    pub lease_unit: Duration,
-    /// A queued request that does not poll within this is dropped as dead;
-    /// the core then checks at startup that waiters poll often enough. It is
-    /// the engine's `waiter_ttl` setting.
-    pub waiter_ttl: Option<Duration>,
-    /// Semaphores ([`Request::permits`]), with the same fairness, fencing and
-    /// expiry as its locks; without them a semaphore gets `Error::Unsupported`.
-    pub semaphore: bool,
-    /// What [`Engine::inspect`] and [`Engine::list`] can tell; see [`Records`].
-    pub records: Records,
-    /// Whether a record shows the hold's fence: not where the token is
-    /// taken after the hold is written, in the same round trip (memcached).
-    pub fence_in_records: bool,
-    /// An operator can end a hold from outside ([`Engine::force_release`]),
-    /// and its holder learns why ([`Engine::forced_out`]).
-    pub force_release: bool,
-    /// An operator can ask holders to let go ([`Engine::revoke`]); they
-    /// learn it at their next renewal.
-    pub revoke: bool,
-    /// A hold can be let go while the server keeps others out a while
-    /// longer ([`Engine::release_after`]): a run-once job's `hold_at_least`.
-    pub hold_at_least: bool,
-    /// A campaign can propose a value of its own ([`Request::proposal`]),
-    /// which the records show as the leader's label; without, a leader
-    /// shows its process's label.
-    pub election_values: bool,
-}
-
-impl Capabilities {
-    /// Everything: read mode, FIFO, strict fencing, millisecond leases,
-    /// semaphores; all but election values, which an engine that keeps them
-    /// declares itself.
-    pub const FULL: Capabilities = Capabilities {
-        read: true,
-        fairness: Fairness::Fifo,
-        fencing: Fencing::Strict,
-        expiry: Expiry::Lease,
-        lease_unit: Duration::from_millis(1),
-        waiter_ttl: None,
-        semaphore: true,
-        records: Records::Listed,
-        fence_in_records: true,
-        force_release: true,
-        revoke: true,
-        hold_at_least: true,
-        // Only an engine that writes `Request::proposal` where its records
-        // read it says so.
-        election_values: false,
-    };
-
-    /// Whether leader election works here: it needs terms that only grow
-    /// and that the records show, for observers to tell leaders apart.
-    pub fn election(&self) -> bool {
-        self.fencing == Fencing::Strict && self.fence_in_records && self.records != Records::None
-    }
-
-    /// The shortest lease this engine accepts.
-    pub fn min_lease(&self) -> Duration {
-        self.lease_unit.max(crate::config::MIN_LEASE)
-    }
-
-    /// `read write, fifo, fence strict, ends with lease, lease unit 1ms,
-    /// semaphores, records listed, force release, revoke, hold at least`:
-    /// the words the guarantee table uses.
-    pub fn words(&self) -> String {
-        format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}, {}, {}",
-            if self.read { "read write" } else { "write only" },
-            self.fairness.as_str(),
-            self.fencing.as_str(),
-            self.expiry.as_str(),
-            self.lease_unit,
-            if self.semaphore {
-                "semaphores"
-            } else {
-                "no semaphores"
-            },
-            self.records.as_str(),
-            match self.records != Records::None && !self.fence_in_records {
-                true => " without fences",
-                false => "",
-            },
-            if self.force_release {
-                "force release"
-            } else {
-                "no force release"
-            },
-            if self.revoke { "revoke" } else { "no revoke" },
-            if self.hold_at_least {
-                "hold at least"
-            } else {
-                "no hold at least"
-            },
-            match (self.election(), self.election_values) {
-                (true, true) => "election with values",
-                (true, false) => "election",
-                (false, _) => "no election",
-            },
-        )
-    }
-}
-
-/// What an engine can tell about who holds and who waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Records {
-    /// Nothing: inspecting gets `Error::Unsupported`.
-    None,
-    /// One lock or semaphore by name ([`Engine::inspect`]).
-    ByName,
-    /// That, and a group's locks and semaphores ([`Engine::list`]).
-    Listed,
-}
-
-impl Records {
-    /// The guarantee table's words.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Records::None => "no records",
-            Records::ByName => "records by name",
-            Records::Listed => "records listed",
-        }
-    }
-}
-
-/// Who gets the lock next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fairness {
-    /// The server keeps a queue: first come, first served across clients,
-    /// queued readers admitted together.
-    Fifo,
-    /// No queue on the server: whoever tries first after a release. With
-    /// `queue = "local"` a process still serves its own waiters in order.
-    None,
-}
-
-impl Fairness {
-    /// The word the guarantee table uses: `fifo`, `no queue`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fairness::Fifo => "fifo",
-            Fairness::None => "no queue",
-        }
-    }
-}
-
-/// How far the fencing token can be trusted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fencing {
-    /// Strictly increasing per lock, across holders and server restarts.
-    Strict,
-    /// Strictly increasing while the server keeps its memory; a restart or
-    /// eviction may repeat a token (the engine's docs say exactly when).
-    BestEffort,
-    /// No ordering: the token only tells holds apart.
-    None,
-}
-
-impl Fencing {
-    /// The word the guarantee table uses: `strict`, `best effort`, `none`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fencing::Strict => "strict",
-            Fencing::BestEffort => "best effort",
-            Fencing::None => "none",
-        }
-    }
-}
-
-/// What ends a hold whose holder stops renewing it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expiry {
-    /// The server forgets the hold once its lease runs out unrenewed.
-    Lease,
-    /// The hold lives as long as the client's session with the server: a
-    /// crashed or cut-off client loses it after the session timeout, a live
-    /// one keeps it until it lets go (ZooKeeper, etcd).
-    Session,
-    /// The hold lives as long as the client's connection. No built-in
-    /// engine declares it: the postgres engine's sessions end one lease
-    /// after their last statement, so it declares [`Expiry::Lease`].
-    Connection,
-}
-
-impl Expiry {
-    /// The word the guarantee table uses: `lease`, `session`, `connection`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Expiry::Lease => "lease",
-            Expiry::Session => "session",
-            Expiry::Connection => "connection",
-        }
     }
 }
 
@@ -461,18 +252,18 @@ impl EngineError {
 /// this one counts the acquisitions that reach the engine it wraps. A
 /// wrapper forwards every method, those with a default too, or it drops
 /// what the wrapped engine does there (`#[deny(clippy::missing_trait_methods)]`
-/// on the `impl` catches a missed one):
+/// on the `impl` catches a missed one). Handing on the wrapped engine's
+/// [`facets`](Engine::facets) sends their calls straight to it; a wrapper
+/// that acts on them too implements each facet itself:
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), dlock::Error> {
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// use std::time::Duration;
 /// use dlock::kit::{
-///     Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
+///     Engine, EngineError, Facets, Guarantees, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
 /// };
-/// use dlock::{LockKey, LockView};
 ///
 /// struct Counted {
 ///     inner: Arc<dyn Engine>,
@@ -483,7 +274,8 @@ impl EngineError {
 /// impl Engine for Counted {
 ///     fn kind(&self) -> &'static str { "counted" }
 ///     fn address(&self) -> String { self.inner.address() }
-///     fn capabilities(&self) -> Capabilities { self.inner.capabilities() }
+///     fn guarantees(&self) -> Guarantees { self.inner.guarantees() }
+///     fn facets(&self) -> Facets<'_> { self.inner.facets() }
 ///     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
 ///         self.acquires.fetch_add(1, Ordering::Relaxed);
 ///         self.inner.acquire(req).await
@@ -493,18 +285,8 @@ impl EngineError {
 ///     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> { self.inner.renew(req).await }
 ///     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> { self.inner.downgrade(req).await }
 ///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
-///     async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
-///         self.inner.release_after(req, keep).await
-///     }
 ///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
 ///     fn revoked(&self, req: &Request) -> Option<RevokedSignal> { self.inner.revoked(req) }
-///     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-///         self.inner.inspect(key, permits).await
-///     }
-///     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> { self.inner.list(group).await }
-///     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> { self.inner.forced_out(req).await }
-///     async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> { self.inner.force_release(key).await }
-///     async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> { self.inner.revoke(key).await }
 /// }
 ///
 /// let counted = Arc::new(Counted {
@@ -532,8 +314,14 @@ pub trait Engine: Send + Sync + 'static {
     /// Where the server is, for error messages (`"127.0.0.1:6379"`).
     fn address(&self) -> String;
 
-    /// What this engine can promise; see [`Capabilities`].
-    fn capabilities(&self) -> Capabilities;
+    /// What this engine promises about its locks; see [`Guarantees`].
+    fn guarantees(&self) -> Guarantees;
+
+    /// What this engine offers beyond the lock's lifecycle; see [`Facets`].
+    /// None by default.
+    fn facets(&self) -> Facets<'_> {
+        Facets::default()
+    }
 
     /// First attempt: join the queue unless `req.try_once`, and try.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError>;
@@ -556,18 +344,6 @@ pub trait Engine: Send + Sync + 'static {
     /// Lets go. `Ok(false)`: this owner no longer held the lock.
     async fn release(&self, req: &Request) -> Result<bool, EngineError>;
 
-    /// Lets go, but so that the server keeps others out for `keep` more,
-    /// counted on its own clock, even if this process exits then. Called
-    /// only if [`Capabilities::hold_at_least`] says so. The default renews
-    /// the hold for `keep` and leaves it to expire: right for an engine
-    /// whose renewal sets the server's expiry to the request's lease.
-    /// `Ok(false)`: this owner no longer held the lock.
-    async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
-        let mut req = req.clone();
-        req.lease = keep;
-        Ok(self.renew(&req).await? != Renewal::Gone)
-    }
-
     /// A future that resolves if the engine learns, on its own, that this hold is
     /// gone (e.g. a ZooKeeper session expired). `None`: renewal alone tells.
     /// No default: a wrapper engine that forgot to pass it on would drop
@@ -584,49 +360,12 @@ pub trait Engine: Send + Sync + 'static {
         let _ = req;
         None
     }
+}
 
-    /// Who holds and who waits for the lock `key`, or with `permits`, the
-    /// semaphore `key`. Called only if [`Capabilities::records`] says so.
-    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-        let _ = (key, permits);
-        Err(EngineError::failed("this engine keeps no records"))
-    }
-
-    /// Whether `req`'s hold, found gone, was ended by
-    /// [`force_release`](Engine::force_release) rather than by its lease.
-    /// Asked only after a hold turned out gone, so it may cost a round trip.
-    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        let _ = req;
-        Ok(false)
-    }
-
-    /// Ends every hold of the lock `key` on the server, so that its next
-    /// waiter gets in, and leaves word for each holder that it was forced
-    /// out, for as long as its lease would have run. The lock's fencing
-    /// token goes on from where it was: the next holder's is greater than
-    /// every one given before. Answers how many holds it ended. Called
-    /// only if [`Capabilities::force_release`] says so.
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        let _ = key;
-        Err(EngineError::failed("this engine cannot release by force"))
-    }
-
-    /// Asks every holder of the lock `key` to let go: each one's next
-    /// [`renew`](Engine::renew) answers [`Renewal::Revoked`]. Answers how
-    /// many holders were asked. Called only if [`Capabilities::revoke`]
-    /// says so.
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        let _ = key;
-        Err(EngineError::failed("this engine cannot revoke"))
-    }
-
-    /// Every lock and semaphore of `group` that someone holds or waits for,
-    /// in any order; free ones may be among them (the core leaves them out
-    /// and sorts the rest by name). Called only if
-    /// [`Capabilities::records`] is [`Records::Listed`].
-    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
-        let _ = group;
-        Err(EngineError::failed("this engine cannot list its locks"))
+impl dyn Engine {
+    /// All this engine offers, derived from its guarantees and facets.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities::of(self)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The engine author's kit: what it takes to write an engine and nothing a
-//! user of locks needs. Implement [`Engine`], declare its [`Capabilities`],
-//! register its kind in [`Kinds`], and connect with [`Connecting`] and the
+//! user of locks needs. Implement [`Engine`], declare its [`Guarantees`],
+//! offer its [`Facets`], register its kind in [`Kinds`], and connect with [`Connecting`] and the
 //! shared settings. [`session`] and [`Waiters`] serve engines whose holds
 //! live on a server session, or that wake their own waiters; [`Deferred`]
 //! those that record a hold only once it has lasted.
@@ -20,8 +20,8 @@
 //!    [`cancel`](Engine::cancel) withdraws the request.
 //! 3. While held, the core's watchdog calls [`renew`](Engine::renew) every
 //!    lease/3; [`Renewal::Gone`] or a whole lease without success means
-//!    lost, and [`forced_out`](Engine::forced_out) tells whether an operator
-//!    ended it ([`force_release`](Engine::force_release)).
+//!    lost, and [`forced_out`](Control::forced_out) tells whether an operator
+//!    ended it ([`force_release`](Control::force_release)).
 //!    [`Renewal::Revoked`] tells the holder it was asked to let go.
 //! 4. [`release`](Engine::release) lets go; [`downgrade`](Engine::downgrade)
 //!    turns a write hold into a read hold without letting go.
@@ -38,26 +38,32 @@
 //! engine must remember about it from acquire to release (a node, a
 //! connection, a lease): [`Request::state`].
 //!
-//! What an engine can and cannot promise is declared once, in
-//! [`Capabilities`]; the core refuses requests an engine cannot serve, and the
-//! conformance suite runs or skips its cases by them.
+//! What an engine promises about its locks is declared once, in
+//! [`Guarantees`]; what it offers beyond them are its [`Facets`], each a
+//! small trait it implements or leaves alone. The core refuses requests an
+//! engine cannot serve, and the conformance suite runs or skips its cases,
+//! by the [`Capabilities`] derived from both.
 
+mod capabilities;
 mod connecting;
 mod deferred;
 mod engine;
+mod facets;
 mod kinds;
 pub mod session;
 mod waiters;
 
 pub use crate::config::{LABEL_MAX, check_label};
 pub use crate::secret::without_password;
+pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, Guarantees, Records};
 pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label};
 pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
-    Capabilities, Engine, EngineError, Expiry, Fairness, Fencing, LostSignal, OwnerId, Poll, Records,
-    Renewal, Request, RequestState, RevokedSignal, Wake, Woken,
+    Engine, EngineError, LostSignal, OwnerId, Poll, Renewal, Request, RequestState, RevokedSignal, Wake,
+    Woken,
 };
+pub use facets::{Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, Semaphores};
 pub use kinds::Kinds;
 pub use waiters::Waiters;
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
+    Control, ElectionValues, Engine, EngineError, Facets, Guarantees, HoldAtLeast, Inspect, List, LostSignal,
+    Poll, Renewal, Request, RevokedSignal, Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView};
 
@@ -96,6 +97,14 @@ impl Faults {
         }
     }
 
+    /// The wrapped engine's facet, which `facets` offers only where it has it.
+    fn wrapped<'a, T: ?Sized>(
+        &'a self,
+        pick: impl FnOnce(Facets<'a>) -> Option<&'a T>,
+    ) -> Result<&'a T, EngineError> {
+        pick(self.inner.facets()).ok_or_else(|| EngineError::failed("the wrapped engine lacks this facet"))
+    }
+
     /// The engine's answer, unless hung.
     async fn answer<T>(&self, answer: T) -> T {
         if self.hung.load(Ordering::SeqCst) {
@@ -118,8 +127,29 @@ impl Engine for Faults {
         self.inner.address()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+    fn guarantees(&self) -> Guarantees {
+        self.inner.guarantees()
+    }
+
+    /// The wrapped engine's facets, each through this wrapper, so that
+    /// faults reach their calls too.
+    fn facets(&self) -> Facets<'_> {
+        let Facets {
+            semaphores,
+            inspect,
+            list,
+            control,
+            hold_at_least,
+            election_values,
+        } = self.inner.facets();
+        Facets {
+            semaphores: semaphores.map(|_| self as _),
+            inspect: inspect.map(|_| self as _),
+            list: list.map(|_| self as _),
+            control: control.map(|_| self as _),
+            hold_at_least: hold_at_least.map(|_| self as _),
+            election_values: election_values.map(|_| self as _),
+        }
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
@@ -167,13 +197,6 @@ impl Engine for Faults {
         self.answer(answer).await
     }
 
-    async fn release_after(&self, req: &Request, keep: std::time::Duration) -> Result<bool, EngineError> {
-        let req = self.pass(req)?;
-        self.slow().await;
-        let answer = self.inner.release_after(&req, keep).await;
-        self.answer(answer).await
-    }
-
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         self.inner.lost(req)
     }
@@ -181,39 +204,69 @@ impl Engine for Faults {
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
         self.inner.revoked(req)
     }
+}
+
+impl Semaphores for Faults {}
+
+impl ElectionValues for Faults {}
+
+#[async_trait]
+impl Inspect for Faults {
+    fn shows_fences(&self) -> bool {
+        self.inner
+            .facets()
+            .inspect
+            .is_some_and(|inner| inner.shows_fences())
+    }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         self.reach()?;
         self.slow().await;
-        let answer = self.inner.inspect(key, permits).await;
+        let answer = self.wrapped(|f| f.inspect)?.inspect(key, permits).await;
         self.answer(answer).await
     }
+}
 
+#[async_trait]
+impl List for Faults {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         self.reach()?;
         self.slow().await;
-        let answer = self.inner.list(group).await;
+        let answer = self.wrapped(|f| f.list)?.list(group).await;
         self.answer(answer).await
     }
+}
 
+#[async_trait]
+impl Control for Faults {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
-        let answer = self.inner.forced_out(&req).await;
+        let answer = self.wrapped(|f| f.control)?.forced_out(&req).await;
         self.answer(answer).await
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
         self.reach()?;
         self.slow().await;
-        let answer = self.inner.force_release(key).await;
+        let answer = self.wrapped(|f| f.control)?.force_release(key).await;
         self.answer(answer).await
     }
 
     async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
         self.reach()?;
         self.slow().await;
-        let answer = self.inner.revoke(key).await;
+        let answer = self.wrapped(|f| f.control)?.revoke(key).await;
+        self.answer(answer).await
+    }
+}
+
+#[async_trait]
+impl HoldAtLeast for Faults {
+    async fn release_after(&self, req: &Request, keep: std::time::Duration) -> Result<bool, EngineError> {
+        let req = self.pass(req)?;
+        self.slow().await;
+        let answer = self.wrapped(|f| f.hold_at_least)?.release_after(&req, keep).await;
         self.answer(answer).await
     }
 }

@@ -184,13 +184,13 @@ impl Harness {
                 self.assert_listing_refused().await;
                 Some("cannot list a group's locks (Unsupported checked)")
             }
-            Need::ForceRelease if !capabilities.force_release => {
+            Need::ForceRelease if !capabilities.control => {
                 let lock = self.lock(case);
                 self.assert_unsupported("force release", lock.force_release())
                     .await;
                 Some("no force release (Unsupported checked)")
             }
-            Need::Revoke if !capabilities.revoke => {
+            Need::Revoke if !capabilities.control => {
                 let lock = self.lock(case);
                 self.assert_unsupported("revocation", lock.revoke()).await;
                 Some("no revocation (Unsupported checked)")

@@ -90,10 +90,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::session::Sessions;
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Renewal, Request, RequestState,
-    RevokedSignal, async_trait,
-};
+use dlock_core::kit::{Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, async_trait};
 use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
@@ -123,7 +120,7 @@ struct Requested {
     since: u64,
     /// Its key: none before it is put or once it is deleted.
     key: RequestState<Contending>,
-    /// The session its last key was put on, for [`Engine::forced_out`]
+    /// The session its last key was put on, for [`Control::forced_out`]
     /// once the key is gone.
     put_on: Mutex<Weak<Session>>,
 }
@@ -657,14 +654,25 @@ impl Engine for EtcdEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            read: true,
+            fairness: Fairness::Fifo,
+            fencing: Fencing::Strict,
             expiry: Expiry::Session,
-            records: Records::Listed,
-            force_release: true,
-            revoke: true,
-            election_values: true,
-            ..Capabilities::FULL
+            lease_unit: Duration::from_millis(1),
+            waiter_ttl: None,
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            hold_at_least: Some(self),
+            election_values: Some(self),
         }
     }
 
@@ -767,6 +775,72 @@ impl Engine for EtcdEngine {
         self.remove(req).await
     }
 
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
+        let session = self.contending(req, |c| c.session.clone()).ok()?;
+        Some(Box::pin(session.ended()))
+    }
+
+    /// A lock's holder watches its key; a permit cannot be revoked.
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        if req.permits.is_some() {
+            return None;
+        }
+        let key = self.contending(req, |c| c.key.clone()).ok()?;
+        Some(control::listen(self.watches.clone(), key))
+    }
+}
+
+impl Semaphores for EtcdEngine {}
+
+#[async_trait]
+impl Inspect for EtcdEngine {
+    fn shows_fences(&self) -> bool {
+        true
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let session = self.live().await?;
+        records::inspect(&session, key, permits, &self.prefix_of(key, permits)).await
+    }
+}
+
+#[async_trait]
+impl List for EtcdEngine {
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let session = self.live().await?;
+        records::list(&session, &self.root, group).await
+    }
+}
+
+#[async_trait]
+impl Control for EtcdEngine {
+    /// Its key gone while its session's lease lives: nothing of dlock's
+    /// deletes a hold's key but its release, so someone else did.
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let put_on = requested(req)
+            .put_on
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade();
+        match put_on {
+            Some(session) if !session.is_ended() => session.lives().await,
+            _ => Ok(false),
+        }
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let session = self.live().await?;
+        control::force_release(&session, &self.prefix_of(key, None)).await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        let session = self.live().await?;
+        control::revoke(&session, &self.prefix_of(key, None)).await
+    }
+}
+
+#[async_trait]
+impl HoldAtLeast for EtcdEngine {
     /// Moves the key onto a lease of its own that ends `keep` from now,
     /// so the lock stays taken that long whatever becomes of this process
     /// and its session. No handoff: the waiters behind see the key go when
@@ -798,52 +872,6 @@ impl Engine for EtcdEngine {
         });
         Ok(moved)
     }
-
-    fn lost(&self, req: &Request) -> Option<LostSignal> {
-        let session = self.contending(req, |c| c.session.clone()).ok()?;
-        Some(Box::pin(session.ended()))
-    }
-
-    /// A lock's holder watches its key; a permit cannot be revoked.
-    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits.is_some() {
-            return None;
-        }
-        let key = self.contending(req, |c| c.key.clone()).ok()?;
-        Some(control::listen(self.watches.clone(), key))
-    }
-
-    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-        let session = self.live().await?;
-        records::inspect(&session, key, permits, &self.prefix_of(key, permits)).await
-    }
-
-    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
-        let session = self.live().await?;
-        records::list(&session, &self.root, group).await
-    }
-
-    /// Its key gone while its session's lease lives: nothing of dlock's
-    /// deletes a hold's key but its release, so someone else did.
-    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        let put_on = requested(req)
-            .put_on
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .upgrade();
-        match put_on {
-            Some(session) if !session.is_ended() => session.lives().await,
-            _ => Ok(false),
-        }
-    }
-
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        let session = self.live().await?;
-        control::force_release(&session, &self.prefix_of(key, None)).await
-    }
-
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        let session = self.live().await?;
-        control::revoke(&session, &self.prefix_of(key, None)).await
-    }
 }
+
+impl ElectionValues for EtcdEngine {}

@@ -84,10 +84,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, OwnerId, Poll, Records, Renewal,
-    Request, async_trait, percent_escape,
-};
+use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape};
 use dlock_core::{LockKey, LockView};
 
 use wire::{Pool, Reply};
@@ -363,17 +360,24 @@ impl Engine for MemcachedEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
             read: false,
             fairness: Fairness::None,
             fencing: Fencing::BestEffort,
+            expiry: Expiry::Lease,
             lease_unit: Duration::from_secs(1),
-            records: Records::ByName,
-            fence_in_records: false,
-            force_release: true,
-            revoke: true,
-            ..Capabilities::FULL
+            waiter_ttl: None,
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            control: Some(self),
+            hold_at_least: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -424,11 +428,23 @@ impl Engine for MemcachedEngine {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+}
+
+impl Semaphores for MemcachedEngine {}
+
+#[async_trait]
+impl Inspect for MemcachedEngine {
+    fn shows_fences(&self) -> bool {
+        false
+    }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         records::inspect(self, key, permits).await
     }
+}
 
+#[async_trait]
+impl Control for MemcachedEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
         control::forced_out(self, req).await
     }
@@ -441,6 +457,9 @@ impl Engine for MemcachedEngine {
         control::revoke(self, key).await
     }
 }
+
+#[async_trait]
+impl HoldAtLeast for MemcachedEngine {}
 
 #[cfg(test)]
 mod tests {

@@ -4,12 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, KeyHashing, LostSignal, OwnerId, Poll, Renewal, Request, Wake, Woken,
-    async_trait, process_label,
-};
+use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, KeyHashing, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken, async_trait, process_label};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
@@ -335,8 +332,26 @@ impl Engine for MemoryEngine {
         "in-process".to_owned()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::FULL
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            read: true,
+            fairness: Fairness::Fifo,
+            fencing: Fencing::Strict,
+            expiry: Expiry::Lease,
+            lease_unit: Duration::from_millis(1),
+            waiter_ttl: None,
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            hold_at_least: Some(self),
+            ..Facets::default()
+        }
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
@@ -387,6 +402,51 @@ impl Engine for MemoryEngine {
         Ok(self.with_lock(req, |state, _, _| state.remove_holder(req.owner)))
     }
 
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+}
+
+impl Semaphores for MemoryEngine {}
+
+#[async_trait]
+impl Inspect for MemoryEngine {
+    fn shows_fences(&self) -> bool {
+        true
+    }
+
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let locks = self.locks();
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let idle = LockState {
+            permits,
+            ..LockState::default()
+        };
+        let state = locks
+            .by_key
+            .get(&(key.clone(), permits.is_some()))
+            .unwrap_or(&idle);
+        Ok(self.view(key, state, now, wall))
+    }
+}
+
+#[async_trait]
+impl List for MemoryEngine {
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
+        let locks = self.locks();
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let views = locks
+            .by_key
+            .iter()
+            .filter(|((key, _), _)| key.group() == group)
+            .map(|((key, _), state)| self.view(key, state, now, wall));
+        Ok(views.collect())
+    }
+}
+
+#[async_trait]
+impl Control for MemoryEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
         let now = Instant::now();
         let forced = &self.locks().forced;
@@ -425,37 +485,10 @@ impl Engine for MemoryEngine {
         let holders = state.writer.iter_mut().chain(state.shared.iter_mut());
         Ok(holders.map(|h| h.revoked = true).count() as u32)
     }
-
-    /// No signal of its own: a failed renewal tells the core.
-    fn lost(&self, _req: &Request) -> Option<LostSignal> {
-        None
-    }
-
-    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
-        let locks = self.locks();
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        let idle = LockState {
-            permits,
-            ..LockState::default()
-        };
-        let state = locks
-            .by_key
-            .get(&(key.clone(), permits.is_some()))
-            .unwrap_or(&idle);
-        Ok(self.view(key, state, now, wall))
-    }
-
-    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
-        let locks = self.locks();
-        let (now, wall) = (Instant::now(), SystemTime::now());
-        let views = locks
-            .by_key
-            .iter()
-            .filter(|((key, _), _)| key.group() == group)
-            .map(|((key, _), state)| self.view(key, state, now, wall));
-        Ok(views.collect())
-    }
 }
+
+#[async_trait]
+impl HoldAtLeast for MemoryEngine {}
 
 impl MemoryEngine {
     /// What `state` shows, `now` being `wall` on the system clock: its

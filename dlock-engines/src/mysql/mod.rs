@@ -105,10 +105,7 @@ mod tls;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::kit::{
-    Capabilities, Deferrals, Engine, EngineError, LostSignal, Poll, Records, Renewal, Request, Waiters, Wake,
-    Woken, async_trait,
-};
+use dlock_core::kit::{Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait};
 use dlock_core::{LockKey, LockView, Mode};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};
@@ -436,16 +433,24 @@ impl Engine for MysqlEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            read: true,
+            fairness: Fairness::Fifo,
+            fencing: Fencing::Strict,
+            expiry: Expiry::Lease,
+            lease_unit: Duration::from_millis(1),
             waiter_ttl: Some(self.waiter_ttl),
-            records: Records::Listed,
-            force_release: true,
-            revoke: true,
-            // `GET_LOCK` lives as long as its connection: nothing outlives a
-            // release or the process.
-            hold_at_least: false,
-            ..Capabilities::FULL
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -599,15 +604,30 @@ impl Engine for MysqlEngine {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+}
+
+impl Semaphores for MysqlEngine {}
+
+#[async_trait]
+impl Inspect for MysqlEngine {
+    fn shows_fences(&self) -> bool {
+        true
+    }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         records::inspect(&self.shared.pool, key, permits).await
     }
+}
 
+#[async_trait]
+impl List for MysqlEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         records::list(&self.shared.pool, group).await
     }
+}
 
+#[async_trait]
+impl Control for MysqlEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
         control::forced_out(&self.shared.pool, req).await
     }

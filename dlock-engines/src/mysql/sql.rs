@@ -23,7 +23,7 @@ use mysql_async::{Conn, Value};
 /// `name` then keeps the full name, and every lookup compares it. `fence`,
 /// `since` and `label` are for records only: NULL in rows of older dlock
 /// versions, which name their columns and never set them. `revoked`: the
-/// holder was asked to let go (`Engine::revoke`); the mark dies with the
+/// holder was asked to let go (`Control::revoke`); the mark dies with the
 /// row, so the next holder never inherits it.
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     ticket BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
@@ -131,9 +131,9 @@ pub const CREATE_GATES: &str = "CREATE TABLE IF NOT EXISTS dlock_gates (
     PRIMARY KEY (gate)
 ) ENGINE = InnoDB";
 
-/// Holds ended by `Engine::force_release`, by lock and owner digest, each
+/// Holds ended by `Control::force_release`, by lock and owner digest, each
 /// kept until its lease would have ended, for its holder to learn why it
-/// lost the lock (`Engine::forced_out`).
+/// lost the lock (`Control::forced_out`).
 pub const CREATE_FORCED: &str = "CREATE TABLE IF NOT EXISTS dlock_forced (
     lock_key VARBINARY(255) NOT NULL,
     owner CHAR(8) CHARACTER SET ascii NOT NULL,

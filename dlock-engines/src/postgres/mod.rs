@@ -111,9 +111,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, Poll, Records, Renewal, Request, async_trait,
-};
+use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal, Poll, Renewal, Request, Semaphores, async_trait};
 use dlock_core::{LockKey, LockView, Mode};
 
 use permits::Permit;
@@ -264,15 +262,24 @@ impl Engine for PostgresEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            records: Records::Listed,
-            force_release: true,
-            revoke: true,
-            // An advisory lock lives as long as its session: nothing outlives a
-            // release or the process.
-            hold_at_least: false,
-            ..Capabilities::FULL
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            read: true,
+            fairness: Fairness::Fifo,
+            fencing: Fencing::Strict,
+            expiry: Expiry::Lease,
+            lease_unit: Duration::from_millis(1),
+            waiter_ttl: None,
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -394,15 +401,30 @@ impl Engine for PostgresEngine {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         Some(Box::pin(held_on(req)?.0.dropped()))
     }
+}
+
+impl Semaphores for PostgresEngine {}
+
+#[async_trait]
+impl Inspect for PostgresEngine {
+    fn shows_fences(&self) -> bool {
+        true
+    }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         records::inspect(&self.pool, key, permits).await
     }
+}
 
+#[async_trait]
+impl List for PostgresEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         records::list(&self.pool, group).await
     }
+}
 
+#[async_trait]
+impl Control for PostgresEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
         control::forced_out(&self.pool, req).await
     }

@@ -25,7 +25,7 @@ pub(super) struct Objects {
 /// session holds or waits (`pg_locks` tells), and no session outlives a
 /// crash; the primary key is its only index, for every lookup. `lease` is
 /// the request's, in milliseconds; `revoked`, whether its holder was asked
-/// to let go (`Engine::revoke`): the mark dies with the row, so the next
+/// to let go (`Control::revoke`): the mark dies with the row, so the next
 /// holder never inherits it.
 const HOLDS: &str = "(key int8, pid int4, grp text NOT NULL, name text NOT NULL, permits int4, \
      fence int8, owner text NOT NULL, label text NOT NULL, \
@@ -35,9 +35,9 @@ const HOLDS: &str = "(key int8, pid int4, grp text NOT NULL, name text NOT NULL,
 /// The column a record table made before revocation lacks.
 const REVOKED: &str = "revoked bool NOT NULL DEFAULT false";
 
-/// Holds ended by `Engine::force_release`, by advisory key and owner
+/// Holds ended by `Control::force_release`, by advisory key and owner
 /// digest, each kept until its lease would have ended, for its holder to
-/// learn why it lost the lock (`Engine::forced_out`). UNLOGGED like the
+/// learn why it lost the lock (`Control::forced_out`). UNLOGGED like the
 /// record table: a restart ends every hold anyway.
 const FORCED: &str = "(key int8, owner text, until timestamptz NOT NULL, PRIMARY KEY (key, owner))";
 

@@ -133,10 +133,7 @@ mod records;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, LostSignal, OwnerId, Poll, Records, Renewal, Request, RevokedSignal,
-    Wake, async_trait,
-};
+use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake, async_trait};
 use dlock_core::{LockKey, LockView};
 use redis::Script;
 
@@ -494,11 +491,25 @@ impl Engine for RedisEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            read: true,
+            fairness: Fairness::Fifo,
+            fencing: Fencing::Strict,
+            expiry: Expiry::Lease,
+            lease_unit: Duration::from_millis(1),
             waiter_ttl: Some(self.waiter_ttl),
-            records: Records::Listed,
-            ..Capabilities::FULL
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            hold_at_least: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -565,17 +576,14 @@ impl Engine for RedisEngine {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+}
 
-    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        self.run(&self.scripts.forced, req, &[] as &[&str]).await
-    }
+impl Semaphores for RedisEngine {}
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "force").await
-    }
-
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "revoke").await
+#[async_trait]
+impl Inspect for RedisEngine {
+    fn shows_fences(&self) -> bool {
+        true
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
@@ -591,7 +599,10 @@ impl Engine for RedisEngine {
             .await?;
         Ok(records::view(key, permits, read, &labels))
     }
+}
 
+#[async_trait]
+impl List for RedisEngine {
     /// `SCAN` for the group's records (on every primary of a cluster), then
     /// the gates of its locks raw, in batches, and inspect.lua for the
     /// semaphores and the locks whose gate alone does not tell (per lock in
@@ -649,6 +660,24 @@ impl Engine for RedisEngine {
             .collect())
     }
 }
+
+#[async_trait]
+impl Control for RedisEngine {
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        self.run(&self.scripts.forced, req, &[] as &[&str]).await
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "force").await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "revoke").await
+    }
+}
+
+#[async_trait]
+impl HoldAtLeast for RedisEngine {}
 
 /// What `read` answers for the keys `found[i]` of each `i` in `which`, in
 /// batches of `size`, all sent at once, in their order.

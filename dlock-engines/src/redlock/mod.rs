@@ -68,10 +68,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll as TaskPoll;
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Fairness, Fencing, LostSignal, Poll, Records, Renewal, Request,
-    async_trait,
-};
+use dlock_core::kit::{Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, Poll, Renewal, Request, Semaphores, async_trait};
 use dlock_core::{BoxError, LockKey, LockView};
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
@@ -475,17 +472,26 @@ impl Engine for RedLockEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            read: false,
-            fairness: Fairness::None,
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
             fencing: if self.fence {
                 Fencing::BestEffort
             } else {
                 Fencing::None
             },
-            records: Records::Listed,
-            ..Capabilities::FULL
+            lease_unit: Duration::from_millis(1),
+            ..Guarantees::default()
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            hold_at_least: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -545,22 +551,14 @@ impl Engine for RedLockEngine {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+}
 
-    /// Any master that noted it: the note is written only by force.
-    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
-        let answers = self
-            .on_all(Call::Script(&self.scripts.forced), &[&key], &[&owner])
-            .await;
-        Ok(answers.iter().any(|a| matches!(a, Ok(1))))
-    }
+impl Semaphores for RedLockEngine {}
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "force").await
-    }
-
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "revoke").await
+#[async_trait]
+impl Inspect for RedLockEngine {
+    fn shows_fences(&self) -> bool {
+        true
     }
 
     /// Every master's copies at once; a hold shows where a majority agree.
@@ -587,7 +585,10 @@ impl Engine for RedLockEngine {
         }
         Ok(records::view(key, permits, &replies, self.quorum, read_at))
     }
+}
 
+#[async_trait]
+impl List for RedLockEngine {
     /// `SCAN` on every master for the group's locks and semaphores, then
     /// each one found inspected.
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
@@ -623,6 +624,29 @@ impl Engine for RedLockEngine {
         futures_util::future::try_join_all(views).await
     }
 }
+
+#[async_trait]
+impl Control for RedLockEngine {
+    /// Any master that noted it: the note is written only by force.
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        let answers = self
+            .on_all(Call::Script(&self.scripts.forced), &[&key], &[&owner])
+            .await;
+        Ok(answers.iter().any(|a| matches!(a, Ok(1))))
+    }
+
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "force").await
+    }
+
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+        self.control(key, "revoke").await
+    }
+}
+
+#[async_trait]
+impl HoldAtLeast for RedLockEngine {}
 
 #[cfg(test)]
 mod tests {

@@ -100,10 +100,7 @@ mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{
-    Capabilities, Engine, EngineError, Expiry, LostSignal, Poll, Records, Renewal, Request, RequestState,
-    RevokedSignal, Wake, Woken, async_trait,
-};
+use dlock_core::kit::{Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake, Woken, async_trait};
 use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -556,15 +553,25 @@ impl Engine for ZooKeeperEngine {
         self.address.clone()
     }
 
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
+    fn guarantees(&self) -> Guarantees {
+        Guarantees {
+            read: true,
+            fairness: Fairness::Fifo,
+            fencing: Fencing::Strict,
             expiry: Expiry::Session,
-            records: Records::Listed,
-            // Ephemeral nodes end with the session; TTL nodes need a server
-            // flag, and are not used yet.
-            hold_at_least: false,
-            election_values: true,
-            ..Capabilities::FULL
+            lease_unit: Duration::from_millis(1),
+            waiter_ttl: None,
+        }
+    }
+
+    fn facets(&self) -> Facets<'_> {
+        Facets {
+            semaphores: Some(self),
+            inspect: Some(self),
+            list: Some(self),
+            control: Some(self),
+            election_values: Some(self),
+            ..Facets::default()
         }
     }
 
@@ -677,15 +684,30 @@ impl Engine for ZooKeeperEngine {
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
         self.listen(req)
     }
+}
+
+impl Semaphores for ZooKeeperEngine {}
+
+#[async_trait]
+impl Inspect for ZooKeeperEngine {
+    fn shows_fences(&self) -> bool {
+        true
+    }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         self.view(key, permits).await
     }
+}
 
+#[async_trait]
+impl List for ZooKeeperEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         self.views(group).await
     }
+}
 
+#[async_trait]
+impl Control for ZooKeeperEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
         self.node_deleted(req).await
     }
@@ -698,3 +720,5 @@ impl Engine for ZooKeeperEngine {
         self.ask_to_let_go(key).await
     }
 }
+
+impl ElectionValues for ZooKeeperEngine {}

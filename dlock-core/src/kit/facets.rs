@@ -1,0 +1,116 @@
+//! What an engine offers beyond the lock's lifecycle, one small trait a
+//! facet. An engine offers a facet by implementing its trait and naming
+//! itself in [`Engine::facets`]; one that does not writes nothing for it.
+//! Having the facet is the capability: the core routes each call to it,
+//! and refuses with a typed `Error::Unsupported` where it is missing.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Engine, EngineError, Renewal, Request};
+use crate::{LockKey, LockView};
+
+/// The facets an engine offers: each `Some(self)` where it implements the
+/// facet's trait, `None` by default, so a facet added to the kit later is
+/// missing on every engine until it implements it.
+///
+/// ```
+/// # use dlock::kit::Facets;
+/// # struct Mine;
+/// # #[dlock::kit::async_trait]
+/// # impl dlock::kit::Control for Mine {
+/// #     async fn forced_out(&self, _: &dlock::kit::Request) -> Result<bool, dlock::kit::EngineError> { Ok(false) }
+/// #     async fn force_release(&self, _: &dlock::LockKey) -> Result<u32, dlock::kit::EngineError> { Ok(0) }
+/// #     async fn revoke(&self, _: &dlock::LockKey) -> Result<u32, dlock::kit::EngineError> { Ok(0) }
+/// # }
+/// # impl Mine { fn facets(&self) -> Facets<'_> {
+/// Facets { control: Some(self), ..Facets::default() }
+/// # } }
+/// ```
+///
+/// A wrapper engine names every field, so that a new facet makes it decide.
+#[derive(Clone, Copy, Default)]
+pub struct Facets<'a> {
+    /// See [`Semaphores`].
+    pub semaphores: Option<&'a dyn Semaphores>,
+    /// See [`Inspect`].
+    pub inspect: Option<&'a dyn Inspect>,
+    /// See [`List`].
+    pub list: Option<&'a dyn List>,
+    /// See [`Control`].
+    pub control: Option<&'a dyn Control>,
+    /// See [`HoldAtLeast`].
+    pub hold_at_least: Option<&'a dyn HoldAtLeast>,
+    /// See [`ElectionValues`].
+    pub election_values: Option<&'a dyn ElectionValues>,
+}
+
+/// Semaphores: the engine's lifecycle methods serve requests with
+/// [`Request::permits`], each a permit of the semaphore `key`, with the same
+/// fairness, fencing and expiry as its locks. A semaphore and a lock with
+/// the same key are two things: the engine keeps them apart on its server.
+pub trait Semaphores: Send + Sync {}
+
+/// Records by name: who holds and who waits for one lock or semaphore.
+#[async_trait]
+pub trait Inspect: Send + Sync {
+    /// Whether a record shows the hold's fence: not where the token is
+    /// taken after the hold is written, in the same round trip (memcached).
+    fn shows_fences(&self) -> bool;
+
+    /// Who holds and who waits for the lock `key`, or with `permits`, the
+    /// semaphore `key`.
+    async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError>;
+}
+
+/// Records listed: a group's locks and semaphores. Offered with [`Inspect`].
+#[async_trait]
+pub trait List: Send + Sync {
+    /// Every lock and semaphore of `group` that someone holds or waits for,
+    /// in any order; free ones may be among them (the core leaves them out
+    /// and sorts the rest by name).
+    async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError>;
+}
+
+/// An operator's hand on holders: force release and revoke.
+#[async_trait]
+pub trait Control: Send + Sync {
+    /// Whether `req`'s hold, found gone, was ended by
+    /// [`force_release`](Control::force_release) rather than by its lease.
+    /// Asked only after a hold turned out gone, so it may cost a round trip.
+    async fn forced_out(&self, req: &Request) -> Result<bool, EngineError>;
+
+    /// Ends every hold of the lock `key` on the server, so that its next
+    /// waiter gets in, and leaves word for each holder that it was forced
+    /// out, for as long as its lease would have run. The lock's fencing
+    /// token goes on from where it was: the next holder's is greater than
+    /// every one given before. Answers how many holds it ended.
+    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError>;
+
+    /// Asks every holder of the lock `key` to let go: each one's next
+    /// [`renew`](Engine::renew) answers [`Renewal::Revoked`]. Answers how
+    /// many holders were asked.
+    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError>;
+}
+
+/// A hold can be let go while the server keeps others out a while longer:
+/// a run-once job's `hold_at_least`.
+#[async_trait]
+pub trait HoldAtLeast: Engine {
+    /// Lets go, but so that the server keeps others out for `keep` more,
+    /// counted on its own clock, even if this process exits then. The
+    /// default renews the hold for `keep` and leaves it to expire: right
+    /// for an engine whose renewal sets the server's expiry to the
+    /// request's lease. `Ok(false)`: this owner no longer held the lock.
+    async fn release_after(&self, req: &Request, keep: Duration) -> Result<bool, EngineError> {
+        let mut req = req.clone();
+        req.lease = keep;
+        Ok(self.renew(&req).await? != Renewal::Gone)
+    }
+}
+
+/// A campaign can propose a value of its own ([`Request::proposal`]), which
+/// the engine writes where its records read it, as the leader's label;
+/// without, a leader shows its process's label.
+pub trait ElectionValues: Send + Sync {}
