@@ -109,3 +109,21 @@ fn each_engine_has_its_features_fixture_and_doc_column() {
         }
     }
 }
+
+/// Each engine offers its facets with `..Facets::default()`, so a facet
+/// added to the kit later is missing on it, not a compile error to fix in
+/// every engine.
+#[test]
+fn a_new_facet_touches_no_engine() {
+    for (feature, _) in dlock::engines::ENGINES {
+        let module = read(&format!("dlock-engines/src/{feature}/mod.rs"));
+        let Some(facets) = module.split("fn facets(&self) -> Facets<'_> {").nth(1) else {
+            continue;
+        };
+        let literal = facets.split("\n    }\n").next().unwrap_or_default();
+        assert!(
+            literal.contains("..Facets::default()"),
+            "{feature}'s facets name every field: a new facet would have to edit it"
+        );
+    }
+}
