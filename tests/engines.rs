@@ -110,6 +110,60 @@ fn each_engine_has_its_features_fixture_and_doc_column() {
     }
 }
 
+/// The files outside its folder that a new engine touches, as
+/// `docs/writing-an-engine.md` lists them: `{feature}` and `{kind}` stand
+/// for the engine's. The list only shrinks: a suite that needed a hand
+/// list of engines would add to it.
+const OUTSIDE_ITS_FOLDER: &[&str] = &[
+    "dlock-engines/src/lib.rs",
+    "dlock-engines/Cargo.toml",
+    "Cargo.toml",
+    "dlock-testkit/Cargo.toml",
+    "scripts/install",
+    "dlock-testkit/src/fixtures/{feature}.rs",
+    "dlock-testkit/src/fixtures/mod.rs",
+    "tests/conformance_{kind}.rs",
+    "docs/guarantees.md",
+    "README.md",
+];
+
+#[test]
+fn the_files_a_new_engine_touches_outside_its_folder() {
+    let guide = read("docs/writing-an-engine.md");
+    let section = guide
+        .split("## An engine inside this repository: the files it touches")
+        .nth(1)
+        .expect("the guide's section on the files an engine touches");
+    for file in OUTSIDE_ITS_FOLDER {
+        let named = file.replace("{feature}", "<engine>").replace("{kind}", "<kind>");
+        assert!(
+            section.contains(&format!("`{named}`")),
+            "the guide leaves out {named}"
+        );
+    }
+    assert!(OUTSIDE_ITS_FOLDER.len() <= 10, "{OUTSIDE_ITS_FOLDER:?}");
+    // The suites beyond conformance take their engines from `every_setup!`
+    // alone: no test file names a fixture of its own.
+    for suite in [
+        "dlock-testkit/tests/faults.rs",
+        "dlock-testkit/tests/random_faults.rs",
+        "tests/operator.rs",
+    ] {
+        let text = read(suite);
+        assert!(
+            text.contains("every_setup!("),
+            "{suite} does not run on every setup"
+        );
+        for (feature, _) in dlock::engines::ENGINES {
+            let suite_of_its_own = format!("_suite!(dlock_testkit::fixtures::{feature}::");
+            assert!(
+                !text.contains(&suite_of_its_own),
+                "{suite} lists {feature} by hand"
+            );
+        }
+    }
+}
+
 /// Each engine offers its facets with `..Facets::default()`, so a facet
 /// added to the kit later is missing on it, not a compile error to fix in
 /// every engine.

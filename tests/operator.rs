@@ -124,56 +124,14 @@ async fn operate<F: Fixture>() {
     assert_eq!(nothing.status.code(), Some(3), "nothing held: {nothing:?}");
 }
 
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis() {
-    operate::<dlock_testkit::fixtures::redis::Redis>().await;
+macro_rules! operator {
+    ($name:ident, $fixture:ty, $feature:literal) => {
+        #[cfg(feature = $feature)]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            operate::<$fixture>().await;
+        }
+    };
 }
 
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_cluster() {
-    operate::<dlock_testkit::fixtures::redis::RedisCluster>().await;
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_sentinel() {
-    operate::<dlock_testkit::fixtures::redis::RedisSentinel>().await;
-}
-
-#[cfg(feature = "redlock")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock() {
-    operate::<dlock_testkit::fixtures::redlock::RedLock>().await;
-}
-
-#[cfg(feature = "zookeeper")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper() {
-    operate::<dlock_testkit::fixtures::zookeeper::ZooKeeper>().await;
-}
-
-#[cfg(feature = "etcd")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd() {
-    operate::<dlock_testkit::fixtures::etcd::Etcd>().await;
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres() {
-    operate::<dlock_testkit::fixtures::postgres::Postgres>().await;
-}
-
-#[cfg(feature = "mysql")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql() {
-    operate::<dlock_testkit::fixtures::mysql::Mysql>().await;
-}
-
-#[cfg(feature = "memcached")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memcached() {
-    operate::<dlock_testkit::fixtures::memcached::Memcached>().await;
-}
+dlock_testkit::every_setup!(operator);

@@ -42,6 +42,11 @@ pub trait Breakable: Fixture {
     /// live on one node of several. Crash scenarios skip, saying so, if not.
     const CRASHES: bool = true;
 
+    /// Whether a crash is a failover, after which the setup serves again
+    /// on its own (Sentinel): nothing is ever gone. Scenarios of a server
+    /// gone for good skip, saying so.
+    const FAILS_OVER: bool = false;
+
     /// Crashes the server (SIGKILL).
     fn kill(&mut self);
 

@@ -13,11 +13,9 @@
 //! ```
 
 pub mod certificates;
-pub mod election_suite;
 pub mod fault_suite;
 mod fixture;
 pub mod fixtures;
-pub mod job_suite;
 pub mod printed;
 pub mod proxy;
 pub mod random_faults;

@@ -1,6 +1,5 @@
-//! The fault suite (`dlock_testkit::fault_suite`) on every
-//! engine with a server, one module per engine fixture, plus the faults
-//! particular to one engine. Real worker processes (the `fault_worker` binary)
+//! The fault suite (`dlock_testkit::fault_suite`) on every setup of
+//! `dlock_testkit::every_setup!`, plus the faults particular to one engine. Real worker processes (the `fault_worker` binary)
 //! lock through real servers and write through a fenced store while the
 //! tests kill, pause and restart things; `scripts/test` prints the figures.
 
@@ -13,13 +12,18 @@ use dlock_testkit::fault_suite::{Setup, Worker, transfers};
 use dlock_testkit::fixtures::redis::Redis;
 use dlock_testkit::store::FencedStore;
 
-mod redis {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::redis::Redis);
-    dlock_testkit::election_suite!(dlock_testkit::fixtures::redis::Redis);
-    dlock_testkit::job_suite!(dlock_testkit::fixtures::redis::Redis);
+macro_rules! fault_suites {
+    ($name:ident, $fixture:ty, $feature:literal) => {
+        #[cfg(feature = $feature)]
+        mod $name {
+            dlock_testkit::fault_suite!($fixture);
+        }
+    };
 }
 
-mod redis_sentinel {
+dlock_testkit::every_setup!(fault_suites);
+
+mod redis_sentinel_failover {
     use std::time::{Duration, Instant};
 
     use dlock_testkit::Fixture;
@@ -93,38 +97,10 @@ mod redis_sentinel {
     fn workers_through_a_failover_with_replicas_ack() {
         workers_through_a_failover(1);
     }
-
-    #[test]
-    fn servers_gone_silent_bound_every_call() {
-        dlock_testkit::fault_suite::servers_gone_silent_bound_every_call::<RedisSentinel>(
-            &dlock_testkit::paths!(),
-        );
-    }
-}
-
-mod redis_cluster {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::redis::RedisCluster);
-}
-
-mod zookeeper {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::zookeeper::ZooKeeper);
-    dlock_testkit::election_suite!(dlock_testkit::fixtures::zookeeper::ZooKeeper);
-}
-
-#[cfg(feature = "redlock")]
-mod redlock {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::redlock::RedLock);
-    dlock_testkit::job_suite!(dlock_testkit::fixtures::redlock::RedLock);
-}
-
-#[cfg(feature = "memcached")]
-mod memcached {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::memcached::Memcached);
-    dlock_testkit::job_suite!(dlock_testkit::fixtures::memcached::Memcached);
 }
 
 #[cfg(feature = "mysql")]
-mod mysql {
+mod mysql_clocks {
     use std::time::{Duration, Instant};
 
     use dlock_testkit::Breakable;
@@ -132,9 +108,6 @@ mod mysql {
     use dlock_testkit::fixtures::mysql::Mysql;
 
     use super::LONG;
-
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::mysql::Mysql);
-    dlock_testkit::election_suite!(dlock_testkit::fixtures::mysql::Mysql);
 
     /// A holder whose clock runs 2 h behind keeps its lock for as long as it
     /// holds it; one 2 h ahead, killed, frees it within its lease. Were any
@@ -176,19 +149,6 @@ mod mysql {
         assert_eq!(waiter.finish(LONG).bought, 1);
         assert_eq!(store.report().overlaps, 0);
     }
-}
-
-#[cfg(feature = "etcd")]
-mod etcd {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::etcd::Etcd);
-    dlock_testkit::election_suite!(dlock_testkit::fixtures::etcd::Etcd);
-    dlock_testkit::job_suite!(dlock_testkit::fixtures::etcd::Etcd);
-}
-
-#[cfg(feature = "postgres")]
-mod postgres {
-    dlock_testkit::fault_suite!(dlock_testkit::fixtures::postgres::Postgres);
-    dlock_testkit::election_suite!(dlock_testkit::fixtures::postgres::Postgres);
 }
 
 const LONG: Duration = Duration::from_secs(60);

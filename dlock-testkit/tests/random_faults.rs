@@ -46,25 +46,14 @@ fn run<F: Breakable>() {
     }
 }
 
-macro_rules! engines {
-    ($($name:ident: $fixture:ty,)*) => {
-        $(
-            #[test]
-            fn $name() {
-                run::<$fixture>();
-            }
-        )*
+macro_rules! random_faults {
+    ($name:ident, $fixture:ty, $feature:literal) => {
+        #[cfg(feature = $feature)]
+        #[test]
+        fn $name() {
+            run::<$fixture>();
+        }
     };
 }
 
-engines! {
-    redis: dlock_testkit::fixtures::redis::Redis,
-    redis_cluster: dlock_testkit::fixtures::redis::RedisCluster,
-    redis_sentinel: dlock_testkit::fixtures::redis::RedisSentinel,
-    redlock: dlock_testkit::fixtures::redlock::RedLock,
-    zookeeper: dlock_testkit::fixtures::zookeeper::ZooKeeper,
-    etcd: dlock_testkit::fixtures::etcd::Etcd,
-    postgres: dlock_testkit::fixtures::postgres::Postgres,
-    mysql: dlock_testkit::fixtures::mysql::Mysql,
-    memcached: dlock_testkit::fixtures::memcached::Memcached,
-}
+dlock_testkit::every_setup!(random_faults);

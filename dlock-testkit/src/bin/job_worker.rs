@@ -1,4 +1,4 @@
-//! The job suite's worker process (`job_suite.rs` starts several): a
+//! The job suite's worker process (`fault_suite/jobs.rs` starts several): a
 //! run-once job under `#[distributed_lock(if_held = "skip")]`, fired on a
 //! schedule by its own wall clock (skewed with libfaketime by the suite),
 //! or tried until it runs once.

@@ -1,4 +1,4 @@
-//! The election suite's worker process (`election_suite.rs` starts
+//! The election suite's worker process (`fault_suite/elections.rs` starts
 //! several): a candidate that works while it leads, writing a fenced store
 //! with its term, or an observer of who leads.
 //!

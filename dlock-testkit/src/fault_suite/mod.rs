@@ -1,22 +1,27 @@
 //! The fault suite: real worker processes (the `fault_worker` binary) lock
 //! through real servers and write through a fenced store, while the test
-//! kills, pauses and restarts things. Each scenario runs on any engine with a
-//! [`Breakable`] fixture (`fault_suite!` makes the tests) and appends its
+//! kills, pauses and restarts things. Each scenario runs on every engine with
+//! a [`Breakable`] fixture (`fault_suite!` makes the tests), skipping with a
+//! printed reason where the engine lacks what it needs, and appends its
 //! figures (recovery times, overlaps, stale writes refused) to
 //! `fault-figures.txt` in the test's target tmp dir, which `scripts/test`
 //! prints at the end.
 
 use std::time::{Duration, Instant};
 
-use dlock_core::kit::Fencing;
+use dlock_core::kit::{Capabilities, Fencing};
 
 use crate::{Breakable, Fixture};
 
+mod elections;
 mod harness;
+mod jobs;
 mod locks;
 mod permits;
 
+pub use elections::*;
 pub use harness::*;
+pub use jobs::*;
 pub use locks::*;
 pub use permits::*;
 
@@ -38,6 +43,12 @@ macro_rules! fault_suite {
             permit_holder_killed_returns_its_permit_in_time,
             permit_holder_paused_past_its_lease_learns_it_lost,
             permit_holders_and_waiters_across_a_server_restart,
+            a_leader_killed_is_followed_within_its_lease,
+            a_leader_paused_past_its_lease_stops_before_it_acts_again,
+            a_server_restart_ends_the_term_and_a_candidate_leads_again,
+            skewed_schedules_run_each_period_exactly_once,
+            a_job_killed_mid_run_frees_the_lock_within_its_lease,
+            a_job_exiting_right_after_its_run_keeps_others_out_until_hold_at_least,
         }
     };
     (@tests $fixture:ty; $($scenario:ident,)*) => {
@@ -60,6 +71,22 @@ const CALM_LEASE: &str = "10s";
 fn fencing(fixture: &impl Fixture) -> Fencing {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(crate::engine(fixture)).capabilities().fencing
+}
+
+/// Whether `F`'s engine has what `scenario` needs (`lacks` names it); says
+/// so if not.
+fn offers<F: Fixture>(
+    fixture: &F,
+    scenario: &str,
+    lacks: &str,
+    has: impl FnOnce(&Capabilities) -> bool,
+) -> bool {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let offered = has(&runtime.block_on(crate::engine(fixture)).capabilities());
+    if !offered {
+        println!("faults: SKIPPED {scenario} on {}: {lacks}", F::NAME);
+    }
+    offered
 }
 
 /// Whether `F`'s setup can be crashed as a whole; says so if not.

@@ -7,16 +7,11 @@ use crate::Breakable;
 use crate::visits::Visits;
 
 use super::harness::{Paths, Setup, Summary, Worker, finish_all};
-use super::{CALM_LEASE, LONG, crashes, outage};
+use super::{CALM_LEASE, LONG, crashes, offers, outage};
 
 /// Whether `F`'s engine has semaphores; says so if not.
 fn semaphores<F: Breakable>(fixture: &F, scenario: &str) -> bool {
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let has = runtime.block_on(crate::engine(fixture)).capabilities().semaphore;
-    if !has {
-        println!("faults: SKIPPED {scenario} on {}: no semaphores", F::NAME);
-    }
-    has
+    offers(fixture, scenario, "no semaphores", |c| c.semaphore)
 }
 
 /// Four processes, each with 8 holders of 5 visits of 20 ms, on a

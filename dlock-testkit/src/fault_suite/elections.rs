@@ -2,39 +2,16 @@
 //! election on a real server, each writing a fenced store with its term
 //! while it leads, and one observes, while the test kills, pauses and
 //! restarts things. The store's journal holds each term's interval: no
-//! two overlap, and no write comes from a term after the next began.
-//! `election_suite!` makes the tests for an engine that elects
-//! ([`Capabilities::election`]).
-//!
-//! [`Capabilities::election`]: dlock_core::kit::Capabilities::election
+//! two overlap, and no write comes from a term after the next began. An
+//! engine that cannot elect ([`Capabilities::election`]) skips them.
 
 use std::time::{Duration, Instant};
 
-use crate::Breakable;
-use crate::fault_suite::{Paths, Setup, Worker};
-use crate::store::FencedStore;
+use dlock_core::kit::Capabilities;
 
-/// Expands to one `#[test]` per election scenario for the engine of
-/// `$fixture` (a [`Breakable`] fixture type); put it in a module named
-/// after the engine.
-#[macro_export]
-macro_rules! election_suite {
-    ($fixture:ty) => {
-        $crate::election_suite! { @tests $fixture;
-            a_leader_killed_is_followed_within_its_lease,
-            a_leader_paused_past_its_lease_stops_before_it_acts_again,
-            a_server_restart_ends_the_term_and_a_candidate_leads_again,
-        }
-    };
-    (@tests $fixture:ty; $($scenario:ident,)*) => {
-        $(
-            #[test]
-            fn $scenario() {
-                $crate::election_suite::$scenario::<$fixture>(&$crate::paths!());
-            }
-        )*
-    };
-}
+use super::{Paths, Setup, Worker, offers};
+use crate::Breakable;
+use crate::store::FencedStore;
 
 /// A wait for one line of a worker.
 const LONG: Duration = Duration::from_secs(60);
@@ -59,8 +36,17 @@ struct Race<F> {
 }
 
 impl<F: Breakable> Race<F> {
-    fn start(paths: &Paths, test: &str, leader_args: &[&str]) -> Self {
+    /// The race, or `None` where the engine cannot elect (said so).
+    fn start(paths: &Paths, scenario: &str, test: &str, leader_args: &[&str]) -> Option<Self> {
         let setup = Setup::<F>::start(paths, test);
+        if !offers(
+            &setup.fixture,
+            scenario,
+            "no leader election",
+            Capabilities::election,
+        ) {
+            return None;
+        }
         let (path, store) = setup.store("terms");
         let config = setup.config("30s");
         let observer = setup.leader_worker(&config, &path, &["--observe", "1"]);
@@ -72,14 +58,14 @@ impl<F: Breakable> Race<F> {
         next.ready(LONG);
         // Time to queue behind the leader.
         std::thread::sleep(Duration::from_millis(300));
-        Race {
+        Some(Race {
             setup,
             store,
             observer,
             leader,
             term,
             next,
-        }
+        })
     }
 
     /// The terms the observer reported, the first leader's and on up to
@@ -123,7 +109,10 @@ impl<F: Breakable> Race<F> {
 /// The leader SIGKILLed: the candidate behind it leads within the lease
 /// (or session), with a greater term; the observer reports both, in order.
 pub fn a_leader_killed_is_followed_within_its_lease<F: Breakable>(paths: &Paths) {
-    let race = Race::<F>::start(paths, "elect-killed", &[]);
+    let scenario = "a_leader_killed_is_followed_within_its_lease";
+    let Some(race) = Race::<F>::start(paths, scenario, "elect-killed", &[]) else {
+        return;
+    };
     let killed = Instant::now();
     race.leader.signal("-KILL");
     let (line, led) = race.next.line("leading", LONG);
@@ -147,7 +136,10 @@ pub fn a_leader_killed_is_followed_within_its_lease<F: Breakable>(paths: &Paths)
 pub fn a_leader_paused_past_its_lease_stops_before_it_acts_again<F: Breakable>(paths: &Paths) {
     // Writing once a second, stopped right after a write: never inside the
     // store's file lock, nor between its read and its write.
-    let race = Race::<F>::start(paths, "elect-paused", &["--every-ms", "1000"]);
+    let scenario = "a_leader_paused_past_its_lease_stops_before_it_acts_again";
+    let Some(race) = Race::<F>::start(paths, scenario, "elect-paused", &["--every-ms", "1000"]) else {
+        return;
+    };
     race.leader.printed();
     race.leader.line("wrote", LONG);
     let paused = Instant::now();
@@ -194,7 +186,10 @@ pub fn a_server_restart_ends_the_term_and_a_candidate_leads_again<F: Breakable>(
         );
         return;
     }
-    let mut race = Race::<F>::start(paths, "elect-restart", &[]);
+    let scenario = "a_server_restart_ends_the_term_and_a_candidate_leads_again";
+    let Some(mut race) = Race::<F>::start(paths, scenario, "elect-restart", &[]) else {
+        return;
+    };
     let crashed = Instant::now();
     race.setup.fixture.kill();
     std::thread::sleep(Duration::from_millis(1500));

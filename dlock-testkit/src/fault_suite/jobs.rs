@@ -1,36 +1,17 @@
 //! The run-once job suite: real `job_worker` processes fire one job
 //! (`if_held = "skip"`, `hold_at_least = "4s"`) against a real server, on
 //! clocks skewed with libfaketime, while the test kills them or lets them
-//! exit. `job_suite!` makes the tests for an engine whose servers keep a
-//! hold past its release ([`Capabilities::hold_at_least`]).
-//!
-//! [`Capabilities::hold_at_least`]: dlock_core::kit::Capabilities::hold_at_least
+//! exit. An engine whose servers cannot keep a hold past its release (no
+//! [`HoldAtLeast`](dlock_core::kit::HoldAtLeast) facet) skips them.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::{Paths, Setup, finish_all, offers};
 use crate::Breakable;
-use crate::fault_suite::{Paths, Setup, finish_all};
 
-/// Expands to one `#[test]` per job scenario for the engine of `$fixture`
-/// (a [`Breakable`] fixture type); put it in a module named after the
-/// engine.
-#[macro_export]
-macro_rules! job_suite {
-    ($fixture:ty) => {
-        $crate::job_suite! { @tests $fixture;
-            skewed_schedules_run_each_period_exactly_once,
-            a_job_killed_mid_run_frees_the_lock_within_its_lease,
-            a_job_exiting_right_after_its_run_keeps_others_out_until_hold_at_least,
-        }
-    };
-    (@tests $fixture:ty; $($scenario:ident,)*) => {
-        $(
-            #[test]
-            fn $scenario() {
-                $crate::job_suite::$scenario::<$fixture>(&$crate::paths!());
-            }
-        )*
-    };
+/// Whether `F`'s engine keeps a hold past its release; says so if not.
+fn keeps_holds<F: Breakable>(fixture: &F, scenario: &str) -> bool {
+    offers(fixture, scenario, "no hold at least", |c| c.hold_at_least)
 }
 
 /// The worker's `hold_at_least`.
@@ -49,6 +30,9 @@ const SKEWS: [&str; 3] = ["-1.5", "+0", "+1.5"];
 /// the next period's first firing.
 pub fn skewed_schedules_run_each_period_exactly_once<F: Breakable>(paths: &Paths) {
     let setup = Setup::<F>::start(paths, "job-schedule");
+    if !keeps_holds(&setup.fixture, "skewed_schedules_run_each_period_exactly_once") {
+        return;
+    }
     let (config, runs) = (setup.config("30s"), setup.log("runs"));
     let period_ms = 6_000;
     let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
@@ -98,6 +82,12 @@ pub fn skewed_schedules_run_each_period_exactly_once<F: Breakable>(paths: &Paths
 /// every 50 ms and skipping, then runs it.
 pub fn a_job_killed_mid_run_frees_the_lock_within_its_lease<F: Breakable>(paths: &Paths) {
     let setup = Setup::<F>::start(paths, "job-killed");
+    if !keeps_holds(
+        &setup.fixture,
+        "a_job_killed_mid_run_frees_the_lock_within_its_lease",
+    ) {
+        return;
+    }
     let (config, runs) = (setup.config("30s"), setup.log("runs"));
     let running = setup.job_worker("+0", &config, &runs, &["--job-ms", "60000"]);
     running.line("entered", LONG);
@@ -126,6 +116,12 @@ pub fn a_job_killed_mid_run_frees_the_lock_within_its_lease<F: Breakable>(paths:
 /// every 50 ms, skips until 4 s after that run started, then runs.
 pub fn a_job_exiting_right_after_its_run_keeps_others_out_until_hold_at_least<F: Breakable>(paths: &Paths) {
     let setup = Setup::<F>::start(paths, "job-exited");
+    if !keeps_holds(
+        &setup.fixture,
+        "a_job_exiting_right_after_its_run_keeps_others_out_until_hold_at_least",
+    ) {
+        return;
+    }
     let (config, runs) = (setup.config("30s"), setup.log("runs"));
     let short = setup.job_worker("+0", &config, &runs, &["--job-ms", "50"]);
     let (_, started) = short.line("entered", LONG);
