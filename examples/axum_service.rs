@@ -12,7 +12,7 @@
 //! lost its lock mid-payment cannot overwrite a newer balance.
 //!
 //! ```text
-//! cargo run --example axum_service -- [--config dlock.toml] [--listen 127.0.0.1:3000]
+//! cargo run -p dlock-examples --example axum_service -- [--config dlock.toml] [--listen 127.0.0.1:3000]
 //! curl -X POST -H 'content-type: application/json' -d '{"cents": 5}' localhost:3000/accounts/7/pay
 //! ```
 //!

@@ -6,7 +6,7 @@
 //! non-zero if anything was oversold.
 //!
 //! ```text
-//! cargo run --release --example flash_sale [-- --config dlock.toml] [--buyers N]
+//! cargo run --release -p dlock-examples --example flash_sale [-- --config dlock.toml] [--buyers N]
 //! ```
 
 use std::process::ExitCode;

@@ -12,7 +12,7 @@
 //! 500 succeed:
 //!
 //! ```text
-//! cargo run --release --example order_service [-- --config dlock.toml]
+//! cargo run --release -p dlock-examples --example order_service [-- --config dlock.toml]
 //! ```
 
 use std::collections::HashMap;

@@ -332,15 +332,16 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// An example program of this workspace, built by `cargo test` next to the
-/// test binaries (`target/<profile>/examples/<name>`).
+/// An example program of this workspace (the `dlock-examples` package),
+/// built by the workspace's `cargo test` next to the test binaries
+/// (`target/<profile>/examples/<name>`).
 pub fn example(name: &str) -> std::path::PathBuf {
     let test = std::env::current_exe().expect("test path");
     let dir = test.parent().and_then(|d| d.parent()).expect("target dir");
     let path = dir.join("examples").join(name);
     assert!(
         path.exists(),
-        "{} is not built: the whole `cargo test` builds examples (or run `cargo build --examples`)",
+        "{} is not built: the workspace's `cargo test` builds examples (or run `cargo build -p dlock-examples --examples`)",
         path.display()
     );
     path
