@@ -228,11 +228,11 @@
 //! |---|---|---|---|
 //! | `memory` | `memory` (default) | none: locks live in this process | yes |
 //! | `redis`, `redis-cluster`, `redis-sentinel` | `redis` (`redis-tls` for `rediss://`) | Redis, a Redis Cluster, Redis behind Sentinel | yes |
-//! | `redlock` | `redlock` | independent Redis masters, RedLock | no |
-//! | `zookeeper` | `zookeeper` | ZooKeeper, compatible with Apache Curator's lock | no |
-//! | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc` to build) | etcd, compatible with `etcdctl lock` | no |
-//! | `postgres` | `postgres` | PostgreSQL advisory locks | no |
-//! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ | no |
+//! | `redlock` | `redlock` | independent Redis masters, RedLock | yes, no queue |
+//! | `zookeeper` | `zookeeper` (`zookeeper-tls` for TLS) | ZooKeeper, compatible with Apache Curator's lock and semaphore | yes |
+//! | `etcd` | `etcd` (`etcd-tls` for `https://`; needs `protoc`, Debian `protobuf-compiler` and `libprotobuf-dev`, to build) | etcd, compatible with `etcdctl lock` | yes |
+//! | `postgres` | `postgres` | PostgreSQL advisory locks | yes |
+//! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ | yes |
 //! | `memcached` | `memcached` | memcached | yes, no queue |
 //!
 //! Each module of [`engines`] documents its engine's settings and how it
@@ -271,7 +271,7 @@
 //! |---|---|
 //! | `memory`, `redis` (and cluster, sentinel), `postgres`, `mysql` | read write, fifo, fence strict, ends with lease |
 //! | `zookeeper`, `etcd` | read write, fifo, fence strict, ends with session |
-//! | `memcached` | write only, no queue, fence best effort, ends with lease, lease unit 1 s |
+//! | `memcached` | write only, no queue, fence best effort, ends with lease, lease unit 1s |
 //! | `redlock` | write only, no queue, fence best effort (none with `fence = false`), ends with lease |
 //!
 //! A fencing token protects storage only if storage checks it: pass
