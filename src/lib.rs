@@ -324,12 +324,12 @@ use std::path::Path;
 use once_cell::sync::OnceCell;
 
 pub use dlock_core::kit;
-pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_core::{
-    Config, Election, Error, Guard, Guards, HeldLock, HolderRecord, Leader, Lock, LockKey, LockSet, LockView,
-    Locks, LostReason, Mode, Observer, Registry, Semaphore, Settings, Share, Term, Wait, WaiterRecord,
-    config, held_locks, metrics,
+    Acted, Config, Election, Error, Guard, Guards, HeldLock, HolderRecord, Leader, Lock, LockKey, LockSet,
+    LockView, Locks, LostReason, Mode, Observer, Reached, Registry, Semaphore, Settings, Share, Term, Wait,
+    WaiterRecord, config, held_locks, metrics,
 };
+pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_engines as engines;
 pub use dlock_macros::distributed_lock;
 

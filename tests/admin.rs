@@ -223,6 +223,11 @@ async fn message(browser: &Browser) -> String {
     said.await.as_str().expect("text").to_owned()
 }
 
+/// An answer's status and its body as JSON, whatever the order of its keys.
+fn parsed((status, body): (u16, String)) -> (u16, serde_json::Value) {
+    (status, serde_json::from_str(&body).expect("a JSON answer"))
+}
+
 /// The actions through the API, on the memory engine (which can force a
 /// release and revoke): with the token, a hold ends or is asked to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,8 +260,8 @@ async fn actions_release_and_revoke_with_the_token() {
     let revoke = http
         .send(http::Method::POST, &act("revoke"), &bearer, String::new())
         .await;
-    let answer = json!({ "lock": format!("ops/{NAME}"), "asked": 1 }).to_string();
-    assert_eq!(revoke, (200, answer), "as `dlock revoke --json` prints");
+    let answer = json!({ "lock": format!("ops/{NAME}"), "asked": 1 });
+    assert_eq!(parsed(revoke), (200, answer), "as `dlock revoke --json` prints");
     tokio::time::timeout(LEASE, held.revoked())
         .await
         .expect("asked to let go");
@@ -268,8 +273,12 @@ async fn actions_release_and_revoke_with_the_token() {
     let release = http
         .send(http::Method::POST, &act("release"), &bearer, String::new())
         .await;
-    let answer = json!({ "lock": format!("ops/{NAME}"), "forced_out": 1 }).to_string();
-    assert_eq!(release, (200, answer), "as `dlock release --force --json` prints");
+    let answer = json!({ "lock": format!("ops/{NAME}"), "forced_out": 1 });
+    assert_eq!(
+        parsed(release),
+        (200, answer),
+        "as `dlock release --force --json` prints"
+    );
     let next = tokio::time::timeout(LEASE, waiter)
         .await
         .expect("handed on")

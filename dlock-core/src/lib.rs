@@ -41,5 +41,5 @@ pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks, Semaphore};
 pub use lock_set::{Guards, LockSet};
 pub use mode::Mode;
-pub use records::{HolderRecord, LockView, WaiterRecord};
+pub use records::{Acted, HolderRecord, LockView, Reached, WaiterRecord};
 pub use registry::Registry;

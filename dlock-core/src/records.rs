@@ -3,9 +3,10 @@
 //! label and a short digest of its owner id, never the id itself, which is
 //! what renews and releases a hold.
 //!
-//! A view serializes to the JSON the `dlock` command prints and the admin
-//! page serves: modes as `"read"` / `"write"`, times as milliseconds since
-//! the Unix epoch, a field the engine cannot tell as `null`.
+//! A view, and what an operator's act did ([`Acted`]), serialize to the
+//! JSON the `dlock` command prints and the admin page serves: modes as
+//! `"read"` / `"write"`, times as milliseconds since the Unix epoch, a field
+//! the engine cannot tell as `null`.
 
 use std::time::SystemTime;
 
@@ -76,6 +77,48 @@ pub struct WaiterRecord {
     pub since: Option<SystemTime>,
     /// A short digest of the owner id.
     pub owner: Option<String>,
+}
+
+/// What an operator's act on a lock did, as the `dlock` command
+/// (`--json`) prints it and the admin page answers it:
+/// `{"lock": "order/42", "forced_out": 1}`, or `"asked"` for a revocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Acted {
+    /// `<group>/<name>`.
+    pub lock: String,
+    /// What was done, to how many.
+    #[serde(flatten)]
+    pub reached: Reached,
+}
+
+/// Whom an operator's act reached, and how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reached {
+    /// A force release: the holds it ended.
+    ForcedOut(u32),
+    /// A revocation: the holders it asked to let go.
+    Asked(u32),
+}
+
+impl Acted {
+    /// How many holds or holders the act reached (0: the lock was free).
+    pub fn holders(&self) -> u32 {
+        match self.reached {
+            Reached::ForcedOut(n) | Reached::Asked(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Acted {
+    /// `order/42: forced out 1 holder(s)`, `order/42: asked 2 holder(s)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = match self.reached {
+            Reached::ForcedOut(_) => "forced out",
+            Reached::Asked(_) => "asked",
+        };
+        write!(f, "{}: {verb} {} holder(s)", self.lock, self.holders())
+    }
 }
 
 fn mode_word<S: Serializer>(mode: &Mode, out: S) -> Result<S::Ok, S::Error> {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
 use super::Shown;
-use crate::{Error, Lock, LockView, Locks};
+use crate::{Acted, Error, Lock, LockView, Locks, Reached};
 
 /// Why a request got no view.
 pub(super) enum Failure {
@@ -107,30 +107,26 @@ pub(super) async fn show(
     Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
 }
 
-/// `POST /api/locks/{group}/{name}/release`: `{"lock": "<group>/<name>",
-/// "forced_out": <holds ended>}`, as `dlock release --force --json` prints.
+/// `POST /api/locks/{group}/{name}/release`: the holds ended ([`Acted`]).
 pub(super) async fn release(
     State(shown): State<Arc<Shown>>,
     Path((group, name)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Result<Json<Value>, Failure> {
+) -> Result<Json<Acted>, Failure> {
     let lock = shown.act_on(&headers, &group, name)?;
-    let forced_out = lock.force_release().await?;
-    Ok(Json(
-        json!({ "lock": format!("{group}/{}", lock.name()), "forced_out": forced_out }),
-    ))
+    let reached = Reached::ForcedOut(lock.force_release().await?);
+    let lock = format!("{group}/{}", lock.name());
+    Ok(Json(Acted { lock, reached }))
 }
 
-/// `POST /api/locks/{group}/{name}/revoke`: `{"lock": "<group>/<name>",
-/// "asked": <holders asked>}`, as `dlock revoke --json` prints.
+/// `POST /api/locks/{group}/{name}/revoke`: the holders asked ([`Acted`]).
 pub(super) async fn revoke(
     State(shown): State<Arc<Shown>>,
     Path((group, name)): Path<(String, String)>,
     headers: HeaderMap,
-) -> Result<Json<Value>, Failure> {
+) -> Result<Json<Acted>, Failure> {
     let lock = shown.act_on(&headers, &group, name)?;
-    let asked = lock.revoke().await?;
-    Ok(Json(
-        json!({ "lock": format!("{group}/{}", lock.name()), "asked": asked }),
-    ))
+    let reached = Reached::Asked(lock.revoke().await?);
+    let lock = format!("{group}/{}", lock.name());
+    Ok(Json(Acted { lock, reached }))
 }

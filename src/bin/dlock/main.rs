@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dlock::{Config, Error, LockView, Registry};
+use dlock::{Acted, Config, Error, LockView, Reached, Registry};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -67,12 +67,8 @@ enum Command {
 /// What a command found or did.
 enum Outcome {
     Views(Vec<LockView>),
-    /// How many holders of `lock` were forced out or asked (`verb`).
-    Acted {
-        lock: String,
-        verb: &'static str,
-        holders: u32,
-    },
+    /// How many holders a force release or revocation reached.
+    Acted(Acted),
 }
 
 fn main() -> ExitCode {
@@ -91,14 +87,11 @@ fn main() -> ExitCode {
             show::table(&views, std::time::SystemTime::now()),
             views.iter().all(LockView::is_free),
         ),
-        Ok(Outcome::Acted { lock, verb, holders }) if cli.json => (
-            serde_json::json!({ "lock": lock, verb: holders }).to_string(),
-            holders == 0,
+        Ok(Outcome::Acted(acted)) if cli.json => (
+            serde_json::to_string(&acted).expect("an act serializes"),
+            acted.holders() == 0,
         ),
-        Ok(Outcome::Acted { lock, verb, holders }) => (
-            format!("{lock}: {} {holders} holder(s)", verb.replace('_', " ")),
-            holders == 0,
-        ),
+        Ok(Outcome::Acted(acted)) => (acted.to_string(), acted.holders() == 0),
         Err(e) => return fail(&e),
     };
     println!("{}", shown.trim_end());
@@ -147,15 +140,19 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Command::Release { lock, .. } => {
             let (group, name) = group_and_name(lock)?;
-            let holders = registry.locks(group).get(name).force_release().await?;
-            let (lock, verb) = (lock.clone(), "forced_out");
-            return Ok(Outcome::Acted { lock, verb, holders });
+            let reached = Reached::ForcedOut(registry.locks(group).get(name).force_release().await?);
+            return Ok(Outcome::Acted(Acted {
+                lock: lock.clone(),
+                reached,
+            }));
         }
         Command::Revoke { lock } => {
             let (group, name) = group_and_name(lock)?;
-            let holders = registry.locks(group).get(name).revoke().await?;
-            let (lock, verb) = (lock.clone(), "asked");
-            return Ok(Outcome::Acted { lock, verb, holders });
+            let reached = Reached::Asked(registry.locks(group).get(name).revoke().await?);
+            return Ok(Outcome::Acted(Acted {
+                lock: lock.clone(),
+                reached,
+            }));
         }
     };
     Ok(Outcome::Views(views))
