@@ -55,8 +55,9 @@
 //! The function returns `Result<T, E>` with `E: From<dlock::Error>`: lock
 //! errors (timeout, engine failure, loss) come back through it. Options:
 //! `group` (required), `key` or `keys`, `permits`, `mode`, `wait`, `lease`,
-//! `engine` and `on_lost`; [`distributed_lock`] lists them with their
-//! defaults. With `permits = N` the function takes a permit of a
+//! `engine`, `on_lost`, `on_revoke`, and for run-once jobs `if_held`,
+//! `hold_at_least` and `hold_at_most`; [`distributed_lock`] lists them
+//! with their defaults. With `permits = N` the function takes a permit of a
 //! [`Semaphore`] that admits `N` at once, instead of the lock.
 //! Several locks on one function (`keys = ["<from>", "<to>"]`, or several
 //! attributes) are taken as one [`LockSet`]: by group then name, whatever

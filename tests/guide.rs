@@ -1,5 +1,6 @@
 //! The README and the crate docs (`src/lib.rs`) say some things twice: the
-//! engine table, and the guarantees in short. Here they are held to each
+//! engine table, the guarantees in short, the metric series, the
+//! attribute's options. Here they are held to each
 //! other, and to `docs/guarantees.md`, whose capability row a running
 //! engine checks.
 
@@ -114,5 +115,74 @@ fn the_crate_docs_guarantees_in_short_are_the_guarantee_docs() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn the_readme_names_the_metric_series_the_crate_docs_describe() {
+    let series = |text: &str| -> Vec<String> {
+        let mut names: Vec<String> = text
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|code| code.starts_with("dlock_"))
+            .map(|code| code.split('{').next().unwrap_or_default().to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let readme = read("README.md");
+    let readme = readme
+        .split("## Metrics")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("the README's metrics section");
+    let docs = read("src/lib.rs");
+    let docs = docs
+        .split("//! # Metrics")
+        .nth(1)
+        .and_then(|rest| rest.split("//! # ").next())
+        .expect("the crate docs' metrics section");
+    assert_eq!(series(readme), series(docs));
+    assert_eq!(series(readme).len(), 6, "{:?}", series(readme));
+}
+
+#[test]
+fn the_attributes_options_are_named_as_the_compiler_names_them() {
+    // What the compiler says to a misspelt option: the one list of them.
+    let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
+    let said = std::fs::read_dir(&ui)
+        .expect("tests/ui")
+        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
+        .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
+        .find(|line| line.contains("unknown option `grup`"))
+        .expect("a ui test of a misspelt option");
+    let options: Vec<&str> = said
+        .split("options are: ")
+        .nth(1)
+        .expect("the list")
+        .split(", ")
+        .collect();
+    assert!(options.len() >= 13, "{options:?}");
+    let readme = read("README.md");
+    assert!(
+        readme.lines().any(|line| line.eq_ignore_ascii_case(&said)),
+        "README.md quotes another error than tests/ui holds: {said}"
+    );
+    let docs = read("src/lib.rs");
+    let docs_options = docs
+        .split("Options:")
+        .nth(1)
+        .and_then(|rest| rest.split("defaults.").next())
+        .expect("the crate docs' options");
+    for option in options {
+        let named =
+            |text: &str| text.contains(&format!("`{option}`")) || text.contains(&format!("`{option} = "));
+        assert!(named(&readme), "README.md never names `{option}`");
+        assert!(
+            docs_options.contains(&format!("`{option}`")),
+            "the crate docs' options leave out `{option}`"
+        );
     }
 }
