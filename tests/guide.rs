@@ -170,6 +170,7 @@ fn the_attributes_options_are_named_as_the_compiler_names_them() {
         readme.lines().any(|line| line.eq_ignore_ascii_case(&said)),
         "README.md quotes another error than tests/ui holds: {said}"
     );
+    let attribute_docs = read("dlock-macros/src/lib.rs");
     let docs = read("src/lib.rs");
     let docs_options = docs
         .split("Options:")
@@ -180,6 +181,10 @@ fn the_attributes_options_are_named_as_the_compiler_names_them() {
         let named =
             |text: &str| text.contains(&format!("`{option}`")) || text.contains(&format!("`{option} = "));
         assert!(named(&readme), "README.md never names `{option}`");
+        assert!(
+            named(&attribute_docs),
+            "the attribute's docs never name `{option}`"
+        );
         assert!(
             docs_options.contains(&format!("`{option}`")),
             "the crate docs' options leave out `{option}`"
