@@ -1,6 +1,7 @@
 //! The engine table (`dlock::engines::ENGINES`, one row per engine) is the
 //! one list: what must still be written by hand elsewhere (a cargo feature
-//! in each manifest, a fixture, a conformance file, a column of the
+//! in each manifest, a fixture with its `every_setup!` row, a conformance
+//! file, its server's packages in `scripts/install`, a column of the
 //! guarantee doc, a row of the README's engine table) is held to it here,
 //! so a new engine that misses one fails with the place named.
 
@@ -110,38 +111,42 @@ fn each_engine_has_its_features_fixture_and_doc_column() {
     }
 }
 
-/// The files outside its folder that a new engine touches, as
-/// `docs/writing-an-engine.md` lists them: `{feature}` and `{kind}` stand
-/// for the engine's. The list only shrinks: a suite that needed a hand
-/// list of engines would add to it.
-const OUTSIDE_ITS_FOLDER: &[&str] = &[
+/// The files outside its folder in which a new engine writes code of its
+/// own, as `docs/writing-an-engine.md` lists them: `<engine>` and `<kind>`
+/// stand for its names.
+const CODE_OUTSIDE_ITS_FOLDER: &[&str] = &[
     "dlock-engines/src/lib.rs",
+    "dlock-testkit/src/fixtures/<engine>.rs",
+    "dlock-testkit/src/fixtures/mod.rs",
+    "tests/conformance_<kind>.rs",
+];
+
+/// The places it is named in besides, each held to the `engines!` row or
+/// the fixture by a test here: its cargo feature in three manifests, its
+/// server's packages, its guarantee column and its README line.
+const CHECKED_OUTSIDE_ITS_FOLDER: &[&str] = &[
     "dlock-engines/Cargo.toml",
     "Cargo.toml",
     "dlock-testkit/Cargo.toml",
     "scripts/install",
-    "dlock-testkit/src/fixtures/{feature}.rs",
-    "dlock-testkit/src/fixtures/mod.rs",
-    "tests/conformance_{kind}.rs",
     "docs/guarantees.md",
     "README.md",
 ];
 
 #[test]
-fn the_files_a_new_engine_touches_outside_its_folder() {
+fn a_new_engine_writes_code_in_four_files_outside_its_folder() {
     let guide = read("docs/writing-an-engine.md");
     let section = guide
         .split("## An engine inside this repository: the files it touches")
         .nth(1)
         .expect("the guide's section on the files an engine touches");
-    for file in OUTSIDE_ITS_FOLDER {
-        let named = file.replace("{feature}", "<engine>").replace("{kind}", "<kind>");
+    for file in CODE_OUTSIDE_ITS_FOLDER.iter().chain(CHECKED_OUTSIDE_ITS_FOLDER) {
         assert!(
-            section.contains(&format!("`{named}`")),
-            "the guide leaves out {named}"
+            section.contains(&format!("`{file}`")),
+            "the guide leaves out {file}"
         );
     }
-    assert!(OUTSIDE_ITS_FOLDER.len() <= 10, "{OUTSIDE_ITS_FOLDER:?}");
+    assert!(CODE_OUTSIDE_ITS_FOLDER.len() <= 4, "{CODE_OUTSIDE_ITS_FOLDER:?}");
     // The suites beyond conformance take their engines from `every_setup!`
     // alone: no test file names a fixture of its own.
     for suite in [
@@ -162,6 +167,26 @@ fn the_files_a_new_engine_touches_outside_its_folder() {
             );
         }
     }
+}
+
+#[test]
+fn scripts_install_provides_what_every_setup_needs() {
+    let install = read("scripts/install");
+    let mut checked = Vec::new();
+    macro_rules! provided {
+        ($name:ident, $fixture:ty, $feature:literal) => {
+            for need in <$fixture as dlock_testkit::Fixture>::INSTALLED {
+                assert!(
+                    install.contains(&format!("\"{need}:")),
+                    "scripts/install does not provide {need} for {}",
+                    stringify!($name)
+                );
+            }
+            checked.push(stringify!($name));
+        };
+    }
+    dlock_testkit::every_setup!(provided);
+    assert_eq!(checked.len(), 9, "{checked:?}");
 }
 
 /// Each engine offers its facets with `..Facets::default()`, so a facet

@@ -13,6 +13,10 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     /// For messages and figures: `"redis"`, `"zookeeper"`, ...
     const NAME: &'static str;
 
+    /// What `scripts/install` provides for it: the commands and files its
+    /// servers and its tools need, as the script's `needs` name them.
+    const INSTALLED: &'static [&'static str];
+
     /// Whether the engine talks to a server at all; one that does names
     /// each by `127.0.0.1:<port>` in its config, where the silence checks
     /// put theirs.
