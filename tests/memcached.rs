@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Engine, Poll, Renewal, Request};
+use dlock::kit::{Engine, Kind, Poll, Renewal, Request};
 use dlock::{Error, LockKey, Mode};
 use dlock_testkit::fixtures::memcached::Memcached;
 use dlock_testkit::server::free_port;
@@ -303,7 +303,7 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
 
     let permit = |name: &str| {
         let mut req = request(name);
-        req.permits = Some(3);
+        req.kind = Kind::Semaphore(3);
         req
     };
     let (first, second) = (permit("sem"), permit("sem"));

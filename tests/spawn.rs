@@ -227,7 +227,7 @@ async fn a_semaphore_waiter_is_warned_about_only_when_its_process_holds_every_pe
     let key = dlock::LockKey::new("export", "warned").expect("key");
     use dlock::kit::Engine as _;
     let mut elsewhere = dlock::kit::Request::new(key, dlock::Mode::Write, Duration::from_secs(30));
-    elsewhere.permits = Some(2);
+    elsewhere.kind = dlock::kit::Kind::Semaphore(2);
     let granted = engine.acquire(&elsewhere).await.expect("engine");
     assert!(matches!(granted, dlock::kit::Poll::Held(_)), "the second permit");
     waits_in_vain().await.expect("task");

@@ -11,7 +11,7 @@ use crate::config::{Queue, Wait};
 use crate::guard::Guard;
 use crate::hold::{Grant, Hold, Limits, engine_id, held_by_other_tasks};
 use crate::kit::{Call, Woken, within};
-use crate::kit::{EngineError, Poll, Records, Renewal, Request};
+use crate::kit::{EngineError, Kind, Poll, Records, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Series, Span};
 use crate::registry::Group;
@@ -20,26 +20,6 @@ use crate::{Error, LockKey, Mode, trace, watchdog};
 /// How long a timed-out caller waits for its request to be withdrawn before
 /// it is answered; a slower withdrawal finishes in the background.
 const WITHDRAW_GRACE: Duration = Duration::from_millis(20);
-
-/// What a handle takes: a lock, a permit of a semaphore of `n`, or an
-/// election's lock, whose requests are campaigns, proposing a value of
-/// their own or the process's label.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Lock,
-    Semaphore(u32),
-    Election(Option<Arc<str>>),
-}
-
-impl Kind {
-    /// A semaphore's count; `None` for a lock or an election.
-    pub(crate) fn permits(&self) -> Option<u32> {
-        match self {
-            Kind::Semaphore(n) => Some(*n),
-            Kind::Lock | Kind::Election(_) => None,
-        }
-    }
-}
 
 pub(crate) async fn acquire(
     group: &Arc<Group>,
@@ -72,11 +52,7 @@ pub(crate) async fn acquire(
     }
     group.check_lease(lease)?;
     let mut req = Request::new(key, mode, lease);
-    req.permits = permits;
-    if let Kind::Election(proposal) = kind {
-        req.election = true;
-        req.proposal = proposal;
-    }
+    req.kind = kind;
     req.try_once = wait == Wait::TRY_ONCE;
     group.labels.event(series, Event::Attempt);
     let span = trace::acquisition(&req, &group.engine_name);
@@ -146,7 +122,7 @@ async fn local_turn(
 ) -> Result<Option<Place>, Error> {
     // A semaphore's waiters go to the engine each: the line lets one
     // writer through at a time, which would cap a process at one permit.
-    if group.settings.queue == Queue::Engine || req.permits.is_some() {
+    if group.settings.queue == Queue::Engine || req.permits().is_some() {
         return Ok(None);
     }
     let engine = engine_id(group);
@@ -199,7 +175,7 @@ fn name_the_holders(group: &Group, req: &Request) {
     if group.capabilities.records == Records::None {
         return;
     }
-    let (engine, key, permits) = (group.engine.clone(), req.key.clone(), req.permits);
+    let (engine, key, permits) = (group.engine.clone(), req.key.clone(), req.permits());
     let until = Instant::now() + group.settings.call_timeout;
     tokio::spawn(async move {
         let Some(inspect) = engine.facets().inspect else {
@@ -359,7 +335,7 @@ async fn warn_if_stuck_behind_this_process<T>(
     // tasks of this process: a semaphore with a permit left elsewhere is
     // only busy.
     let holds = held_by_other_tasks(group, req);
-    let all_here = holds.len() >= req.permits.unwrap_or(1) as usize;
+    let all_here = holds.len() >= req.permits().unwrap_or(1) as usize;
     if let Some(hold) = holds.first().filter(|_| all_here) {
         tracing::warn!(
             lock = %req.key,

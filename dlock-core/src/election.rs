@@ -11,8 +11,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::acquire::Kind;
 use crate::config::Wait;
+use crate::kit::Kind;
 use crate::{Error, Guard, Lock, LockView, Locks, LostReason, Mode};
 
 impl Locks {

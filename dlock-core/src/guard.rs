@@ -59,7 +59,7 @@ impl HeldLock {
 
     /// `Some(n)`: a permit of a semaphore of `n` permits; `None`: a lock.
     pub fn permits(&self) -> Option<u32> {
-        self.0.req.permits
+        self.0.req.permits()
     }
 
     /// A share of this hold for a task this one spawns: see [`Share`].

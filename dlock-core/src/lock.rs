@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::acquire::{self, Kind};
+use crate::acquire;
 use crate::config::{Settings, Wait};
 use crate::hold::Limits;
+use crate::kit::Kind;
 use crate::kit::within;
 use crate::registry::{Group, Registry};
 use crate::{Error, Guard, LockKey, LockView, Mode};
@@ -78,7 +79,7 @@ impl Locks {
 
     /// Every lock and semaphore of this group that someone holds or waits
     /// for, as the engine sees them now. `Error::Unsupported` where the
-    /// engine cannot enumerate its locks ([`Records::Listed`]).
+    /// engine cannot enumerate its locks ([`List`](crate::kit::List)).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -166,7 +166,7 @@ impl Series {
 
     /// The series of `req`.
     pub fn of(req: &Request) -> Self {
-        Series::new(req.mode, req.permits)
+        Series::new(req.mode, req.permits())
     }
 
     /// The `mode` label, and the spans' `mode` field: `write`, `read` or

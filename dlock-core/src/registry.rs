@@ -24,7 +24,7 @@ pub(crate) struct Group {
 impl Group {
     /// Names this group's engine, its address and the lock in an engine failure.
     pub fn engine_error(&self, req: &Request, error: EngineError) -> Error {
-        self.engine_error_at(req.key.clone(), req.permits, error)
+        self.engine_error_at(req.key.clone(), req.permits(), error)
     }
 
     /// [`engine_error`](Self::engine_error) for a call on `key` that is no request.

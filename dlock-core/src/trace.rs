@@ -38,7 +38,7 @@ pub(crate) fn acquisition(req: &Request, engine: &str) -> Span {
         key = req.key.name(),
         mode = Series::of(req).mode(),
         engine,
-        permits = req.permits,
+        permits = req.permits(),
         wait_ms = field::Empty,
         outcome = field::Empty,
         waited_for = field::Empty,
@@ -76,7 +76,7 @@ pub(crate) fn hold(req: &Request, engine: &str, acquired: &Span) -> Span {
         key = req.key.name(),
         mode = Series::of(req).mode(),
         engine,
-        permits = req.permits,
+        permits = req.permits(),
         fence = req.fence,
     );
     span.follows_from(acquired);

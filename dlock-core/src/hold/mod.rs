@@ -149,7 +149,7 @@ impl Hold {
         let Some(hold) = table.get(&filed) else {
             return Ok(None);
         };
-        if let (Some(asked), Some(in_use)) = (permits, hold.req.permits)
+        if let (Some(asked), Some(in_use)) = (permits, hold.req.permits())
             && asked != in_use
         {
             return Err(Error::PermitCount {
@@ -191,7 +191,7 @@ impl Hold {
             Mode::Read => Counts { writes: 0, reads: 1 },
         };
         let hold = Arc::new(Hold {
-            filed: HoldKey::new(TaskKey::current(), &group, &req.key, req.permits.is_some()),
+            filed: HoldKey::new(TaskKey::current(), &group, &req.key, req.permits().is_some()),
             group,
             req,
             counts: Mutex::new(counts),

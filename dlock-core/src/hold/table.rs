@@ -86,7 +86,7 @@ pub(crate) fn held_by_this_task() -> Vec<Arc<Hold>> {
 /// it was handed to): what a task waiting for it may be waiting on.
 pub(crate) fn held_by_other_tasks(group: &Group, req: &Request) -> Vec<Arc<Hold>> {
     let (task, engine) = (TaskKey::current(), engine_id(group));
-    let semaphore = req.permits.is_some();
+    let semaphore = req.permits().is_some();
     let mut holds: Vec<Arc<Hold>> = Vec::new();
     for shard in TABLE.iter() {
         for (filed, hold) in lock(shard).iter() {

@@ -76,6 +76,33 @@ impl std::fmt::Debug for OwnerId {
     }
 }
 
+/// What a request asks for. A semaphore and a lock with the same key are
+/// two things: an engine keeps them apart on its server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The lock `key`, in the request's mode.
+    Lock,
+    /// One permit of the semaphore `key`, which admits this many holders at
+    /// once ([`Semaphores`](super::Semaphores)).
+    Semaphore(u32),
+    /// A campaign in an [`Election`](crate::Election): a write lock whose
+    /// holder leads, proposing this value, or the process's label
+    /// ([`ElectionValues`](super::ElectionValues)). An engine with an
+    /// election layout of its own (etcd's `concurrency.Election`) lays the
+    /// key out that way; the others take it as the write lock it is.
+    Election(Option<Arc<str>>),
+}
+
+impl Kind {
+    /// A semaphore's count; `None` for a lock or a campaign.
+    pub fn permits(&self) -> Option<u32> {
+        match self {
+            Kind::Semaphore(n) => Some(*n),
+            Kind::Lock | Kind::Election(_) => None,
+        }
+    }
+}
+
 /// One acquisition as an engine sees it. Cheap to clone: clones share the
 /// engine's [state](Request::state).
 #[derive(Clone)]
@@ -84,12 +111,11 @@ pub struct Request {
     pub key: LockKey,
     /// This acquisition's id: the engine checks it on renew and release.
     pub owner: OwnerId,
-    /// Read or write; a permit is always `Write`.
+    /// Read or write; a permit and a campaign are always `Write`.
     pub mode: Mode,
-    /// `Some(n)`: one permit of the semaphore `key`, which admits `n` holders
-    /// at once; `None`: the lock `key`. A semaphore and a lock with the same
-    /// key are two things: an engine keeps them apart on its server.
-    pub permits: Option<u32>,
+    /// What is asked for: the lock `key`, a permit of the semaphore `key`,
+    /// or a campaign for the election `key`.
+    pub kind: Kind,
     /// How long the engine keeps the hold without a renewal.
     pub lease: Duration,
     /// Never join the queue: answer held or busy at once.
@@ -97,14 +123,6 @@ pub struct Request {
     /// The fencing token this request was granted; 0 until then. The core
     /// sets it before it asks the engine to renew, downgrade or release.
     pub fence: u64,
-    /// A campaign in an [`Election`](crate::Election): a write lock whose
-    /// holder leads. An engine with an election layout of its own (etcd's
-    /// `concurrency.Election`) lays the request's key out that way; the
-    /// others take it as the write lock it is.
-    pub election: bool,
-    /// What a campaign proposes, if not the process's label
-    /// ([`Capabilities::election_values`]).
-    pub proposal: Option<Arc<str>>,
     state: Arc<OnceLock<Box<dyn Any + Send + Sync>>>,
 }
 
@@ -115,20 +133,32 @@ impl Request {
             key,
             owner: OwnerId::random(),
             mode,
-            permits: None,
+            kind: Kind::Lock,
             lease,
             try_once: false,
             fence: 0,
-            election: false,
-            proposal: None,
             state: Arc::default(),
         }
+    }
+
+    /// With a permit of a semaphore, its count; `None` for a lock or a
+    /// campaign.
+    pub fn permits(&self) -> Option<u32> {
+        self.kind.permits()
+    }
+
+    /// Whether this is a campaign in an election.
+    pub fn is_campaign(&self) -> bool {
+        matches!(self.kind, Kind::Election(_))
     }
 
     /// What a campaign proposes: its own value, else `label`, the
     /// process's.
     pub fn proposal_or<'a>(&'a self, label: &'a str) -> &'a str {
-        self.proposal.as_deref().unwrap_or(label)
+        match &self.kind {
+            Kind::Election(Some(value)) => value,
+            _ => label,
+        }
     }
 
     /// What the engine keeps for this request, if it stored any.
@@ -156,12 +186,10 @@ impl std::fmt::Debug for Request {
             .field("key", &self.key)
             .field("owner", &self.owner)
             .field("mode", &self.mode)
-            .field("permits", &self.permits)
+            .field("kind", &self.kind)
             .field("lease", &self.lease)
             .field("try_once", &self.try_once)
             .field("fence", &self.fence)
-            .field("election", &self.election)
-            .field("proposal", &self.proposal)
             .finish()
     }
 }

@@ -46,9 +46,9 @@ pub struct Facets<'a> {
     pub election_values: Option<&'a dyn ElectionValues>,
 }
 
-/// Semaphores: the engine's lifecycle methods serve requests with
-/// [`Request::permits`], each a permit of the semaphore `key`, with the same
-/// fairness, fencing and expiry as its locks. A semaphore and a lock with
+/// Semaphores: the engine's lifecycle methods serve requests of
+/// [`Kind::Semaphore`](super::Kind::Semaphore), each a permit of the
+/// semaphore `key`, with the same fairness, fencing and expiry as its locks. A semaphore and a lock with
 /// the same key are two things: the engine keeps them apart on its server.
 pub trait Semaphores: Send + Sync {}
 
@@ -110,7 +110,7 @@ pub trait HoldAtLeast: Engine {
     }
 }
 
-/// A campaign can propose a value of its own ([`Request::proposal`]), which
+/// A campaign can propose a value of its own ([`Kind::Election`](super::Kind::Election)), which
 /// the engine writes where its records read it, as the leader's label;
 /// without, a leader shows its process's label.
 pub trait ElectionValues: Send + Sync {}

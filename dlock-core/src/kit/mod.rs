@@ -60,8 +60,8 @@ pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsMode,
 pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
 pub(crate) use engine::{Call, within};
 pub use engine::{
-    Engine, EngineError, LostSignal, OwnerId, Poll, Renewal, Request, RequestState, RevokedSignal, Wake,
-    Woken,
+    Engine, EngineError, Kind, LostSignal, OwnerId, Poll, Renewal, Request, RequestState, RevokedSignal,
+    Wake, Woken,
 };
 pub use facets::{Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, Semaphores};
 pub use kinds::Kinds;

@@ -210,7 +210,7 @@ impl EtcdEngine {
 
     /// This request's lock's or semaphore's prefix.
     fn prefix(&self, req: &Request) -> String {
-        self.prefix_of(&req.key, req.permits)
+        self.prefix_of(&req.key, req.permits())
     }
 
     /// A lock's prefix, or a semaphore's beside it (`queue.rs`).
@@ -221,18 +221,18 @@ impl EtcdEngine {
 
     /// The first line of this request's key's value, in `mode`.
     fn value(&self, req: &Request, mode: Mode) -> Vec<u8> {
-        if req.election {
+        if req.is_campaign() {
             // `concurrency.Election`'s layout: the value is the proposal
             // alone, what `etcdctl elect -l` prints.
             return req.proposal_or(&self.label).as_bytes().to_vec();
         }
-        queue::value(mode, req.permits, req.owner, requested(req).since, &self.label)
+        queue::value(mode, req.permits(), req.owner, requested(req).since, &self.label)
     }
 
     /// Contenders ahead read per look: a page, or one more than a
     /// semaphore's count (to tell next in line from further back).
     fn ahead_read(req: &Request) -> i64 {
-        req.permits.map_or(PAGE, |count| i64::from(count) + 1)
+        req.permits().map_or(PAGE, |count| i64::from(count) + 1)
     }
 
     /// Puts this request's key and reads those ahead in one transaction,
@@ -292,7 +292,7 @@ impl EtcdEngine {
         req: &Request,
     ) -> Result<(i64, Option<Page>), EngineError> {
         // With its own key, which comes first.
-        let limit = match (req.permits, req.mode) {
+        let limit = match (req.permits(), req.mode) {
             (Some(_), _) => Self::ahead_read(req) + 1,
             (None, Mode::Write) => 2,
             (None, Mode::Read) => PAGE + 1,
@@ -410,7 +410,7 @@ impl EtcdEngine {
         loop {
             let ahead: Vec<Contender> = page.ahead.iter().map(Contender::from).collect();
             first &= ahead.is_empty();
-            let turn = match req.permits {
+            let turn = match req.permits() {
                 Some(count) => {
                     // Checked against the key just ahead, which was
                     // checked against its own when put: all agree.
@@ -423,7 +423,7 @@ impl EtcdEngine {
                 None => queue::turn(req.mode, &ahead, page.more),
             };
             match turn {
-                Turn::Held if req.permits.is_some() => {
+                Turn::Held if req.permits().is_some() => {
                     self.contending(req, |c| c.watch = None)?;
                     if !page.behind.is_empty() {
                         self.admitted(req).await?;
@@ -442,7 +442,7 @@ impl EtcdEngine {
                     return Ok((!ended).then_some(Poll::Held(created as u64)));
                 }
                 Turn::Watch { .. } | Turn::WatchDeletes => {
-                    let ahead = match (turn, req.permits) {
+                    let ahead = match (turn, req.permits()) {
                         (Turn::Watch { key, created }, permits) => Ahead::Key {
                             watched: Watched { key, created },
                             put: req.mode == Mode::Read || permits.is_some(),
@@ -786,7 +786,7 @@ impl Engine for EtcdEngine {
 
     /// A lock's holder watches its key; a permit cannot be revoked.
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return None;
         }
         let key = self.contending(req, |c| c.key.clone()).ok()?;

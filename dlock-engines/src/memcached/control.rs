@@ -123,7 +123,7 @@ pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey) -> Result<u3
 /// Whether a tombstone for `req`'s hold is there: one round trip. A
 /// semaphore's permits are never forced out.
 pub(super) async fn forced_out(engine: &MemcachedEngine, req: &Request) -> Result<bool, EngineError> {
-    if req.permits.is_some() {
+    if req.permits().is_some() {
         return Ok(false);
     }
     let command = format!("mg {} v\r\n", tombstone(&req.key, req.owner));

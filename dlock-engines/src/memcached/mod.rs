@@ -4,7 +4,7 @@
 //! watchdog extends with a CAS-checked set, release is a CAS-checked delete.
 //! A plain `delete` or `touch` is never sent to a lock that may have changed
 //! hands. memcached keeps no queue and has no read mode: see
-//! [`Capabilities`] below.
+//! [`Guarantees`] and facets below.
 //!
 //! **Leases in whole seconds.** memcached's clock ticks once a second, so an
 //! item given a TTL of n seconds ends between n−1 and n seconds later. The
@@ -171,7 +171,7 @@ impl MemcachedEngine {
     /// The item `req` holds, or holds if granted: a lock's own, or the
     /// slot a permit took (none before the grant).
     fn held(req: &Request) -> Option<&Item> {
-        match req.permits {
+        match req.permits() {
             Some(_) => permits::Permit::of(req).taken.get(),
             None => req.state_or_init(Taken::new).get(),
         }
@@ -383,7 +383,7 @@ impl Engine for MemcachedEngine {
 
     /// `add` and the fence counter's increment in one round trip.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(n) = req.permits {
+        if let Some(n) = req.permits() {
             return self.take_permit(req, n).await;
         }
         let value = item_value(req, &self.label);
@@ -405,7 +405,7 @@ impl Engine for MemcachedEngine {
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let extended = self.extend(req).await?;
-        if extended && req.permits.is_some() {
+        if extended && req.permits().is_some() {
             self.touch_count(req).await?;
         }
         let revoked = Self::held(req).is_some_and(Item::revoked);

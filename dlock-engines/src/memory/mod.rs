@@ -176,9 +176,9 @@ impl MemoryEngine {
         let Locks {
             by_key, last_fence, ..
         } = &mut *locks;
-        let key = (req.key.clone(), req.permits.is_some());
+        let key = (req.key.clone(), req.permits().is_some());
         let state = by_key.entry(key.clone()).or_insert_with(|| LockState {
-            permits: req.permits,
+            permits: req.permits(),
             ..LockState::default()
         });
         let now = Instant::now();
@@ -194,7 +194,7 @@ impl MemoryEngine {
     fn attempt(&self, req: &Request) -> Result<Poll, EngineError> {
         self.with_lock(req, |state, last_fence, now| {
             if let Some(in_use) = state.permits
-                && req.permits != Some(in_use)
+                && req.permits() != Some(in_use)
             {
                 return Err(EngineError::PermitsDiffer { in_use });
             }

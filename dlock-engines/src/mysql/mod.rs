@@ -389,7 +389,7 @@ impl MysqlEngine {
 /// The key under which this process's waiters for a lock or semaphore
 /// are counted and woken.
 fn wake_key(req: &Request) -> Vec<u8> {
-    match req.permits {
+    match req.permits() {
         Some(_) => MysqlEngine::permit_wake_key(req),
         None => key_and_name(&req.key).0,
     }
@@ -460,7 +460,7 @@ impl Engine for MysqlEngine {
     /// While this process already waits for the lock, a newcomer skips the
     /// try: it could only be refused.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits {
+        if let Some(count) = req.permits() {
             return self.permit_acquire(req, count).await;
         }
         let (key, name) = key_and_name(&req.key);
@@ -489,7 +489,7 @@ impl Engine for MysqlEngine {
     /// the row's liveness is extended; a row found expired joins the queue
     /// again.
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits {
+        if let Some(count) = req.permits() {
             return self.permit_poll(req, count).await;
         }
         let (key, _) = key_and_name(&req.key);

@@ -286,7 +286,7 @@ impl Engine for PostgresEngine {
     /// On the caller's task, unlike the rarer calls: the pool puts the
     /// session right if the core stops waiting.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits {
+        if let Some(count) = req.permits() {
             let permit = Permit::of(req);
             let _turn = permit.turnstile().turn.lock().await;
             return permits::step(self.pool.clone(), &permit, req, count).await;
@@ -298,7 +298,7 @@ impl Engine for PostgresEngine {
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
         let (pool, req) = (self.pool.clone(), req.clone());
-        if let Some(count) = req.permits {
+        if let Some(count) = req.permits() {
             return Permit::of(&req)
                 .in_turn(move |permit| async move { permits::step(pool, &permit, &req, count).await })
                 .await;
@@ -324,7 +324,7 @@ impl Engine for PostgresEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             let req = req.clone();
             return Permit::of(&req)
                 .in_turn(move |permit| async move { permits::release(&permit, &req).await.map(drop) })
@@ -383,7 +383,7 @@ impl Engine for PostgresEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             let permit = Permit::of(req);
             let _turn = permit.turnstile().turn.lock().await;
             return permits::release(&permit, req).await;
@@ -440,7 +440,7 @@ impl Control for PostgresEngine {
 
 /// The session a hold or a permit lives on, and its advisory key there.
 fn held_on(req: &Request) -> Option<(Arc<Conn>, i64)> {
-    match req.permits {
+    match req.permits() {
         Some(_) => Permit::of(req).held_on(),
         None => Hold::of(req)
             .held()

@@ -234,7 +234,7 @@ pub(super) async fn release(permit: &Permit, req: &Request) -> Result<bool, Engi
     };
     let held = slot.conn.give_back(slot.key, Mode::Write).await?;
     slot.conn
-        .count(keys.number, req.permits.unwrap_or(1), false)
+        .count(keys.number, req.permits().unwrap_or(1), false)
         .await?;
     Ok(held)
 }

@@ -27,7 +27,7 @@ impl Tag {
     pub fn of(req: &Request) -> Tag {
         Tag {
             key: req.key.clone(),
-            permits: req.permits,
+            permits: req.permits(),
             owner: req.owner.digest(),
         }
     }

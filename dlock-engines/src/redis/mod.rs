@@ -275,14 +275,14 @@ impl RedisEngine {
     /// during the round trip; without one (lock not yet subscribed here), the
     /// wait subscribes and then tries again at once.
     async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
-        let record = keys::record(&req.key, req.permits.is_some());
+        let record = keys::record(&req.key, req.permits().is_some());
         // Only a request that may wait hears from the lock.
         let channel = queue.then(|| keys::channel(&record, &self.id));
         let watching = channel.as_deref().and_then(|c| self.notifier.existing(c));
         let join = if queue { "1" } else { "0" };
         let (owner, lease) = (req.owner.to_string(), millis(req.lease));
         // The answer, and for a semaphore when its first holder's lease ends.
-        let (answer, expires): (i64, i64) = match req.permits {
+        let (answer, expires): (i64, i64) = match req.permits() {
             Some(n) => {
                 let args = (owner, "acquire", n, lease, join, &self.id, &self.labels.reference);
                 self.eval(&self.scripts.semaphore, &record, args).await
@@ -412,7 +412,7 @@ impl RedisEngine {
     /// run after all, the second finds nothing of this owner's: a release
     /// then reports the hold lost, never a hold that is still there.
     async fn let_go(&self, req: &Request, how: &str) -> Result<bool, EngineError> {
-        let release = match req.permits {
+        let release = match req.permits() {
             Some(_) => &self.scripts.semaphore,
             None => &self.scripts.release,
         };
@@ -434,7 +434,7 @@ impl RedisEngine {
         req: &Request,
         arg: impl redis::ToRedisArgs,
     ) -> redis::RedisResult<bool> {
-        let record = keys::record(&req.key, req.permits.is_some());
+        let record = keys::record(&req.key, req.permits().is_some());
         let done: u8 = self.eval(script, &record, (req.owner.to_string(), arg)).await?;
         Ok(done == 1)
     }
@@ -526,7 +526,7 @@ impl Engine for RedisEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             let args = ("renew", millis(req.lease));
             return self
                 .run(&self.scripts.semaphore, req, args)
@@ -558,7 +558,7 @@ impl Engine for RedisEngine {
     /// A lock's holder subscribes to the lock's control channel, on which
     /// an operator's revoke or force release is published.
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return None;
         }
         let (notifier, channel) = (self.notifier.clone(), keys::control_channel(&req.key));

@@ -1,7 +1,7 @@
 //! RedLock: one lock over N independent Redis masters. Granted
 //! when a majority took it (`SET key owner NX PX`) in less time than the
 //! lease, undone everywhere otherwise; released on all; extended only while
-//! a majority still agrees. Exclusive only, no queue: see [`Capabilities`].
+//! a majority still agrees. Exclusive only, no queue: see [`Guarantees`].
 //! Semaphores: a RedLock per slot (`permits.rs`).
 //!
 //! **Fan-out.** Every call goes to all masters at once and returns as soon
@@ -500,14 +500,14 @@ impl Engine for RedLockEngine {
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        match req.permits {
+        match req.permits() {
             Some(count) => self.attempt_permit(req, count).await,
             None => self.attempt(req).await,
         }
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return self.permit_call(req, "release").await.map(drop);
         }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
@@ -517,7 +517,7 @@ impl Engine for RedLockEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return self.permit_call(req, "renew").await.map(Renewal::from);
         }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
@@ -537,7 +537,7 @@ impl Engine for RedLockEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return self.permit_call(req, "release").await;
         }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());

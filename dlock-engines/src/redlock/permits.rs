@@ -94,7 +94,7 @@ impl RedLockEngine {
     }
 
     async fn permit_script(&self, req: &Request, op: &str, keys: &Keys, slot: u32) -> Vec<Answer> {
-        let (owner, count) = (req.owner.to_string(), req.permits.unwrap_or(1).to_string());
+        let (owner, count) = (req.owner.to_string(), req.permits().unwrap_or(1).to_string());
         let px = px(req.lease).as_millis().to_string();
         let retention = self.fence_retention.as_millis().to_string();
         self.on_all(

@@ -53,7 +53,7 @@ pub(super) struct Asked {
 impl ZooKeeperEngine {
     /// What the core listens to while it renews a lock's hold.
     pub(super) fn listen(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return None;
         }
         let asked = self
@@ -71,7 +71,7 @@ impl ZooKeeperEngine {
         path: &str,
     ) -> Result<Option<Stat>, ZkError> {
         // A permit's node is no lock's: it is never watched (`listen`).
-        let asked = match req.permits {
+        let asked = match req.permits() {
             Some(_) => None,
             None => self.node(req, |n| n.asked.clone()).ok().flatten(),
         };
@@ -137,7 +137,7 @@ impl ZooKeeperEngine {
     /// leaves the request (see `remove`), and a downgrade renames it at
     /// once, so only someone else's delete makes this true.
     pub(super) async fn node_deleted(&self, req: &Request) -> Result<bool, EngineError> {
-        if req.permits.is_some() {
+        if req.permits().is_some() {
             return Ok(false);
         }
         let Some((session, path)) = self.held_node(req) else {

@@ -274,7 +274,7 @@ impl ZooKeeperEngine {
         req: &Request,
     ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
         let client = &session.client;
-        let name = match req.election {
+        let name = match req.is_campaign() {
             true => nodes::latch_prefix(req.owner),
             false => nodes::node_prefix(req.owner, req.mode),
         };
@@ -315,7 +315,7 @@ impl ZooKeeperEngine {
     /// proposal alone (else the label), which Curator's `LeaderLatch` reports as
     /// the participant's id.
     fn node_data(&self, req: &Request, fence: Option<u64>) -> Vec<u8> {
-        match req.election {
+        match req.is_campaign() {
             true => req.proposal_or(&self.label).as_bytes().to_vec(),
             false => records::data(&self.label, fence),
         }
@@ -484,7 +484,7 @@ impl ZooKeeperEngine {
 
     /// The node that renews a hold: a lock's node or a permit's lease.
     fn held_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
-        match req.permits {
+        match req.permits() {
             Some(_) => self.lease_node(req),
             None => self
                 .node(req, |n| {
@@ -576,7 +576,7 @@ impl Engine for ZooKeeperEngine {
     }
 
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        let answer = match req.permits {
+        let answer = match req.permits() {
             Some(count) => self.permit_enqueue(req, count).await,
             None => self.enqueue(req).await,
         };
@@ -587,7 +587,7 @@ impl Engine for ZooKeeperEngine {
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits {
+        if let Some(count) = req.permits() {
             return self.permit_poll(req, count).await;
         }
         let state = self.node(req, |n| {
@@ -618,7 +618,7 @@ impl Engine for ZooKeeperEngine {
             return Ok(Renewal::Gone);
         }
         match self.stat(req, &session, &path).await {
-            Ok(Some(stat)) if req.permits.is_none() => self.revoked(req, &session, &path, stat.version).await,
+            Ok(Some(stat)) if req.permits().is_none() => self.revoked(req, &session, &path, stat.version).await,
             Ok(found) => Ok(Renewal::from(found.is_some())),
             Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
             Err(e) => Err(EngineError::failed(e)),
@@ -670,7 +670,7 @@ impl Engine for ZooKeeperEngine {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        match req.permits {
+        match req.permits() {
             Some(_) => self.permit_remove(req).await,
             None => self.remove(req).await,
         }

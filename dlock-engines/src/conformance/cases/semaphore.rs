@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::Request;
+use dlock_core::kit::{Kind, Request};
 use dlock_core::{Error, Guard, Mode, Semaphore};
 use tokio::sync::Barrier;
 
@@ -32,7 +32,7 @@ pub(super) async fn held_elsewhere(semaphore: &Semaphore) -> Guard {
 /// A raw request for a permit of `name`, as a peer process would make it.
 fn raw_permit(h: &Harness, name: &str, permits: u32, queue: bool) -> Request {
     let mut req = raw_request(h, name, Mode::Write, queue);
-    req.permits = Some(permits);
+    req.kind = Kind::Semaphore(permits);
     req
 }
 
