@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Engine, Kind, Poll, Renewal, Request};
+use dlock::kit::{Control, Engine, Inspect, Kind, Poll, Renewal, Request};
 use dlock::{Error, LockKey, Mode};
 use dlock_testkit::fixtures::memcached::Memcached;
 use dlock_testkit::server::free_port;
@@ -65,6 +65,16 @@ fn request(name: &str) -> Request {
         Mode::Write,
         Duration::from_secs(5),
     )
+}
+
+/// The engine's control facet, which this engine offers.
+fn control(engine: &dyn Engine) -> &dyn Control {
+    engine.facets().control.expect("control")
+}
+
+/// The engine's records facet, which this engine offers.
+fn records(engine: &dyn Engine) -> &dyn Inspect {
+    engine.facets().inspect.expect("records")
 }
 
 #[tokio::test]
@@ -152,16 +162,7 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
     };
     let (left, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
     assert_eq!(flags, 0);
-    assert_eq!(
-        engine
-            .facets()
-            .control
-            .expect("offered")
-            .revoke(&key)
-            .await
-            .expect("revoke"),
-        1
-    );
+    assert_eq!(control(&*engine).revoke(&key).await.expect("revoke"), 1);
     let (left_after, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
     assert!(
         flags == 1 && left_after <= left,
@@ -172,37 +173,20 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
         assert_eq!(left_and_flags(&fixture, "dlock:mc:ctl").await.1, 1);
     }
     assert_eq!(
-        engine
-            .facets()
-            .control
-            .expect("offered")
-            .revoke(&key)
-            .await
-            .expect("revoke"),
+        control(&*engine).revoke(&key).await.expect("revoke"),
         1,
         "asked again"
     );
 
     assert_eq!(
-        engine
-            .facets()
-            .control
-            .expect("offered")
+        control(&*engine)
             .force_release(&key)
             .await
             .expect("force release"),
         1
     );
     assert_eq!(engine.renew(&holder).await.expect("renew"), Renewal::Gone);
-    assert!(
-        engine
-            .facets()
-            .control
-            .expect("offered")
-            .forced_out(&holder)
-            .await
-            .expect("forced out")
-    );
+    assert!(control(&*engine).forced_out(&holder).await.expect("forced out"));
     let tombstone = format!(
         "dlock-forced:{:032x}:{}",
         key.stable_hash(),
@@ -225,15 +209,7 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
     };
     assert!(second > first, "fence {second} after {first}");
     assert_eq!(engine.renew(&next).await.expect("renew"), Renewal::Held);
-    assert!(
-        !engine
-            .facets()
-            .control
-            .expect("offered")
-            .forced_out(&next)
-            .await
-            .expect("forced out")
-    );
+    assert!(!control(&*engine).forced_out(&next).await.expect("forced out"));
     assert!(engine.release(&next).await.expect("release"));
 }
 
@@ -260,10 +236,7 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
     let before = SystemTime::now();
     assert!(matches!(named.acquire(&holder).await, Ok(Poll::Held(_))));
     let after = SystemTime::now();
-    let view = looking
-        .facets()
-        .inspect
-        .expect("offered")
+    let view = records(&*looking)
         .inspect(&holder.key, None)
         .await
         .expect("inspect");
@@ -291,10 +264,7 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
     );
     assert!(named.release(&holder).await.expect("release"));
     assert!(
-        looking
-            .facets()
-            .inspect
-            .expect("offered")
+        records(&*looking)
             .inspect(&holder.key, None)
             .await
             .expect("inspect")
@@ -311,10 +281,7 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
         assert!(matches!(named.acquire(req).await, Ok(Poll::Held(_))));
     }
     // Asked with another count, the view keeps the one the items agree on.
-    let view = looking
-        .facets()
-        .inspect
-        .expect("offered")
+    let view = records(&*looking)
         .inspect(&first.key, Some(5))
         .await
         .expect("inspect");
@@ -329,13 +296,7 @@ async fn records_read_the_label_and_times_from_the_item_and_never_a_fence() {
         "HD\r\n"
     );
     let foreign = LockKey::new("mc", "foreign").expect("key");
-    let view = looking
-        .facets()
-        .inspect
-        .expect("offered")
-        .inspect(&foreign, None)
-        .await
-        .expect("inspect");
+    let view = records(&*looking).inspect(&foreign, None).await.expect("inspect");
     let [record] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };

@@ -18,7 +18,7 @@ use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Engine, Poll, Request};
+use dlock::kit::{Control, Engine, Inspect, List, Poll, Request};
 use dlock::{Error, LockKey, LostReason, Mode, Registry, Settings};
 use dlock_testkit::fixtures::postgres::{PgServer, Postgres};
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};
@@ -56,6 +56,21 @@ fn request(name: &str) -> Request {
         Mode::Write,
         Duration::from_secs(30),
     )
+}
+
+/// The engine's control facet, which this engine offers.
+fn control(engine: &dyn Engine) -> &dyn Control {
+    engine.facets().control.expect("control")
+}
+
+/// The engine's records facet, which this engine offers.
+fn records(engine: &dyn Engine) -> &dyn Inspect {
+    engine.facets().inspect.expect("records")
+}
+
+/// The engine's listing facet, which this engine offers.
+fn listing(engine: &dyn Engine) -> &dyn List {
+    engine.facets().list.expect("listing")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -315,7 +330,7 @@ async fn force_release_spares_the_other_holds_of_the_holders_session() {
         holding_pids(server).split(',').any(|pid| pid == pids),
         "the holder's session lives on"
     );
-    let records = holding.facets().inspect.expect("records");
+    let records = records(&*holding);
     let view = records
         .inspect(&LockKey::new("g", "kept").expect("key"), None)
         .await
@@ -377,13 +392,7 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     let Ok(Poll::Held(fence)) = holding.acquire(&req).await else {
         panic!("not granted")
     };
-    let view = looking
-        .facets()
-        .inspect
-        .expect("offered")
-        .inspect(&req.key, None)
-        .await
-        .expect("inspect");
+    let view = records(&*looking).inspect(&req.key, None).await.expect("inspect");
     let [holder] = view.holders.as_slice() else {
         panic!("one holder expected: {view:?}");
     };
@@ -399,26 +408,14 @@ async fn records_name_the_client_and_never_show_a_session_gone() {
     assert_eq!(killed, "1");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let view = looking
-            .facets()
-            .inspect
-            .expect("offered")
-            .inspect(&req.key, None)
-            .await
-            .expect("inspect");
+        let view = records(&*looking).inspect(&req.key, None).await.expect("inspect");
         if view.is_free() {
             break;
         }
         assert!(Instant::now() < deadline, "the hold still shows: {view:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let listed = looking
-        .facets()
-        .list
-        .expect("offered")
-        .list("pg")
-        .await
-        .expect("list");
+    let listed = listing(&*looking).list("pg").await.expect("list");
     assert!(listed.is_empty(), "{listed:?}");
     let rows = "SELECT count(*) FROM dlock_holds";
     assert_eq!(server.psql(rows), "1", "the stale row is still there");
@@ -446,16 +443,7 @@ async fn an_older_record_table_gets_the_revoked_column() {
     assert_eq!(server.psql(column), "1", "the column was not added");
     let req = request("older");
     assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
-    assert_eq!(
-        engine
-            .facets()
-            .control
-            .expect("offered")
-            .revoke(&req.key)
-            .await
-            .expect("revoke"),
-        1
-    );
+    assert_eq!(control(&*engine).revoke(&req.key).await.expect("revoke"), 1);
     assert_eq!(
         engine.renew(&req).await.expect("renew"),
         dlock::kit::Renewal::Revoked
