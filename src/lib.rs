@@ -185,9 +185,10 @@
 //! queue = "local"                                               # or "engine": every waiter in the server's queue
 //! call_timeout = "5s"                                           # the longest one engine call may take
 //! deadlock_warning = "10s"                                      # warn when waiting this long for a lock another task here holds
+//! client_name = "billing"                                       # this process's label in holder records; default <host>:<pid>
 //!
 //! [engines.main]
-//! kind = "memory"
+//! kind = "memory"                    # built in (default feature `memory`)
 //!
 //! [groups.payment]
 //! engine = "main"

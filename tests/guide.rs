@@ -1,6 +1,7 @@
 //! The README and the crate docs (`src/lib.rs`) say some things twice: the
 //! engine table, the guarantees in short, the metric series, the
-//! attribute's options. Here they are held to each
+//! attribute's options, the configuration; and the README's sketches call
+//! only what dlock has. Here they are held to each
 //! other, and to `docs/guarantees.md`, whose capability row a running
 //! engine checks.
 
@@ -188,6 +189,95 @@ fn the_attributes_options_are_named_as_the_compiler_names_them() {
         assert!(
             docs_options.contains(&format!("`{option}`")),
             "the crate docs' options leave out `{option}`"
+        );
+    }
+}
+
+/// The body of the first ```` ```lang ```` block after `heading` in `text`
+/// (the crate docs' `//! ` taken off).
+fn block_after(text: &str, heading: &str, lang: &str) -> String {
+    let text: String = text
+        .lines()
+        .map(|line| {
+            line.strip_prefix("//! ")
+                .or(line.strip_prefix("//!"))
+                .unwrap_or(line)
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let after = text
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {heading}"));
+    let body = after.split(&format!("```{lang}\n")).nth(1).expect("a block");
+    body.split("```").next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn the_readme_and_the_crate_docs_configure_alike_and_validly() {
+    let readme = block_after(&read("README.md"), "## Configuration", "toml");
+    let docs = block_after(&read("src/lib.rs"), "# Configuration", "toml");
+    assert_eq!(readme, docs, "README.md and src/lib.rs show other configs");
+    let config = dlock::Config::parse(&readme, std::iter::empty()).expect("the shown config is valid");
+    assert_eq!(config.groups.len(), 1);
+}
+
+/// What the README's sketches call that is not dlock's: the user's own
+/// code, axum's and the standard library's.
+const NOT_DLOCKS: &[&str] = &["nest", "send_due", "to_string", "unwrap"];
+
+#[test]
+fn the_readmes_sketches_call_only_what_dlock_has() {
+    let readme = read("README.md");
+    let mut sources = String::new();
+    for dir in ["src", "dlock-core/src", "dlock-engines/src", "dlock-macros/src"] {
+        let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)];
+        while let Some(path) = stack.pop() {
+            if path.is_dir() {
+                stack.extend(
+                    std::fs::read_dir(&path)
+                        .expect("dir")
+                        .map(|e| e.expect("entry").path()),
+                );
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                sources.push_str(&std::fs::read_to_string(&path).expect("source"));
+            }
+        }
+    }
+    let sketches: Vec<&str> = readme
+        .split("```rust\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .collect();
+    assert!(sketches.len() >= 6, "{}", sketches.len());
+    let mut called = Vec::new();
+    for sketch in sketches {
+        for piece in sketch.split('(').filter(|piece| !piece.is_empty()) {
+            let name: String = piece
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect::<String>()
+                .chars()
+                .rev()
+                .collect();
+            let before = piece[..piece.len() - name.len()].chars().last();
+            // A method (`.name(`) or a function of dlock's (`dlock::name(`).
+            let is_call =
+                matches!(before, Some('.')) || piece[..piece.len() - name.len()].ends_with("dlock::");
+            if is_call && !name.is_empty() {
+                called.push(name);
+            }
+        }
+    }
+    called.sort();
+    called.dedup();
+    assert!(called.len() >= 15, "{called:?}");
+    for name in called {
+        let defined = sources.contains(&format!("fn {name}(")) || sources.contains(&format!("fn {name}<"));
+        assert!(
+            defined || NOT_DLOCKS.contains(&name.as_str()),
+            "README.md calls `{name}`, which dlock does not define"
         );
     }
 }
