@@ -152,9 +152,9 @@ fn the_readme_names_the_metric_series_the_crate_docs_describe() {
 #[test]
 fn the_attributes_options_are_named_as_the_compiler_names_them() {
     // What the compiler says to a misspelt option: the one list of them.
-    let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
+    let ui = Path::new(env!("CARGO_MANIFEST_DIR")).join("dlock-macros/tests/ui");
     let said = std::fs::read_dir(&ui)
-        .expect("tests/ui")
+        .expect("dlock-macros/tests/ui")
         .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
         .flat_map(|text| text.lines().map(str::to_owned).collect::<Vec<_>>())
         .find(|line| line.contains("unknown option `grup`"))
@@ -169,7 +169,7 @@ fn the_attributes_options_are_named_as_the_compiler_names_them() {
     let readme = read("README.md");
     assert!(
         readme.lines().any(|line| line.eq_ignore_ascii_case(&said)),
-        "README.md quotes another error than tests/ui holds: {said}"
+        "README.md quotes another error than dlock-macros/tests/ui holds: {said}"
     );
     let attribute_docs = read("dlock-macros/src/lib.rs");
     let docs = read("src/lib.rs");
@@ -280,4 +280,47 @@ fn the_readmes_sketches_call_only_what_dlock_has() {
             "README.md calls `{name}`, which dlock does not define"
         );
     }
+}
+
+#[test]
+fn the_readmes_example_commands_name_real_features() {
+    let readme = read("README.md");
+    let examples = read("examples/Cargo.toml");
+    let facade = read("Cargo.toml");
+    let mut checked = 0;
+    // Each `cargo run` of the README, inline or in a block, up to its end,
+    // a closing backtick or a comment.
+    let commands = readme.lines().filter_map(|line| {
+        let command = &line[line.find("cargo run")?..];
+        Some(command.split(['`', '#']).next().unwrap_or_default().trim())
+    });
+    for command in commands.filter(|command| command.contains("--example ")) {
+        assert!(
+            command.contains("-p dlock-examples"),
+            "the examples' package is not named: {command}"
+        );
+        let example = command
+            .split("--example ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .expect("an example");
+        assert!(
+            examples.contains(&format!("name = \"{example}\"")),
+            "no example {example}: {command}"
+        );
+        if let Some(features) = command.split("--features ").nth(1) {
+            let feature = features.split(' ').next().unwrap_or_default();
+            let (dependency, feature) = feature.split_once('/').expect("a dependency's feature");
+            assert!(
+                examples.contains(&format!("\n{dependency} = ")),
+                "examples/Cargo.toml has no dependency {dependency}"
+            );
+            assert!(
+                facade.contains(&format!("\n{feature} = ")),
+                "the facade has no feature {feature}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 4, "the README's example commands");
 }
