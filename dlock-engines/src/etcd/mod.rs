@@ -90,7 +90,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::session::Sessions;
-use dlock_core::kit::{Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, async_trait};
+use dlock_core::kit::{
+    Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
+    Inspect, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, async_trait,
+};
 use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,

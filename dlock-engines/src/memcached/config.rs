@@ -57,7 +57,10 @@ impl MemcachedConfig {
 fn opening(at: &Connecting<'_>, config: &MemcachedConfig) -> Result<Opening, Error> {
     let tls = match config.tls_mode.unwrap_or(TlsMode::Disable) {
         TlsMode::Disable if config.tls.any() => {
-            return Err(at.bad("tls_mode", "set it to require, verify-ca or verify-full to use the tls_ files"));
+            return Err(at.bad(
+                "tls_mode",
+                "set it to require, verify-ca or verify-full to use the tls_ files",
+            ));
         }
         TlsMode::Disable => None,
         TlsMode::Prefer => {
@@ -72,7 +75,10 @@ fn opening(at: &Connecting<'_>, config: &MemcachedConfig) -> Result<Opening, Err
             // internal_error alert: every connection shakes hands in full.
             client.resumption = rustls::client::Resumption::disabled();
             let name = crate::tls::server_name(&config.address).ok_or_else(|| {
-                at.bad("address", format!("`{}` names no host to check a certificate for", config.address))
+                at.bad(
+                    "address",
+                    format!("`{}` names no host to check a certificate for", config.address),
+                )
             })?;
             Some((TlsConnector::from(Arc::new(client)), name))
         }
@@ -81,10 +87,17 @@ fn opening(at: &Connecting<'_>, config: &MemcachedConfig) -> Result<Opening, Err
         (None, None) => None,
         (Some(user), Some(password)) => {
             if user.contains(char::is_whitespace) {
-                return Err(at.bad("username", "memcached's login takes no white space in the user name"));
+                return Err(at.bad(
+                    "username",
+                    "memcached's login takes no white space in the user name",
+                ));
             }
             if password.contains(['\r', '\n']) {
-                let field = if config.credentials.password_file.is_some() { "password_file" } else { "password" };
+                let field = if config.credentials.password_file.is_some() {
+                    "password_file"
+                } else {
+                    "password"
+                };
                 return Err(at.bad(field, "memcached's login takes no line break in the password"));
             }
             let data = format!("{user} {password}");

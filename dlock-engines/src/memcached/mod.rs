@@ -84,7 +84,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape};
+use dlock_core::kit::{
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
+    LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape,
+};
 use dlock_core::{LockKey, LockView};
 
 use wire::{Pool, Reply};

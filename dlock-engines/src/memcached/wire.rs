@@ -105,8 +105,15 @@ impl Pool {
 
     /// A new connection, ready for commands.
     async fn connect(&self) -> io::Result<Connection> {
-        let no_answer = |_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer within {:?}", self.timeout));
-        tokio::time::timeout(self.timeout, self.open()).await.map_err(no_answer)?
+        let no_answer = |_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", self.timeout),
+            )
+        };
+        tokio::time::timeout(self.timeout, self.open())
+            .await
+            .map_err(no_answer)?
     }
 
     async fn open(&self) -> io::Result<Connection> {
@@ -132,7 +139,10 @@ impl Pool {
             }
             let replies = exchange(&mut connection, login, |read| read.len() == 1).await?;
             if replies[0].code() != "STORED" {
-                return Err(io::Error::other(format!("memcached refused the login: {}", replies[0].code())));
+                return Err(io::Error::other(format!(
+                    "memcached refused the login: {}",
+                    replies[0].code()
+                )));
             }
         }
         Ok(connection)

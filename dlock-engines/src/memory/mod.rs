@@ -6,7 +6,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, KeyHashing, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken, async_trait, process_label};
+use dlock_core::kit::{
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
+    KeyHashing, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken, async_trait,
+    process_label,
+};
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};

@@ -210,9 +210,7 @@ async fn prepare(
     for table in ["dlock_queue", "dlock_gates"] {
         let missing: Vec<_> = sql::ADDED_COLUMNS
             .iter()
-            .filter(|(t, column, _)| {
-                *t == table && !present.iter().any(|(pt, pc)| pt == t && pc == column)
-            })
+            .filter(|(t, column, _)| *t == table && !present.iter().any(|(pt, pc)| pt == t && pc == column))
             .collect();
         if missing.is_empty() {
             continue;

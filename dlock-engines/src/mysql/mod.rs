@@ -105,7 +105,10 @@ mod tls;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use dlock_core::kit::{Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait};
+use dlock_core::kit::{
+    Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List,
+    LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait,
+};
 use dlock_core::{LockKey, LockView, Mode};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};

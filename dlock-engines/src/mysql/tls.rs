@@ -11,7 +11,11 @@ use dlock_core::kit::{Connecting, TlsFiles, TlsMode};
 use mysql_async::{ClientIdentity, SslOpts};
 
 /// The `SslOpts` for `mode` with `files`; `None` for plain TCP.
-pub(super) fn ssl_opts(at: &Connecting<'_>, mode: TlsMode, files: &TlsFiles) -> Result<Option<SslOpts>, Error> {
+pub(super) fn ssl_opts(
+    at: &Connecting<'_>,
+    mode: TlsMode,
+    files: &TlsFiles,
+) -> Result<Option<SslOpts>, Error> {
     let pem = files.read(at)?;
     let checked = mode.checks_the_chain(pem.ca.is_some());
     let opts = match mode {
@@ -27,10 +31,14 @@ pub(super) fn ssl_opts(at: &Connecting<'_>, mode: TlsMode, files: &TlsFiles) -> 
         _ => SslOpts::default().with_danger_accept_invalid_certs(true),
     };
     let opts = match pem.ca {
-        Some(ca) => opts.with_root_certs(vec![ca.into()]).with_disable_built_in_roots(true),
+        Some(ca) => opts
+            .with_root_certs(vec![ca.into()])
+            .with_disable_built_in_roots(true),
         None => opts,
     };
-    let identity = pem.identity.map(|(cert, key)| ClientIdentity::new(cert.into(), key.into()));
+    let identity = pem
+        .identity
+        .map(|(cert, key)| ClientIdentity::new(cert.into(), key.into()));
     crate::crypto::ensure_provider();
     Ok(Some(opts.with_client_identity(identity)))
 }

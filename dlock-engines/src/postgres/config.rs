@@ -91,7 +91,12 @@ impl PostgresEngine {
                 "must be at least 2: one connection stays free for short statements while the others wait",
             ));
         }
-        let mut server = Server::new(&at, &config.url, &config.credentials, (config.tls_mode, &config.tls))?;
+        let mut server = Server::new(
+            &at,
+            &config.url,
+            &config.credentials,
+            (config.tls_mode, &config.tls),
+        )?;
         let pg = &mut server.config;
         pg.connect_timeout(config.client.connect_timeout);
         let label = config.client.label(&at)?;

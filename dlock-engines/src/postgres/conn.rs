@@ -16,8 +16,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::server::{Server, failed};
 use super::objects::Objects;
+use super::server::{Server, failed};
 use super::sql::{ROW_PARAMS, Statements};
 use super::want::Want;
 
@@ -197,7 +197,10 @@ impl Conn {
         pick: impl FnOnce(&Statements) -> &tokio_postgres::Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Row, EngineError> {
-        self.client.query_one(pick(&self.statements), params).await.map_err(failed)
+        self.client
+            .query_one(pick(&self.statements), params)
+            .await
+            .map_err(failed)
     }
 
     /// Every row of the statement `pick` chooses.
@@ -206,7 +209,10 @@ impl Conn {
         pick: impl FnOnce(&Statements) -> &tokio_postgres::Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, EngineError> {
-        self.client.query(pick(&self.statements), params).await.map_err(failed)
+        self.client
+            .query(pick(&self.statements), params)
+            .await
+            .map_err(failed)
     }
 
     /// Opens one connection: session settings that could end a wait or a hold

@@ -111,11 +111,14 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal, Poll, Renewal, Request, Semaphores, async_trait};
+use dlock_core::kit::{
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal,
+    Poll, Renewal, Request, Semaphores, async_trait,
+};
 use dlock_core::{LockKey, LockView, Mode};
 
-use permits::Permit;
 use conn::{Conn, Ping};
+use permits::Permit;
 use pool::Pool;
 use waiter::{Stage, Waiter};
 use want::{Tag, Want};

@@ -5,8 +5,8 @@
 use dlock_core::Error;
 use dlock_core::kit::EngineError;
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 
 use super::server::{Server, failed};
 

@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use dlock_core::kit::{Deferrals, EngineError, RECORD_AFTER, Waiters};
 use tokio::sync::{Notify, Semaphore, oneshot};
-use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::conn::{Conn, Unbooked, Use};
-use super::server::{Server, failed};
 use super::objects::Objects;
+use super::server::{Server, failed};
 use super::sql::Statements;
 use super::want::Want;
 
@@ -184,12 +184,13 @@ impl Pool {
         tokio::spawn(async move {
             let _counted = Opening(conns.clone(), changed.clone());
             let limit = server.config.get_connect_timeout().copied().unwrap_or(OPEN_TAKES);
-            let conn = match tokio::time::timeout(limit, Conn::open(&server, &objects, &label, &changed)).await {
-                Ok(conn) => conn,
-                Err(_) => Err(EngineError::failed(format!(
-                    "opening a connection took over {limit:?}"
-                ))),
-            };
+            let conn =
+                match tokio::time::timeout(limit, Conn::open(&server, &objects, &label, &changed)).await {
+                    Ok(conn) => conn,
+                    Err(_) => Err(EngineError::failed(format!(
+                        "opening a connection took over {limit:?}"
+                    ))),
+                };
             let marked = conn.map(|conn| {
                 let mut list = lock(&conns);
                 conn.book().mark(used);

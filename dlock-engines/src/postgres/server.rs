@@ -13,7 +13,6 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, Connection, SimpleQueryMessage, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-
 /// A connection's other half, to be polled in a task of its own.
 pub(super) type Link = Connection<Socket, <MakeRustlsConnect as MakeTlsConnect<Socket>>::Stream>;
 
@@ -57,7 +56,9 @@ impl Server {
             _ => None,
         };
         let mode = match (mode, parsed) {
-            (Some(_), Some(_)) => return Err(at.bad("tls_mode", "set here and as `sslmode` in the url: keep one")),
+            (Some(_), Some(_)) => {
+                return Err(at.bad("tls_mode", "set here and as `sslmode` in the url: keep one"));
+            }
             (mode, parsed) => mode.or(parsed).unwrap_or(TlsMode::Prefer),
         };
         config.ssl_mode(match mode {
@@ -114,7 +115,10 @@ impl Server {
 }
 
 /// The error for a failure of the server, naming where it is.
-fn failed_with<'a>(at: &'a Connecting<'_>, server: &'a Server) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
+fn failed_with<'a>(
+    at: &'a Connecting<'_>,
+    server: &'a Server,
+) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
     move |e| at.unreachable(address_of(&server.config), failed(e))
 }
 
@@ -134,7 +138,13 @@ fn tls_settings(
     (mode, files): (Option<TlsMode>, &TlsFiles),
     words: &[(String, String)],
 ) -> Result<(Option<TlsMode>, TlsFiles), Error> {
-    let word = |name: &str| words.iter().rev().find(|(w, _)| w == name).map(|(_, v)| v.clone());
+    let word = |name: &str| {
+        words
+            .iter()
+            .rev()
+            .find(|(w, _)| w == name)
+            .map(|(_, v)| v.clone())
+    };
     let mut files = files.clone();
     let mut mode = mode;
     for (name, field) in WORDS {
@@ -142,8 +152,12 @@ fn tls_settings(
         let twice = || at.bad(field, format!("set here and as `{name}` in the url: keep one"));
         match field {
             "tls_mode" => {
-                let given = TlsMode::parse(&value)
-                    .ok_or_else(|| at.bad("url", format!("sslmode `{value}` is not one of {}", TlsMode::WORDS)))?;
+                let given = TlsMode::parse(&value).ok_or_else(|| {
+                    at.bad(
+                        "url",
+                        format!("sslmode `{value}` is not one of {}", TlsMode::WORDS),
+                    )
+                })?;
                 if mode.replace(given).is_some() {
                     return Err(twice());
                 }
@@ -203,7 +217,9 @@ fn pairs(text: &str) -> Vec<(String, String, &str)> {
     let mut rest = text.trim_start();
     while !rest.is_empty() {
         let start = rest;
-        let key_end = rest.find(|c: char| c == '=' || c.is_whitespace()).unwrap_or(rest.len());
+        let key_end = rest
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(rest.len());
         let key = rest[..key_end].to_owned();
         rest = rest[key_end..].trim_start();
         let mut value = String::new();
@@ -243,10 +259,13 @@ fn percent_decoded(text: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let digits = bytes.get(i + 1..i + 3).filter(|d| d.iter().all(u8::is_ascii_hexdigit));
-        let hex = digits
-            .filter(|_| bytes[i] == b'%')
-            .map(|d| d.iter().fold(0, |n, d| n * 16 + (*d as char).to_digit(16).unwrap_or(0) as u8));
+        let digits = bytes
+            .get(i + 1..i + 3)
+            .filter(|d| d.iter().all(u8::is_ascii_hexdigit));
+        let hex = digits.filter(|_| bytes[i] == b'%').map(|d| {
+            d.iter()
+                .fold(0, |n, d| n * 16 + (*d as char).to_digit(16).unwrap_or(0) as u8)
+        });
         match hex {
             Some(byte) => {
                 out.push(byte);
@@ -314,8 +333,9 @@ mod tests {
 
     #[test]
     fn tls_words_leave_a_url_and_keep_the_rest() {
-        let (url, words) =
-            take_tls_words("postgres://u:p@db:5432/app?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem");
+        let (url, words) = take_tls_words(
+            "postgres://u:p@db:5432/app?sslmode=verify-full&application_name=x&sslrootcert=%2Fetc%2Fca.pem",
+        );
         assert_eq!(url, "postgres://u:p@db:5432/app?application_name=x");
         assert_eq!(
             words,
@@ -330,8 +350,9 @@ mod tests {
 
     #[test]
     fn tls_words_leave_a_key_value_string_and_keep_the_rest() {
-        let (text, words) =
-            take_tls_words("host=db  sslmode = verify-ca password='a b\\'c' sslcert='/my certs/c.pem' dbname=app");
+        let (text, words) = take_tls_words(
+            "host=db  sslmode = verify-ca password='a b\\'c' sslcert='/my certs/c.pem' dbname=app",
+        );
         assert_eq!(text, "host=db password='a b\\'c' dbname=app");
         assert_eq!(
             words,

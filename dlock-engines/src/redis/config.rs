@@ -246,7 +246,10 @@ impl RedisEngine {
         if let Some(certificates) = &certificates {
             infos = infos
                 .into_iter()
-                .map(|info| Client::build_with_tls(info, certificates.clone()).map(|c| c.get_connection_info().clone()))
+                .map(|info| {
+                    Client::build_with_tls(info, certificates.clone())
+                        .map(|c| c.get_connection_info().clone())
+                })
                 .collect::<Result<_, _>>()
                 .map_err(|e| at.bad("sentinels", e.to_string()))?;
         }
@@ -286,7 +289,12 @@ impl RedisEngine {
             address: format!(
                 "{} (sentinels {})",
                 config.master_name,
-                config.sentinels.iter().map(|url| without_password(url)).collect::<Vec<_>>().join(",")
+                config
+                    .sentinels
+                    .iter()
+                    .map(|url| without_password(url))
+                    .collect::<Vec<_>>()
+                    .join(",")
             ),
             timeout,
         };
@@ -372,10 +380,12 @@ fn certificates(at: &Connecting<'_>, files: &TlsFiles) -> Result<Option<redis::T
     }
     let pem = files.read(at)?;
     Ok(Some(redis::TlsCertificates {
-        client_tls: pem.identity.map(|(client_cert, client_key)| redis::ClientTlsConfig {
-            client_cert,
-            client_key,
-        }),
+        client_tls: pem
+            .identity
+            .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                client_cert,
+                client_key,
+            }),
         root_cert: pem.ca,
     }))
 }
@@ -400,8 +410,15 @@ fn connection_info(
     let mut settings = info.redis_settings().clone();
     if let Some(password) = credentials.password(at)? {
         if settings.password().is_some() {
-            let field = if credentials.password_file.is_some() { "password_file" } else { "password" };
-            return Err(at.bad(field, format!("`{}` names a password too: keep one", without_password(url))));
+            let field = if credentials.password_file.is_some() {
+                "password_file"
+            } else {
+                "password"
+            };
+            return Err(at.bad(
+                field,
+                format!("`{}` names a password too: keep one", without_password(url)),
+            ));
         }
         settings = settings.set_password(password);
     }

@@ -133,7 +133,10 @@ mod records;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake, async_trait};
+use dlock_core::kit::{
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, List,
+    LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake, async_trait,
+};
 use dlock_core::{LockKey, LockView};
 use redis::Script;
 

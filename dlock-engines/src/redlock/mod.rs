@@ -68,7 +68,10 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll as TaskPoll;
 use std::time::{Duration, SystemTime};
 
-use dlock_core::kit::{Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, Poll, Renewal, Request, Semaphores, async_trait};
+use dlock_core::kit::{
+    Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, Poll,
+    Renewal, Request, Semaphores, async_trait,
+};
 use dlock_core::{BoxError, LockKey, LockView};
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};

@@ -100,7 +100,11 @@ mod tls;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake, Woken, async_trait};
+use dlock_core::kit::{
+    Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
+    List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake, Woken,
+    async_trait,
+};
 use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -618,7 +622,9 @@ impl Engine for ZooKeeperEngine {
             return Ok(Renewal::Gone);
         }
         match self.stat(req, &session, &path).await {
-            Ok(Some(stat)) if req.permits().is_none() => self.revoked(req, &session, &path, stat.version).await,
+            Ok(Some(stat)) if req.permits().is_none() => {
+                self.revoked(req, &session, &path, stat.version).await
+            }
             Ok(found) => Ok(Renewal::from(found.is_some())),
             Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
             Err(e) => Err(EngineError::failed(e)),

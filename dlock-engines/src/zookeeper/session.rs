@@ -107,10 +107,13 @@ async fn open(config: &ZooKeeperConfig, transport: &Transport) -> Result<Session
     if let Some(auth) = &config.digest {
         connector = connector.with_auth("digest", auth.as_bytes());
     }
-    let connected = tokio::time::timeout(config.client.connect_timeout, transport.connect(connector, &config.connect))
-        .await
-        .map_err(|_| format!("no session within {:?}", config.client.connect_timeout))
-        .and_then(|connected| connected.map_err(|e| e.to_string()));
+    let connected = tokio::time::timeout(
+        config.client.connect_timeout,
+        transport.connect(connector, &config.connect),
+    )
+    .await
+    .map_err(|_| format!("no session within {:?}", config.client.connect_timeout))
+    .and_then(|connected| connected.map_err(|e| e.to_string()));
     let client = match connected {
         Ok(client) => client,
         Err(mut why) => {

@@ -47,10 +47,17 @@ impl Transport {
     }
 
     /// Connects `connector` to `cluster` over this transport.
-    pub async fn connect(&self, connector: Connector, cluster: &str) -> Result<Client, zookeeper_client::Error> {
+    pub async fn connect(
+        &self,
+        connector: Connector,
+        cluster: &str,
+    ) -> Result<Client, zookeeper_client::Error> {
         #[cfg(feature = "zookeeper-tls")]
         if let Some(tls) = &self.tls {
-            return connector.with_tls(tls.options.clone()).secure_connect(cluster).await;
+            return connector
+                .with_tls(tls.options.clone())
+                .secure_connect(cluster)
+                .await;
         }
         connector.connect(cluster).await
     }
@@ -91,7 +98,9 @@ mod secure {
         pub fn new(at: &Connecting<'_>, mode: TlsMode, files: &TlsFiles) -> Result<Self, Error> {
             crate::crypto::ensure_provider();
             let pem = files.read(at)?;
-            let text = |field: &str, bytes: Vec<u8>| String::from_utf8(bytes).map_err(|_| at.bad(field, "is not a PEM file"));
+            let text = |field: &str, bytes: Vec<u8>| {
+                String::from_utf8(bytes).map_err(|_| at.bad(field, "is not a PEM file"))
+            };
             let Some(ca) = pem.ca else {
                 return Err(at.bad(
                     "tls_ca_file",
