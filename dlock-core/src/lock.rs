@@ -9,8 +9,7 @@ use tokio::time::Instant;
 use crate::acquire;
 use crate::config::{Settings, Wait};
 use crate::hold::Limits;
-use crate::kit::Kind;
-use crate::kit::within;
+use crate::kit::{Kind, within};
 use crate::registry::{Group, Registry};
 use crate::{Error, Guard, LockKey, LockView, Mode};
 

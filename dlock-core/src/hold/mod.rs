@@ -295,10 +295,12 @@ impl Hold {
             .map(|d| (self.held_since + d).saturating_duration_since(started));
         let keep = keep.filter(|k| !k.is_zero()).map(|k| self.in_lease_units(k));
         let release = self.call(move |engine, req| async move {
-            // `keep` is set only where the engine offers the facet (see `acquire`).
-            match (keep, engine.facets().hold_at_least) {
-                (Some(keep), Some(facet)) => facet.release_after(&req, keep).await,
-                _ => engine.release(&req).await,
+            // `keep` is set only where the engine offers the facet (see
+            // `acquire`); a plain release asks for no facet.
+            let facet = keep.and_then(|keep| Some((keep, engine.facets().hold_at_least?)));
+            match facet {
+                Some((keep, facet)) => facet.release_after(&req, keep).await,
+                None => engine.release(&req).await,
             }
         });
         let result = within(started + self.group.settings.call_timeout, release).await;
