@@ -9,10 +9,7 @@
 
 use std::path::Path;
 
-fn read(path: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
+use dlock_testkit::workspace_file as read;
 
 /// The lines of `manifest`'s `[features]` table.
 fn features(manifest: &str) -> Vec<String> {

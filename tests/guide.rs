@@ -7,19 +7,7 @@
 
 use std::path::Path;
 
-fn read(path: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
-}
-
-/// The cells of a table row.
-fn cells(row: &str) -> Vec<String> {
-    row.trim()
-        .trim_matches('|')
-        .split(" | ")
-        .map(|cell| cell.trim().to_owned())
-        .collect()
-}
+use dlock_testkit::{documented_capabilities, table_cells as cells, workspace_file as read};
 
 /// The rows of the table whose header starts with `header`, in `text`
 /// (the crate docs' `//! ` taken off).
@@ -76,29 +64,6 @@ fn the_readme_and_the_crate_docs_list_the_same_engines_alike() {
 #[test]
 fn the_crate_docs_guarantees_in_short_are_the_guarantee_docs() {
     let doc = read("docs/guarantees.md");
-    let header = cells(
-        doc.lines()
-            .find(|l| l.starts_with("| guarantee |"))
-            .expect("header"),
-    );
-    let declared = cells(
-        doc.lines()
-            .find(|l| l.starts_with("| capabilities "))
-            .expect("the capability row"),
-    );
-    let cell_of = |kind: &str| -> &str {
-        let column = header
-            .iter()
-            .position(|head| {
-                head.split(" (")
-                    .next()
-                    .unwrap_or_default()
-                    .split(", ")
-                    .any(|k| k == kind)
-            })
-            .unwrap_or_else(|| panic!("no column of the guarantee table names {kind}"));
-        &declared[column]
-    };
     let short = table(&read("src/lib.rs"), "| kind | capabilities |");
     assert!(!short.is_empty());
     for row in short {
@@ -110,9 +75,9 @@ fn the_crate_docs_guarantees_in_short_are_the_guarantee_docs() {
         for kind in kinds(&row[0]) {
             for word in words.split(", ").map(str::trim) {
                 assert!(
-                    cell_of(&kind).contains(word),
+                    documented_capabilities(&doc, &kind).contains(word),
                     "src/lib.rs says {kind} has `{word}`; docs/guarantees.md says {}",
-                    cell_of(&kind)
+                    documented_capabilities(&doc, &kind)
                 );
             }
         }

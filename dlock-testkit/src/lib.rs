@@ -70,30 +70,7 @@ macro_rules! conformance_suite {
 /// more may follow after a `;`.
 pub async fn assert_capabilities_documented<F: Fixture>(fixture: &F, doc: &std::path::Path) {
     let text = std::fs::read_to_string(doc).unwrap_or_else(|e| panic!("read {}: {e}", doc.display()));
-    let cells = |row: &str| -> Vec<String> {
-        row.trim()
-            .trim_matches('|')
-            .split(" | ")
-            .map(str::to_owned)
-            .collect()
-    };
-    let header = text
-        .lines()
-        .find(|l| l.starts_with("| guarantee |"))
-        .expect("the guarantee table");
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("| capabilities "))
-        .expect("the capability row");
-    // A column is headed by its kinds, then the cargo feature in parentheses.
-    let column = cells(header)
-        .iter()
-        .position(|head| {
-            let kinds = head.split(" (").next().unwrap_or_default();
-            kinds.split(", ").any(|kind| kind == F::NAME)
-        })
-        .unwrap_or_else(|| panic!("no column of the guarantee table names {}", F::NAME));
-    let cell = cells(row)[column].clone();
+    let cell = documented_capabilities(&text, F::NAME);
     let declared = engine(fixture).await.capabilities().words();
     let documented = cell.split(';').next().unwrap_or_default().trim();
     assert_eq!(
@@ -102,6 +79,43 @@ pub async fn assert_capabilities_documented<F: Fixture>(fixture: &F, doc: &std::
         "docs/guarantees.md says {} has other capabilities than it declares",
         F::NAME
     );
+}
+
+/// The cells of a markdown table row.
+pub fn table_cells(row: &str) -> Vec<String> {
+    row.trim()
+        .trim_matches('|')
+        .split(" | ")
+        .map(|cell| cell.trim().to_owned())
+        .collect()
+}
+
+/// The capability row's cell for `kind` in the guarantee table `doc`
+/// (`docs/guarantees.md`): a column is headed by its kinds, then the cargo
+/// feature in parentheses.
+pub fn documented_capabilities(doc: &str, kind: &str) -> String {
+    let row = |start: &str| doc.lines().find(|l| l.starts_with(start)).map(table_cells);
+    let header = row("| guarantee |").expect("the guarantee table");
+    let declared = row("| capabilities ").expect("the capability row");
+    let column = header
+        .iter()
+        .position(|head| {
+            head.split(" (")
+                .next()
+                .unwrap_or_default()
+                .split(", ")
+                .any(|k| k == kind)
+        })
+        .unwrap_or_else(|| panic!("no column of the guarantee table names {kind}"));
+    declared[column].clone()
+}
+
+/// A file of the workspace, by its path from the workspace's root.
+pub fn workspace_file(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
 /// On an engine that watches its holds (`Engine::revoked`), a revocation
