@@ -323,13 +323,32 @@ pub fn server_dir(prefix: &str, port: u16) -> std::path::PathBuf {
     dir
 }
 
-/// A port nothing listens on now (the OS picks it; a race with another
-/// process taking it first is possible but rare on a test machine).
+/// A port nothing listens on now, picked at random below the range the OS
+/// takes the local ends of outgoing connections from
+/// (`ip_local_port_range`). A port the OS picked for a listener comes from
+/// that range, so some client's connection could take it as its local end
+/// before the server binds it, and hold it for as long as it lasts: a
+/// server then exits at every start. Below the range, only another
+/// listener can take it, and two tests at once rarely pick the same port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let first_outgoing: u16 = range
+        .split_whitespace()
+        .next()
+        .and_then(|low| low.parse().ok())
+        .unwrap_or(32768);
+    if first_outgoing <= 2048 {
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+    }
+    loop {
+        let port = rand::random_range(first_outgoing / 2..first_outgoing);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// An example program of this workspace (the `dlock-examples` package),
