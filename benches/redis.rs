@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use dlock::engines::redis::{RedisConfig, RedisEngine};
-use dlock::kit::{Engine, OwnerId, Poll, Request};
 use dlock::kit::{Inspect, List};
+use dlock::kit::{Lifecycle, OwnerId, Poll, Request};
 use dlock::{LockKey, Mode, Registry, Settings};
 use dlock_testkit::fixtures::redis::{info_field, redis_args, redis_cli};
 use dlock_testkit::server::TestServer;

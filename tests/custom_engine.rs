@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dlock::kit::{
-    Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Kinds, LostSignal, OwnerId, Poll, Records,
-    Renewal, Request, Woken, async_trait,
+    Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Kinds, Lifecycle, LostSignal, OwnerId,
+    Poll, Records, Renewal, Request, Woken, async_trait,
 };
 use dlock::{Config, Error, LockKey, Registry};
 use tokio::sync::Notify;
@@ -102,6 +102,13 @@ impl Engine for TableEngine {
         }
     }
 
+    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
+        unreachable!("the core never asks an engine without read mode to downgrade")
+    }
+}
+
+#[async_trait]
+impl Lifecycle for TableEngine {
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
         let mut holders = self.holders();
         let now = Instant::now();
@@ -136,10 +143,6 @@ impl Engine for TableEngine {
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let expires = self.expiry(req.lease);
         Ok(Renewal::from(self.if_holding(req, |entry| entry.1 = expires)))
-    }
-
-    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
-        unreachable!("the core never asks an engine without read mode to downgrade")
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {

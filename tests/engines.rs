@@ -186,6 +186,60 @@ fn scripts_install_provides_what_every_setup_needs() {
     assert_eq!(checked.len(), 9, "{checked:?}");
 }
 
+/// No engine asks a request what it is: the core picks the lifecycle by
+/// the request's kind, once, and a permit's lifecycle knows its count. So
+/// a new kind of request touches the engines that serve it, and no
+/// method's branches in the others. Only a campaign's layout (etcd's and
+/// ZooKeeper's elections) reads the kind, in one place per engine.
+#[test]
+fn engines_never_branch_on_the_kind_of_request() {
+    for (feature, _) in dlock::engines::ENGINES {
+        let mut campaign_reads = 0;
+        for (path, text) in engine_sources(feature) {
+            for asked in ["req.kind", "Kind::", ".permits()"] {
+                assert!(
+                    !mentions(&text, asked),
+                    "{path} asks a request what it is: `{asked}`"
+                );
+            }
+            campaign_reads += text.matches("is_campaign()").count();
+        }
+        assert!(
+            campaign_reads <= 1,
+            "{feature} reads whether a request is a campaign in {campaign_reads} places"
+        );
+    }
+}
+
+/// Whether `text` has `word` where no name runs into its start
+/// (`Kind::`, but not `ErrorKind::`).
+fn mentions(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(at, _)| {
+        !text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// Each engine's Rust files, with their text.
+fn engine_sources(feature: &str) -> Vec<(String, String)> {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("dlock-engines/src/{feature}"));
+    let mut files: Vec<_> = std::fs::read_dir(folder)
+        .expect("the engine's folder")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("source");
+            (path.display().to_string(), text)
+        })
+        .collect()
+}
+
 /// Each engine offers its facets with `..Facets::default()`, so a facet
 /// added to the kit later is missing on it, not a compile error to fix in
 /// every engine.

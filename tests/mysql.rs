@@ -17,7 +17,7 @@ use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::mysql::{MysqlConfig, MysqlEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Engine, Poll, Request};
+use dlock::kit::{Engine, Lifecycle, Poll, Request};
 use dlock::{Error, LockKey, LostReason, Mode, Registry, Settings};
 use dlock_testkit::fixtures::mysql::{DATABASE, MariaDb, Mysql};
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};

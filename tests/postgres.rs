@@ -18,7 +18,7 @@ use dlock::config::Queue;
 use dlock::engines::conformance;
 use dlock::engines::postgres::{PostgresConfig, PostgresEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::{Control, Engine, Inspect, List, Poll, Request};
+use dlock::kit::{Control, Engine, Inspect, Lifecycle, List, Poll, Request};
 use dlock::{Error, LockKey, LostReason, Mode, Registry, Settings};
 use dlock_testkit::fixtures::postgres::{PgServer, Postgres};
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error, server::free_port};

@@ -11,7 +11,7 @@ use dlock::config::Polling;
 use dlock::engines::conformance::{self, SETTINGS};
 use dlock::engines::redis::{RedisConfig, RedisEngine};
 use dlock::kit::ClientSettings;
-use dlock::kit::Engine;
+use dlock::kit::{Engine, Lifecycle};
 use dlock::kit::{Inspect, List};
 use dlock::{Error, LockKey, Mode, Registry, Settings};
 use dlock_core::kit::{Poll, Request};

@@ -225,10 +225,11 @@ async fn a_semaphore_waiter_is_warned_about_only_when_its_process_holds_every_pe
 
     // The other permit held by another process (straight at the engine).
     let key = dlock::LockKey::new("export", "warned").expect("key");
-    use dlock::kit::Engine as _;
+    use dlock::kit::Semaphores as _;
     let mut elsewhere = dlock::kit::Request::new(key, dlock::Mode::Write, Duration::from_secs(30));
     elsewhere.kind = dlock::kit::Kind::Semaphore(2);
-    let granted = engine.acquire(&elsewhere).await.expect("engine");
+    let permits = engine.permits(2);
+    let granted = permits.acquire(&elsewhere).await.expect("engine");
     assert!(matches!(granted, dlock::kit::Poll::Held(_)), "the second permit");
     waits_in_vain().await.expect("task");
     assert_eq!(
@@ -236,7 +237,7 @@ async fn a_semaphore_waiter_is_warned_about_only_when_its_process_holds_every_pe
         0,
         "warned though a permit was held by another process"
     );
-    assert!(engine.release(&elsewhere).await.expect("release"));
+    assert!(permits.release(&elsewhere).await.expect("release"));
 
     // Both permits held by other tasks of this process.
     let other = tokio::spawn(async move { exports().acquire().await.expect("permit") })

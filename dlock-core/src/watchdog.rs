@@ -31,7 +31,7 @@ pub(crate) fn start(hold: &Arc<Hold>, now: Instant) {
     };
     // A handed-over grant may be valid for less than the lease.
     let pause = (until.saturating_duration_since(now) / 3).min(hold.req.lease / 3);
-    let pushed = hold.group.engine.lost(&hold.req);
+    let pushed = hold.serving().and_then(|serving| serving.lost(&hold.req));
     hold.set_watchdog(renew_later(hold, now + pause, pushed));
 }
 
@@ -219,7 +219,7 @@ fn this_runtimes_timer() -> Arc<Timer> {
 async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
     let lease = hold.req.lease;
     let mut pause = Duration::ZERO;
-    let mut asked = hold.group.engine.revoked(&hold.req);
+    let mut asked = hold.serving().and_then(|serving| serving.revoked(&hold.req));
     loop {
         let Some(deadline) = hold.valid_until() else {
             return;
@@ -257,7 +257,7 @@ async fn renew(hold: Arc<Hold>, mut pushed: LostSignal) {
         }
         // Listens again: a revoked hold may still be forced out.
         if heard {
-            asked = hold.group.engine.revoked(&hold.req);
+            asked = hold.serving().and_then(|serving| serving.revoked(&hold.req));
         }
     }
 }

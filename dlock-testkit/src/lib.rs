@@ -118,7 +118,7 @@ pub fn workspace_file(path: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-/// On an engine that watches its holds (`Engine::revoked`), a revocation
+/// On an engine that watches its holds (`Lifecycle::revoked`), a revocation
 /// and then a force release each reach a holder past its first renewal at
 /// once, not at its next renewal: on a 6 s lease renewed every 2 s, each
 /// comes a second after a renewal and must be heard within 0.6 s, where

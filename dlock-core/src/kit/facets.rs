@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Engine, EngineError, Renewal, Request};
+use super::{Engine, EngineError, Lifecycle, Renewal, Request};
 use crate::{LockKey, LockView};
 
 /// The facets an engine offers: each `Some(self)` where it implements the
@@ -46,11 +46,16 @@ pub struct Facets<'a> {
     pub election_values: Option<&'a dyn ElectionValues>,
 }
 
-/// Semaphores: the engine's lifecycle methods serve requests of
-/// [`Kind::Semaphore`](super::Kind::Semaphore), each a permit of the
-/// semaphore `key`, with the same fairness, fencing and expiry as its locks. A semaphore and a lock with
-/// the same key are two things: the engine keeps them apart on its server.
-pub trait Semaphores: Send + Sync {}
+/// Semaphores: a permit's own [`Lifecycle`], with the same fairness,
+/// fencing and expiry as the engine's locks. The core takes every request
+/// of [`Kind::Semaphore`](super::Kind::Semaphore) there, and never to the
+/// engine's lock lifecycle. A semaphore and a lock with the same key are
+/// two things: the engine keeps them apart on its server.
+pub trait Semaphores: Send + Sync {
+    /// The lifecycle of a permit of a semaphore of `count` permits, for
+    /// one call: cheap to make.
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_>;
+}
 
 /// Records by name: who holds and who waits for one lock or semaphore.
 #[async_trait]
@@ -89,7 +94,7 @@ pub trait Control: Send + Sync {
     async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError>;
 
     /// Asks every holder of the lock `key` to let go: each one's next
-    /// [`renew`](Engine::renew) answers [`Renewal::Revoked`]. Answers how
+    /// [`renew`](super::Lifecycle::renew) answers [`Renewal::Revoked`]. Answers how
     /// many holders were asked.
     async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError>;
 }

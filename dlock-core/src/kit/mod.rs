@@ -1,5 +1,5 @@
 //! The engine author's kit: what it takes to write an engine and nothing a
-//! user of locks needs. Implement [`Engine`], declare its [`Guarantees`],
+//! user of locks needs. Implement [`Engine`] and its [`Lifecycle`], declare its [`Guarantees`],
 //! offer its [`Facets`], register its kind in [`Kinds`], and connect with [`Connecting`] and the
 //! shared settings. [`session`] and [`Waiters`] serve engines whose holds
 //! live on a server session, or that wake their own waiters; [`Deferred`]
@@ -11,19 +11,19 @@
 //! timeouts, reentrancy, the renewal schedule, the lost signal and metrics all
 //! live once in dlock-core and drive an engine through this small protocol:
 //!
-//! 1. [`acquire`](Engine::acquire) joins the lock's queue (or takes the lock at
+//! 1. [`acquire`](Lifecycle::acquire) joins the lock's queue (or takes the lock at
 //!    once) and answers [`Poll::Held`] with a fencing token, or [`Poll::Waiting`]
 //!    with a *wake* future that resolves when trying again is worthwhile, or
 //!    with the lock itself when another client handed it over ([`Woken`]).
 //! 2. The core awaits the wake (or its safety-net poll interval) and calls
-//!    [`poll`](Engine::poll), until held or the wait timeout; then
-//!    [`cancel`](Engine::cancel) withdraws the request.
-//! 3. While held, the core's watchdog calls [`renew`](Engine::renew) every
+//!    [`poll`](Lifecycle::poll), until held or the wait timeout; then
+//!    [`cancel`](Lifecycle::cancel) withdraws the request.
+//! 3. While held, the core's watchdog calls [`renew`](Lifecycle::renew) every
 //!    lease/3; [`Renewal::Gone`] or a whole lease without success means
 //!    lost, and [`forced_out`](Control::forced_out) tells whether an operator
 //!    ended it ([`force_release`](Control::force_release)).
 //!    [`Renewal::Revoked`] tells the holder it was asked to let go.
-//! 4. [`release`](Engine::release) lets go; [`downgrade`](Engine::downgrade)
+//! 4. [`release`](Lifecycle::release) lets go; [`downgrade`](Engine::downgrade)
 //!    turns a write hold into a read hold without letting go.
 //!
 //! The core bounds every call: acquire and poll by the wait, renew by the
@@ -33,6 +33,12 @@
 //! its end (for `call_timeout` more at most) before the request is
 //! withdrawn or the next call for it is made. So an engine needs no guard
 //! for being cut between two awaits.
+//!
+//! A request says what it asks for ([`Kind`]): a lock, a permit of a
+//! semaphore, or a campaign. The core matches on it once, to pick the
+//! lifecycle that serves it ([`serving`](Engine#method.serving)): a permit's comes from the
+//! engine's [`Semaphores`] facet, with the semaphore's count. So no engine
+//! method asks what a request is.
 //!
 //! Each request carries a fresh random [`OwnerId`], and a place for what the
 //! engine must remember about it from acquire to release (a node, a
@@ -50,6 +56,7 @@ mod deferred;
 mod engine;
 mod facets;
 mod kinds;
+mod request;
 pub mod session;
 mod waiters;
 
@@ -58,13 +65,13 @@ pub use crate::secret::without_password;
 pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, Guarantees, Records};
 pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label};
 pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
-pub(crate) use engine::{Call, within};
+pub(crate) use engine::{Call, lifecycle, within};
 pub use engine::{
-    Engine, EngineError, Kind, LostSignal, OwnerId, Poll, Renewal, Request, RequestState, RevokedSignal,
-    Wake, Woken,
+    Engine, EngineError, Lifecycle, LostSignal, Poll, Renewal, RevokedSignal, Serving, Wake, Woken,
 };
 pub use facets::{Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, Semaphores};
 pub use kinds::Kinds;
+pub use request::{Kind, OwnerId, Request, RequestState};
 pub use waiters::Waiters;
 
 pub use crate::key::{KeyHasher, KeyHashing, percent_escape, percent_unescape};

@@ -92,7 +92,8 @@ use std::time::{Duration, SystemTime};
 use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
-    Inspect, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, async_trait,
+    Inspect, Lifecycle, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 use etcd_client::{
@@ -212,8 +213,8 @@ impl EtcdEngine {
     }
 
     /// This request's lock's or semaphore's prefix.
-    fn prefix(&self, req: &Request) -> String {
-        self.prefix_of(&req.key, req.permits())
+    fn prefix(&self, req: &Request, permits: Option<u32>) -> String {
+        self.prefix_of(&req.key, permits)
     }
 
     /// A lock's prefix, or a semaphore's beside it (`queue.rs`).
@@ -223,38 +224,38 @@ impl EtcdEngine {
     }
 
     /// The first line of this request's key's value, in `mode`.
-    fn value(&self, req: &Request, mode: Mode) -> Vec<u8> {
+    fn value(&self, req: &Request, permits: Option<u32>, mode: Mode) -> Vec<u8> {
         if req.is_campaign() {
             // `concurrency.Election`'s layout: the value is the proposal
             // alone, what `etcdctl elect -l` prints.
             return req.proposal_or(&self.label).as_bytes().to_vec();
         }
-        queue::value(mode, req.permits(), req.owner, requested(req).since, &self.label)
+        queue::value(mode, permits, req.owner, requested(req).since, &self.label)
     }
 
     /// Contenders ahead read per look: a page, or one more than a
     /// semaphore's count (to tell next in line from further back).
-    fn ahead_read(req: &Request) -> i64 {
-        req.permits().map_or(PAGE, |count| i64::from(count) + 1)
+    fn ahead_read(permits: Option<u32>) -> i64 {
+        permits.map_or(PAGE, |count| i64::from(count) + 1)
     }
 
     /// Puts this request's key and reads those ahead in one transaction,
     /// then settles its turn. Queues on a new lease if the current one has
     /// just gone.
-    async fn enqueue(&self, req: &Request) -> Result<Poll, EngineError> {
+    async fn enqueue(&self, req: &Request, permits: Option<u32>) -> Result<Poll, EngineError> {
         // An earlier attempt that failed after its put left a key in line:
         // keep its place rather than leave it behind as an orphan.
         let live_key = self.contending(req, |c| !c.session.is_ended());
         if live_key.unwrap_or(false) {
-            return self.look_again(req).await;
+            return self.look_again(req, permits).await;
         }
-        let prefix = self.prefix(req);
+        let prefix = self.prefix(req, permits);
         let mut session = self.live().await?;
         let mut fresh = false;
         let taken = self.key_numbers.take(&prefix);
         loop {
             let key = queue::contender_key(&prefix, session.lease, taken.number);
-            match self.put(&session, &prefix, &key, req).await {
+            match self.put(&session, &prefix, &key, req, permits).await {
                 Ok((created, page)) => {
                     let requested = requested(req);
                     *requested.put_on.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&session);
@@ -269,9 +270,9 @@ impl EtcdEngine {
                     });
                     let page = match page {
                         Some(page) => page,
-                        None => self.look(req, created - 1).await?.ok_or_else(vanished)?,
+                        None => self.look(req, permits, created - 1).await?.ok_or_else(vanished)?,
                     };
-                    return self.settle(req, page).await?.ok_or_else(vanished);
+                    return self.settle(req, permits, page).await?.ok_or_else(vanished);
                 }
                 Err(_) if session.is_ended() && !fresh => {
                     fresh = true;
@@ -293,14 +294,15 @@ impl EtcdEngine {
         prefix: &str,
         key: &str,
         req: &Request,
+        permits: Option<u32>,
     ) -> Result<(i64, Option<Page>), EngineError> {
         // With its own key, which comes first.
-        let limit = match (req.permits(), req.mode) {
-            (Some(_), _) => Self::ahead_read(req) + 1,
+        let limit = match (permits, req.mode) {
+            (Some(_), _) => Self::ahead_read(permits) + 1,
             (None, Mode::Write) => 2,
             (None, Mode::Read) => PAGE + 1,
         };
-        let value = self.value(req, req.mode);
+        let value = self.value(req, permits, req.mode);
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([
@@ -351,10 +353,15 @@ impl EtcdEngine {
     /// Checks that this request's key still exists as created, and reads up
     /// to a page of the contenders created at or before `below`, latest
     /// first, and those right behind it. `None`: the key is gone.
-    async fn look(&self, req: &Request, below: i64) -> Result<Option<Page>, EngineError> {
+    async fn look(
+        &self,
+        req: &Request,
+        permits: Option<u32>,
+        below: i64,
+    ) -> Result<Option<Page>, EngineError> {
         let (session, key, created) =
             self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
-        let prefix = self.prefix(req);
+        let prefix = self.prefix(req, permits);
         let behind = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
@@ -368,7 +375,7 @@ impl EtcdEngine {
                     Some(
                         latest_first()
                             .with_max_create_revision(below)
-                            .with_limit(Self::ahead_read(req)),
+                            .with_limit(Self::ahead_read(permits)),
                     ),
                 ),
                 TxnOp::get(prefix.as_str(), Some(behind)),
@@ -390,17 +397,17 @@ impl EtcdEngine {
 
     /// Looks again for a request in line; queues it again if its key is
     /// gone (its lease ran out or was revoked) or its lease may have.
-    async fn look_again(&self, req: &Request) -> Result<Poll, EngineError> {
+    async fn look_again(&self, req: &Request, permits: Option<u32>) -> Result<Poll, EngineError> {
         let created = self.contending(req, |c| c.created)?;
-        let settled = match self.look(req, created - 1).await? {
-            Some(page) => self.settle(req, page).await?,
+        let settled = match self.look(req, permits, created - 1).await? {
+            Some(page) => self.settle(req, permits, page).await?,
             None => None,
         };
         match settled {
             Some(poll) => Ok(poll),
             None => {
                 self.remove(req).await?;
-                Box::pin(self.enqueue(req)).await
+                Box::pin(self.enqueue(req, permits)).await
             }
         }
     }
@@ -408,12 +415,17 @@ impl EtcdEngine {
     /// Whose turn it is, reading on while a reader finds no writer in a
     /// full page; while not ours, watches the key that matters and its own.
     /// `None`: this request's key is gone.
-    async fn settle(&self, req: &Request, mut page: Page) -> Result<Option<Poll>, EngineError> {
+    async fn settle(
+        &self,
+        req: &Request,
+        permits: Option<u32>,
+        mut page: Page,
+    ) -> Result<Option<Poll>, EngineError> {
         let mut first = true;
         loop {
             let ahead: Vec<Contender> = page.ahead.iter().map(Contender::from).collect();
             first &= ahead.is_empty();
-            let turn = match req.permits() {
+            let turn = match permits {
                 Some(count) => {
                     // Checked against the key just ahead, which was
                     // checked against its own when put: all agree.
@@ -426,10 +438,10 @@ impl EtcdEngine {
                 None => queue::turn(req.mode, &ahead, page.more),
             };
             match turn {
-                Turn::Held if req.permits().is_some() => {
+                Turn::Held if permits.is_some() => {
                     self.contending(req, |c| c.watch = None)?;
                     if !page.behind.is_empty() {
-                        self.admitted(req).await?;
+                        self.admitted(req, permits).await?;
                     }
                     let (ended, created) = self.contending(req, |c| (c.session.is_ended(), c.created))?;
                     return Ok((!ended).then_some(Poll::Held(created as u64)));
@@ -445,13 +457,13 @@ impl EtcdEngine {
                     return Ok((!ended).then_some(Poll::Held(created as u64)));
                 }
                 Turn::Watch { .. } | Turn::WatchDeletes => {
-                    let ahead = match (turn, req.permits()) {
+                    let ahead = match (turn, permits) {
                         (Turn::Watch { key, created }, permits) => Ahead::Key {
                             watched: Watched { key, created },
                             put: req.mode == Mode::Read || permits.is_some(),
                         },
                         (_, count) => Ahead::Deletes {
-                            prefix: self.prefix(req).into_bytes(),
+                            prefix: self.prefix(req, permits).into_bytes(),
                             count: count.unwrap_or(1),
                         },
                     };
@@ -469,7 +481,7 @@ impl EtcdEngine {
                     })?;
                     return Ok(Some(Poll::Waiting(wake)));
                 }
-                Turn::ReadOn(below) => match self.look(req, below).await? {
+                Turn::ReadOn(below) => match self.look(req, permits, below).await? {
                     Some(next) => page = next,
                     None => return Ok(None),
                 },
@@ -479,10 +491,10 @@ impl EtcdEngine {
 
     /// Tells the permit waiters behind that this one is admitted: the one
     /// right behind watches this key for it (`queue.rs`).
-    async fn admitted(&self, req: &Request) -> Result<(), EngineError> {
+    async fn admitted(&self, req: &Request, permits: Option<u32>) -> Result<(), EngineError> {
         let (session, key, created) =
             self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
-        let mut value = self.value(req, req.mode);
+        let mut value = self.value(req, permits, req.mode);
         value.extend_from_slice(queue::ADMITTED);
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, created)])
@@ -647,6 +659,65 @@ async fn renewal(session: &Session, key: &[u8], created: i64) -> Result<Renewal,
     })
 }
 
+impl EtcdEngine {
+    /// A first try, for a lock or (with `permits`) a permit.
+    async fn try_first(&self, req: &Request, permits: Option<u32>) -> Result<Poll, EngineError> {
+        let answer = self.enqueue(req, permits).await;
+        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
+            self.remove(req).await?;
+        }
+        answer
+    }
+
+    /// A later try, for a lock or (with `permits`) a permit.
+    async fn try_again(&self, req: &Request, permits: Option<u32>) -> Result<Poll, EngineError> {
+        let state = self.contending(req, |c| {
+            let said = c.watch.as_ref().map(|w| {
+                let trusted = w.since.elapsed() < WATCH_TRUSTED;
+                (
+                    w.signal.borrow().clone(),
+                    w.wake(c.created as u64, req.lease),
+                    trusted,
+                )
+            });
+            (c.session.is_ended(), c.created, said)
+        });
+        match state {
+            // The lease ended with our place in line: queue again.
+            Ok((true, _, _)) | Err(_) => {
+                self.remove(req).await?;
+                self.enqueue(req, permits).await
+            }
+            // Nothing moved: keep waiting, no round trip, while the watches
+            // are young enough to trust (a stream to a member that died
+            // stays silent until its connection is found dead).
+            Ok((false, _, Some((Signal::Waiting, wake, true)))) => Ok(Poll::Waiting(wake)),
+            // Handed over while the core was not listening.
+            Ok((false, created, Some((Signal::Granted(_), _, _)))) => Ok(Poll::Held(created as u64)),
+            Ok((false, _, _)) => self.look_again(req, permits).await,
+        }
+    }
+
+    /// Whether this request's key is still there as it was put, with its session.
+    async fn renewing(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let Ok((session, key, created)) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))
+        else {
+            return Ok(Renewal::Gone);
+        };
+        if session.is_ended() {
+            return Ok(Renewal::Gone);
+        }
+        renewal(&session, key.as_bytes(), created).await
+    }
+
+    /// Fires when the session this request's key lives on ends.
+    fn session_ended(&self, req: &Request) -> Option<LostSignal> {
+        let session = self.contending(req, |c| c.session.clone()).ok()?;
+        Some(Box::pin(session.ended()))
+    }
+}
+
 #[async_trait]
 impl Engine for EtcdEngine {
     fn kind(&self) -> &'static str {
@@ -683,58 +754,6 @@ impl Engine for EtcdEngine {
         }
     }
 
-    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        let answer = self.enqueue(req).await;
-        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
-            self.remove(req).await?;
-        }
-        answer
-    }
-
-    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        let state = self.contending(req, |c| {
-            let said = c.watch.as_ref().map(|w| {
-                let trusted = w.since.elapsed() < WATCH_TRUSTED;
-                (
-                    w.signal.borrow().clone(),
-                    w.wake(c.created as u64, req.lease),
-                    trusted,
-                )
-            });
-            (c.session.is_ended(), c.created, said)
-        });
-        match state {
-            // The lease ended with our place in line: queue again.
-            Ok((true, _, _)) | Err(_) => {
-                self.remove(req).await?;
-                self.enqueue(req).await
-            }
-            // Nothing moved: keep waiting, no round trip, while the watches
-            // are young enough to trust (a stream to a member that died
-            // stays silent until its connection is found dead).
-            Ok((false, _, Some((Signal::Waiting, wake, true)))) => Ok(Poll::Waiting(wake)),
-            // Handed over while the core was not listening.
-            Ok((false, created, Some((Signal::Granted(_), _, _)))) => Ok(Poll::Held(created as u64)),
-            Ok((false, _, _)) => self.look_again(req).await,
-        }
-    }
-
-    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.remove(req).await.map(drop)
-    }
-
-    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let Ok((session, key, created)) =
-            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))
-        else {
-            return Ok(Renewal::Gone);
-        };
-        if session.is_ended() {
-            return Ok(Renewal::Gone);
-        }
-        renewal(&session, key.as_bytes(), created).await
-    }
-
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
         let Ok((session, key, created)) =
             self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))
@@ -752,7 +771,7 @@ impl Engine for EtcdEngine {
         let as_created = Compare::create_revision(key.as_str(), CompareOp::Equal, created);
         let txn = Txn::new()
             .when([as_created.clone()])
-            .and_then([rewrite(self.value(req, Mode::Read))]);
+            .and_then([rewrite(self.value(req, None, Mode::Read))]);
         let answer = session.txn(txn).await?;
         if !answer.succeeded() {
             return Ok(false);
@@ -765,7 +784,7 @@ impl Engine for EtcdEngine {
             _ => false,
         });
         if was_revoked {
-            let mut value = self.value(req, Mode::Read);
+            let mut value = self.value(req, None, Mode::Read);
             value.extend_from_slice(control::REVOKED);
             let txn = Txn::new()
                 .when([
@@ -777,27 +796,81 @@ impl Engine for EtcdEngine {
         }
         Ok(true)
     }
+}
+
+#[async_trait]
+impl Lifecycle for EtcdEngine {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.try_first(req, None).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.try_again(req, None).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.remove(req).await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        self.renewing(req).await
+    }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         self.remove(req).await
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
-        let session = self.contending(req, |c| c.session.clone()).ok()?;
-        Some(Box::pin(session.ended()))
+        self.session_ended(req)
     }
 
-    /// A lock's holder watches its key; a permit cannot be revoked.
+    /// A lock's holder watches its key.
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits().is_some() {
-            return None;
-        }
         let key = self.contending(req, |c| c.key.clone()).ok()?;
         Some(control::listen(self.watches.clone(), key))
     }
 }
 
-impl Semaphores for EtcdEngine {}
+/// The lifecycle of a permit of a semaphore of `count` permits: the
+/// lock's, in the semaphore's line.
+struct Permits<'a> {
+    engine: &'a EtcdEngine,
+    count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.try_first(req, Some(self.count)).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.try_again(req, Some(self.count)).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.engine.remove(req).await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        self.engine.renewing(req).await
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.engine.remove(req).await
+    }
+
+    /// A permit cannot be revoked: only its session's end is heard.
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
+        self.engine.session_ended(req)
+    }
+}
+
+impl Semaphores for EtcdEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for EtcdEngine {

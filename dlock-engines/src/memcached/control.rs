@@ -123,15 +123,12 @@ pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey) -> Result<u3
 /// Whether a tombstone for `req`'s hold is there: one round trip. A
 /// semaphore's permits are never forced out.
 pub(super) async fn forced_out(engine: &MemcachedEngine, req: &Request) -> Result<bool, EngineError> {
-    if req.permits().is_some() {
+    let Some(held) = MemcachedEngine::held(req) else {
         return Ok(false);
-    }
+    };
     let command = format!("mg {} v\r\n", tombstone(&req.key, req.owner));
     let found = engine.call(command.as_bytes(), 1).await?.remove(0);
-    let held = MemcachedEngine::held(req);
-    Ok(found
-        .value
-        .is_some_and(|v| held.is_some_and(|item| v == item.value)))
+    Ok(found.value.is_some_and(|v| v == held.value))
 }
 
 #[cfg(test)]

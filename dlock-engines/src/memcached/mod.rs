@@ -86,10 +86,11 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape,
+    Lifecycle, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape,
 };
 use dlock_core::{LockKey, LockView};
 
+use permits::Permits;
 use wire::{Pool, Reply};
 
 pub use config::{MemcachedConfig, register};
@@ -171,13 +172,10 @@ impl MemcachedEngine {
             .map_err(EngineError::failed)
     }
 
-    /// The item `req` holds, or holds if granted: a lock's own, or the
-    /// slot a permit took (none before the grant).
+    /// The item a lock's request holds, or holds if granted; none for a
+    /// permit's request, whose slot is its own (`permits.rs`).
     fn held(req: &Request) -> Option<&Item> {
-        match req.permits() {
-            Some(_) => permits::Permit::of(req).taken.get(),
-            None => req.state_or_init(Taken::new).get(),
-        }
+        req.state::<Taken>()?.get()
     }
 
     /// Adds `key` valued `value` if it is missing, and takes a token in
@@ -204,10 +202,10 @@ impl MemcachedEngine {
         Ok(Some((item, fence)))
     }
 
-    /// A CAS-checked set of the item to `req`'s value with a fresh TTL;
-    /// true if `req` still held it.
-    async fn extend(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(item) = Self::held(req) else {
+    /// A CAS-checked set of `req`'s item (`held`) to its value with a
+    /// fresh TTL; true if `req` still held it.
+    async fn extend(&self, req: &Request, held: Option<&Item>) -> Result<bool, EngineError> {
+        let Some(item) = held else {
             return Ok(false);
         };
         let (key, value) = (&item.key, &item.value);
@@ -256,9 +254,9 @@ impl MemcachedEngine {
         counter(self.call(command.as_bytes(), 1).await?.remove(0))
     }
 
-    /// Deletes the item if it is still `req`'s; true if it was.
-    async fn remove(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(item) = Self::held(req) else {
+    /// Deletes `req`'s item (`held`) if it is still its own; true if it was.
+    async fn remove(&self, held: Option<&Item>) -> Result<bool, EngineError> {
+        let Some(item) = held else {
             return Ok(false);
         };
         let reply = self
@@ -348,6 +346,16 @@ fn owner_of(value: &[u8]) -> Option<OwnerId> {
     u128::from_str_radix(hex, 16).ok().map(OwnerId::from_u128)
 }
 
+/// What a renewal answers: whether the item (`held`) was `extended`,
+/// and whether it was asked to let go.
+fn renewal(extended: bool, held: Option<&Item>) -> Renewal {
+    match (extended, held.is_some_and(Item::revoked)) {
+        (false, _) => Renewal::Gone,
+        (true, true) => Renewal::Revoked,
+        (true, false) => Renewal::Held,
+    }
+}
+
 /// Whole seconds, one more than the lease rounds up to (see the module docs).
 fn ttl(lease: Duration) -> u64 {
     lease.as_secs() + u64::from(lease.subsec_nanos() > 0) + 1
@@ -384,11 +392,15 @@ impl Engine for MemcachedEngine {
         }
     }
 
+    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
+        unreachable!("the core never downgrades on an engine without read mode")
+    }
+}
+
+#[async_trait]
+impl Lifecycle for MemcachedEngine {
     /// `add` and the fence counter's increment in one round trip.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(n) = req.permits() {
-            return self.take_permit(req, n).await;
-        }
         let value = item_value(req, &self.label);
         let Some((item, fence)) = self.add(item_key(&req.key), value, req.lease).await? else {
             // No queue, no notification: the core polls.
@@ -403,28 +415,17 @@ impl Engine for MemcachedEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.remove(req).await.map(drop)
+        self.remove(Self::held(req)).await.map(drop)
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let extended = self.extend(req).await?;
-        if extended && req.permits().is_some() {
-            self.touch_count(req).await?;
-        }
-        let revoked = Self::held(req).is_some_and(Item::revoked);
-        Ok(match (extended, revoked) {
-            (false, _) => Renewal::Gone,
-            (true, true) => Renewal::Revoked,
-            (true, false) => Renewal::Held,
-        })
-    }
-
-    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
-        unreachable!("the core never downgrades on an engine without read mode")
+        let held = Self::held(req);
+        let extended = self.extend(req, held).await?;
+        Ok(renewal(extended, held))
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.remove(req).await
+        self.remove(Self::held(req)).await
     }
 
     /// No signal of its own: a failed renewal tells the core.
@@ -433,7 +434,11 @@ impl Engine for MemcachedEngine {
     }
 }
 
-impl Semaphores for MemcachedEngine {}
+impl Semaphores for MemcachedEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for MemcachedEngine {

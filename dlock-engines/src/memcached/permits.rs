@@ -12,14 +12,55 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use dlock_core::LockKey;
-use dlock_core::kit::{EngineError, Poll, Request};
+use dlock_core::kit::{EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, async_trait};
 
 use super::wire::Reply;
-use super::{Item, MAX_KEY, MemcachedEngine, item_value, ttl};
+use super::{Item, MAX_KEY, MemcachedEngine, item_value, renewal, ttl};
+
+/// The lifecycle of a permit of a semaphore of `count` permits: a slot's
+/// item, taken, renewed and let go as a lock's is.
+pub(super) struct Permits<'a> {
+    pub(super) engine: &'a MemcachedEngine,
+    pub(super) count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.take_permit(req, self.count).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.take_permit(req, self.count).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.engine.remove(Permit::of(req).taken.get()).await.map(drop)
+    }
+
+    /// The slot's item, and the count beside it, kept alive.
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let held = Permit::of(req).taken.get();
+        let extended = self.engine.extend(req, held).await?;
+        if extended {
+            self.engine.touch_count(req).await?;
+        }
+        Ok(renewal(extended, held))
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.engine.remove(Permit::of(req).taken.get()).await
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+}
 
 /// What a permit's request keeps: its semaphore's keys, and once granted,
 /// the slot's item, valued as a lock's is and then `\0<count>`.
-pub(super) struct Permit {
+struct Permit {
     base: String,
     pub taken: OnceLock<Item>,
 }
@@ -43,7 +84,7 @@ impl MemcachedEngine {
     /// reads it and every slot; a second adds a free slot, picked by the
     /// request's random owner id so that clients spread out, and takes a
     /// token.
-    pub(super) async fn take_permit(&self, req: &Request, n: u32) -> Result<Poll, EngineError> {
+    async fn take_permit(&self, req: &Request, n: u32) -> Result<Poll, EngineError> {
         let permit = Permit::of(req);
         let (count, ttl) = (permit.count_key(), ttl(req.lease));
         let mut command = format!(
@@ -118,7 +159,7 @@ impl MemcachedEngine {
     }
 
     /// Keeps the count alive beside a renewed permit.
-    pub(super) async fn touch_count(&self, req: &Request) -> Result<(), EngineError> {
+    async fn touch_count(&self, req: &Request) -> Result<(), EngineError> {
         let command = format!("mg {} T{}\r\n", Permit::of(req).count_key(), ttl(req.lease));
         self.call(command.as_bytes(), 1).await.map(drop)
     }

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    KeyHashing, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken, async_trait,
-    process_label,
+    KeyHashing, Lifecycle, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken,
+    async_trait, process_label,
 };
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 use tokio::sync::Notify;
@@ -167,22 +167,40 @@ impl MemoryEngine {
         self.locks().by_key.len()
     }
 
+    /// The lifecycle of its locks, or with `permits` of a semaphore's.
+    fn holds(&self, permits: Option<u32>) -> Holds<'_> {
+        Holds {
+            engine: self,
+            permits,
+        }
+    }
+
     fn locks(&self) -> MutexGuard<'_, Locks> {
         // Every critical section leaves the state consistent before it can panic.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
+/// The holds of the engine's locks, or of one semaphore's permits: one
+/// lifecycle for both, the semaphore's count kept with its state.
+struct Holds<'a> {
+    engine: &'a MemoryEngine,
+    /// The semaphore's count; `None` for a lock.
+    permits: Option<u32>,
+}
+
+impl Holds<'_> {
     /// Runs `f` on the state of `req`'s lock or semaphore with expired
     /// holders gone, then wakes whoever can now proceed and forgets the
     /// state if it became idle.
     fn with_lock<T>(&self, req: &Request, f: impl FnOnce(&mut LockState, &mut u64, Instant) -> T) -> T {
-        let mut locks = self.locks();
+        let mut locks = self.engine.locks();
         let Locks {
             by_key, last_fence, ..
         } = &mut *locks;
-        let key = (req.key.clone(), req.permits().is_some());
+        let key = (req.key.clone(), self.permits.is_some());
         let state = by_key.entry(key.clone()).or_insert_with(|| LockState {
-            permits: req.permits(),
+            permits: self.permits,
             ..LockState::default()
         });
         let now = Instant::now();
@@ -198,7 +216,7 @@ impl MemoryEngine {
     fn attempt(&self, req: &Request) -> Result<Poll, EngineError> {
         self.with_lock(req, |state, last_fence, now| {
             if let Some(in_use) = state.permits
-                && req.permits() != Some(in_use)
+                && self.permits != Some(in_use)
             {
                 return Err(EngineError::PermitsDiffer { in_use });
             }
@@ -226,6 +244,30 @@ impl MemoryEngine {
             };
             Ok(Poll::Waiting(wake_on(wake, state.next_expiry())))
         })
+    }
+
+    fn withdraw(&self, req: &Request) {
+        self.with_lock(req, |state, _, _| {
+            state.queue.remove(req.owner);
+            state.remove_holder(req.owner);
+        });
+    }
+
+    fn extend(&self, req: &Request) -> Renewal {
+        self.with_lock(req, |state, _, now| match state.holder(req.owner) {
+            Some(holder) => {
+                holder.expires = now + req.lease;
+                match holder.revoked {
+                    true => Renewal::Revoked,
+                    false => Renewal::Held,
+                }
+            }
+            None => Renewal::Gone,
+        })
+    }
+
+    fn let_go(&self, req: &Request) -> bool {
+        self.with_lock(req, |state, _, _| state.remove_holder(req.owner))
     }
 }
 
@@ -358,39 +400,8 @@ impl Engine for MemoryEngine {
         }
     }
 
-    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req)
-    }
-
-    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req)
-    }
-
-    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.with_lock(req, |state, _, _| {
-            state.queue.remove(req.owner);
-            state.remove_holder(req.owner);
-        });
-        Ok(())
-    }
-
-    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        Ok(
-            self.with_lock(req, |state, _, now| match state.holder(req.owner) {
-                Some(holder) => {
-                    holder.expires = now + req.lease;
-                    match holder.revoked {
-                        true => Renewal::Revoked,
-                        false => Renewal::Held,
-                    }
-                }
-                None => Renewal::Gone,
-            }),
-        )
-    }
-
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        Ok(self.with_lock(req, |state, _, _| {
+        Ok(self.holds(None).with_lock(req, |state, _, _| {
             match state.writer.take_if(|w| w.owner == req.owner) {
                 Some(mut holder) => {
                     holder.mode = Mode::Read;
@@ -401,9 +412,31 @@ impl Engine for MemoryEngine {
             }
         }))
     }
+}
+
+// The engine's own lifecycle is its locks'; each call goes straight to the
+// body it shares with a semaphore's permits.
+#[async_trait]
+impl Lifecycle for MemoryEngine {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.holds(None).attempt(req)
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.holds(None).attempt(req)
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.holds(None).withdraw(req);
+        Ok(())
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        Ok(self.holds(None).extend(req))
+    }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        Ok(self.with_lock(req, |state, _, _| state.remove_holder(req.owner)))
+        Ok(self.holds(None).let_go(req))
     }
 
     /// No signal of its own: a failed renewal tells the core.
@@ -412,7 +445,39 @@ impl Engine for MemoryEngine {
     }
 }
 
-impl Semaphores for MemoryEngine {}
+#[async_trait]
+impl Lifecycle for Holds<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.attempt(req)
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.attempt(req)
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.withdraw(req);
+        Ok(())
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        Ok(self.extend(req))
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        Ok(self.let_go(req))
+    }
+
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+}
+
+impl Semaphores for MemoryEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(self.holds(Some(count)))
+    }
+}
 
 #[async_trait]
 impl Inspect for MemoryEngine {

@@ -106,14 +106,15 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::kit::{
-    Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List,
-    LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait,
+    Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
+    Lifecycle, List, LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};
 
 use gate_records::{Hold, Record};
+use permits::Permits;
 
 use sql::{key_and_name, mode_code};
 
@@ -376,25 +377,16 @@ impl MysqlEngine {
         }
     }
 
-    /// Counts it out, once.
-    fn stop_waiting(&self, req: &Request) {
+    /// Counts it out of the waiters woken at `wake_key`, once.
+    fn stop_waiting(&self, req: &Request, wake_key: &[u8]) {
         let Some(waiting) = req.state::<Mine>() else {
             return;
         };
         let mut line = waiting.line();
         if line.counted {
             line.counted = false;
-            self.shared.waiting.leave(&wake_key(req));
+            self.shared.waiting.leave(&wake_key.to_vec());
         }
-    }
-}
-
-/// The key under which this process's waiters for a lock or semaphore
-/// are counted and woken.
-fn wake_key(req: &Request) -> Vec<u8> {
-    match req.permits() {
-        Some(_) => MysqlEngine::permit_wake_key(req),
-        None => key_and_name(&req.key).0,
     }
 }
 
@@ -423,6 +415,61 @@ impl Drop for Shared {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(self.pool.clone().disconnect());
         }
+    }
+}
+
+impl MysqlEngine {
+    /// Withdraws a request of a lock or a semaphore, whose waiters are
+    /// woken at `wake_key`.
+    async fn withdraw(&self, req: &Request, wake_key: Vec<u8>) -> Result<(), EngineError> {
+        self.stop_waiting(req, &wake_key);
+        if let Some(hold) = Mine::take_gate(req) {
+            self.let_go(req, hold).await?;
+        }
+        self.run(sql::FORGET, vec![owner(req)]).await?;
+        self.shared.waiting.wake(&wake_key);
+        Ok(())
+    }
+
+    /// A gate hold: a statement on its session, which also keeps the
+    /// session from idling out; a row: its expiry moved on. Either reads
+    /// whether the holder was asked to let go, in the same statement.
+    async fn renewing(&self, req: &Request) -> Result<Renewal, EngineError> {
+        if let Some(mut hold) = Mine::take_gate(req) {
+            let renewal = hold.session.renew(&req.key).await;
+            if renewal == Renewal::Gone {
+                // Its record, if written, shows nothing once the gate is gone.
+                hold.record.stop().await;
+            } else {
+                Mine::keep_gate(req, hold);
+            }
+            return Ok(renewal);
+        }
+        let params = vec![micros(req.lease), owner(req), 1u8.to_value()];
+        Ok(match self.run(&sql::extend(), params).await? {
+            (1, None) => Renewal::Held,
+            (1, Some(_)) => Renewal::Revoked,
+            _ => Renewal::Gone,
+        })
+    }
+
+    /// Lets go of a hold of a lock or a permit, whose waiters are woken at
+    /// `key`.
+    async fn let_go_woken(&self, req: &Request, key: Vec<u8>) -> Result<bool, EngineError> {
+        if let Some(hold) = Mine::take_gate(req) {
+            // A failed statement means the session is gone, and the gate with it.
+            let released = self.let_go(req, hold).await.unwrap_or(false);
+            self.shared.waiting.wake(&key);
+            return Ok(released);
+        }
+        let (released, _) = self.run(&sql::release(), vec![owner(req)]).await?;
+        self.shared.waiting.wake(&key);
+        if released == 1 {
+            return Ok(true);
+        }
+        // Expired: its row may linger; it is no longer this owner's hold.
+        self.run(sql::FORGET, vec![owner(req)]).await?;
+        Ok(false)
     }
 }
 
@@ -457,15 +504,39 @@ impl Engine for MysqlEngine {
         }
     }
 
+    /// A gate hold writes its read hold's row while it still holds the
+    /// gate, then lets the gate go.
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        let (key, name) = key_and_name(&req.key);
+        let downgraded = match Mine::take_gate(req) {
+            Some(mut hold) => {
+                let params = vec![
+                    key.to_value(),
+                    name.to_value(),
+                    owner(req),
+                    micros(req.lease),
+                    hold.fence.to_value(),
+                    self.label(),
+                ];
+                hold.session.exec(&sql::hold_read(), params).await?;
+                self.let_go(req, hold).await?;
+                true
+            }
+            None => self.run(&sql::downgrade(), vec![owner(req)]).await?.0 == 1,
+        };
+        self.shared.waiting.wake(&key);
+        Ok(downgraded)
+    }
+}
+
+#[async_trait]
+impl Lifecycle for MysqlEngine {
     /// Takes the lock at once if nothing live conflicts: a writer whose
     /// lease is whole seconds by the gate alone, others by a confirmed row;
     /// else joins the queue.
     /// While this process already waits for the lock, a newcomer skips the
     /// try: it could only be refused.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits() {
-            return self.permit_acquire(req, count).await;
-        }
         let (key, name) = key_and_name(&req.key);
         if !self.shared.waiting.any(&key) {
             let taken = match req.mode {
@@ -492,9 +563,6 @@ impl Engine for MysqlEngine {
     /// the row's liveness is extended; a row found expired joins the queue
     /// again.
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits() {
-            return self.permit_poll(req, count).await;
-        }
         let (key, _) = key_and_name(&req.key);
         let waiting = Mine::of(req);
         let ahead = if waiting.line().at_head {
@@ -514,7 +582,7 @@ impl Engine for MysqlEngine {
                 .grant(req, &sql::take_turn(), vec![micros(req.lease), owner(req)])
                 .await?
         {
-            self.stop_waiting(req);
+            self.stop_waiting(req, &key);
             return Ok(Poll::Held(fence));
         }
         waiting.line().at_head = ahead == 0;
@@ -530,77 +598,15 @@ impl Engine for MysqlEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.stop_waiting(req);
-        if let Some(hold) = Mine::take_gate(req) {
-            self.let_go(req, hold).await?;
-        }
-        self.run(sql::FORGET, vec![owner(req)]).await?;
-        self.shared.waiting.wake(&wake_key(req));
-        Ok(())
+        self.withdraw(req, key_and_name(&req.key).0).await
     }
 
-    /// A gate hold: a statement on its session, which also keeps the
-    /// session from idling out; a row: its expiry moved on. Either reads
-    /// whether the holder was asked to let go, in the same statement.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        if let Some(mut hold) = Mine::take_gate(req) {
-            let renewal = hold.session.renew(&req.key).await;
-            if renewal == Renewal::Gone {
-                // Its record, if written, shows nothing once the gate is gone.
-                hold.record.stop().await;
-            } else {
-                Mine::keep_gate(req, hold);
-            }
-            return Ok(renewal);
-        }
-        let params = vec![micros(req.lease), owner(req), 1u8.to_value()];
-        Ok(match self.run(&sql::extend(), params).await? {
-            (1, None) => Renewal::Held,
-            (1, Some(_)) => Renewal::Revoked,
-            _ => Renewal::Gone,
-        })
-    }
-
-    /// A gate hold writes its read hold's row while it still holds the
-    /// gate, then lets the gate go.
-    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        let (key, name) = key_and_name(&req.key);
-        let downgraded = match Mine::take_gate(req) {
-            Some(mut hold) => {
-                let params = vec![
-                    key.to_value(),
-                    name.to_value(),
-                    owner(req),
-                    micros(req.lease),
-                    hold.fence.to_value(),
-                    self.label(),
-                ];
-                hold.session.exec(&sql::hold_read(), params).await?;
-                self.let_go(req, hold).await?;
-                true
-            }
-            None => self.run(&sql::downgrade(), vec![owner(req)]).await?.0 == 1,
-        };
-        self.shared.waiting.wake(&key);
-        Ok(downgraded)
+        self.renewing(req).await
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        let key = wake_key(req);
-        if let Some(hold) = Mine::take_gate(req) {
-            // A failed statement means the session is gone, and the gate with it.
-            let released = self.let_go(req, hold).await.unwrap_or(false);
-            self.shared.waiting.wake(&key);
-            return Ok(released);
-        }
-        let (released, _) = self.run(&sql::release(), vec![owner(req)]).await?;
-        self.shared.waiting.wake(&key);
-        if released == 1 {
-            return Ok(true);
-        }
-        // Expired: its row may linger; it is no longer this owner's hold.
-        self.run(sql::FORGET, vec![owner(req)]).await?;
-        Ok(false)
+        self.let_go_woken(req, key_and_name(&req.key).0).await
     }
 
     /// No signal of its own: a failed renewal tells the core.
@@ -609,7 +615,11 @@ impl Engine for MysqlEngine {
     }
 }
 
-impl Semaphores for MysqlEngine {}
+impl Semaphores for MysqlEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for MysqlEngine {

@@ -14,7 +14,7 @@
 use std::time::Instant;
 
 use dlock_core::LockKey;
-use dlock_core::kit::{EngineError, Poll, Request};
+use dlock_core::kit::{EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, async_trait};
 use mysql_async::Value;
 use mysql_async::prelude::ToValue;
 
@@ -73,10 +73,48 @@ pub(super) fn count_of(key: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(tail))
 }
 
+/// The lifecycle of a permit of a semaphore of `count` permits: a lock's
+/// row in the semaphore's range, renewed, released and expiring as a
+/// lock's rows do.
+pub(super) struct Permits<'a> {
+    pub(super) engine: &'a MysqlEngine,
+    pub(super) count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.permit_acquire(req, self.count).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.permit_poll(req, self.count).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.engine.withdraw(req, MysqlEngine::permit_wake_key(req)).await
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        self.engine.renewing(req).await
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.engine
+            .let_go_woken(req, MysqlEngine::permit_wake_key(req))
+            .await
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+}
+
 impl MysqlEngine {
     /// Takes a permit at once if every live row leaves room, else joins
     /// the line; either only while no live row gives another count.
-    pub(super) async fn permit_acquire(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+    async fn permit_acquire(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
         let range = Range::of(&req.key, count);
         let (live, live_params) = range.live("o");
         let other_count =
@@ -147,7 +185,7 @@ impl MysqlEngine {
     /// A waiter looks where it stands (the live holders and the live
     /// waiters ahead), and takes its permit once they are fewer than the
     /// count; a row found expired joins the line again.
-    pub(super) async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+    async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
         let range = Range::of(&req.key, count);
         let blocking = format!(
             "other.lock_key = me.lock_key AND other.name <=> me.name AND other.owner <> me.owner \
@@ -176,7 +214,7 @@ impl MysqlEngine {
             );
             let params = vec![micros(req.lease), owner(req), count.to_value()];
             if self.run(&turn, params).await?.0 > 0 {
-                self.stop_waiting(req);
+                self.stop_waiting(req, &Self::permit_wake_key(req));
                 return self.drawn(req).await.map(Poll::Held);
             }
         }
@@ -202,7 +240,7 @@ impl MysqlEngine {
     }
 
     /// Where this process's waiters for the semaphore are woken.
-    pub(super) fn permit_wake_key(req: &Request) -> Vec<u8> {
+    fn permit_wake_key(req: &Request) -> Vec<u8> {
         Range::of(&req.key, 0).low
     }
 }

@@ -112,13 +112,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, List, LostSignal,
-    Poll, Renewal, Request, Semaphores, async_trait,
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, Lifecycle, List,
+    LostSignal, Poll, Renewal, Request, Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode};
 
 use conn::{Conn, Ping};
-use permits::Permit;
+use permits::Permits;
 use pool::Pool;
 use waiter::{Stage, Waiter};
 use want::{Tag, Want};
@@ -286,14 +286,28 @@ impl Engine for PostgresEngine {
         }
     }
 
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        let key = advisory_key(&req.key);
+        Hold::of(req)
+            .in_turn(move |hold| async move {
+                let Some((conn, _)) = hold.held() else {
+                    return Ok(false);
+                };
+                let downgraded = conn.downgrade(key).await?;
+                if let Place::Held { mode, .. } = &mut *hold.place() {
+                    *mode = Mode::Read;
+                }
+                Ok(downgraded)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Lifecycle for PostgresEngine {
     /// On the caller's task, unlike the rarer calls: the pool puts the
     /// session right if the core stops waiting.
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits() {
-            let permit = Permit::of(req);
-            let _turn = permit.turnstile().turn.lock().await;
-            return permits::step(self.pool.clone(), &permit, req, count).await;
-        }
         let hold = Hold::of(req);
         let _turn = hold.turn.lock().await;
         acquire(self.pool.clone(), hold.clone(), want(req), req).await
@@ -301,11 +315,6 @@ impl Engine for PostgresEngine {
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
         let (pool, req) = (self.pool.clone(), req.clone());
-        if let Some(count) = req.permits() {
-            return Permit::of(&req)
-                .in_turn(move |permit| async move { permits::step(pool, &permit, &req, count).await })
-                .await;
-        }
         Hold::of(&req)
             .in_turn(|hold| async move {
                 let waiter = match &*hold.place() {
@@ -327,12 +336,6 @@ impl Engine for PostgresEngine {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        if req.permits().is_some() {
-            let req = req.clone();
-            return Permit::of(&req)
-                .in_turn(move |permit| async move { permits::release(&permit, &req).await.map(drop) })
-                .await;
-        }
         let key = advisory_key(&req.key);
         Hold::of(req)
             .in_turn(move |hold| async move {
@@ -355,42 +358,10 @@ impl Engine for PostgresEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let Some((conn, key)) = held_on(req) else {
-            return Ok(Renewal::Gone);
-        };
-        Ok(match conn.ping(key).await? {
-            Ping::Held => Renewal::Held,
-            Ping::Revoked => Renewal::Revoked,
-            Ping::Forced => {
-                self.release(req).await?;
-                Renewal::Gone
-            }
-            Ping::Gone => Renewal::Gone,
-        })
-    }
-
-    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        let key = advisory_key(&req.key);
-        Hold::of(req)
-            .in_turn(move |hold| async move {
-                let Some((conn, _)) = hold.held() else {
-                    return Ok(false);
-                };
-                let downgraded = conn.downgrade(key).await?;
-                if let Place::Held { mode, .. } = &mut *hold.place() {
-                    *mode = Mode::Read;
-                }
-                Ok(downgraded)
-            })
-            .await
+        renewal(held_on(req), || self.release(req)).await
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        if req.permits().is_some() {
-            let permit = Permit::of(req);
-            let _turn = permit.turnstile().turn.lock().await;
-            return permits::release(&permit, req).await;
-        }
         let hold = Hold::of(req);
         let _turn = hold.turn.lock().await;
         let held = hold.held();
@@ -406,7 +377,11 @@ impl Engine for PostgresEngine {
     }
 }
 
-impl Semaphores for PostgresEngine {}
+impl Semaphores for PostgresEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for PostgresEngine {
@@ -441,14 +416,31 @@ impl Control for PostgresEngine {
     }
 }
 
-/// The session a hold or a permit lives on, and its advisory key there.
+/// The session a lock's hold lives on, and its advisory key there.
 fn held_on(req: &Request) -> Option<(Arc<Conn>, i64)> {
-    match req.permits() {
-        Some(_) => Permit::of(req).held_on(),
-        None => Hold::of(req)
-            .held()
-            .map(|(conn, _)| (conn, advisory_key(&req.key))),
-    }
+    Hold::of(req)
+        .held()
+        .map(|(conn, _)| (conn, advisory_key(&req.key)))
+}
+
+/// A renewal of a hold or a permit on the session it lives on (`held`);
+/// one forced out is let go too (`release`), so its session is free.
+async fn renewal<F: Future<Output = Result<bool, EngineError>>>(
+    held: Option<(Arc<Conn>, i64)>,
+    release: impl FnOnce() -> F,
+) -> Result<Renewal, EngineError> {
+    let Some((conn, key)) = held else {
+        return Ok(Renewal::Gone);
+    };
+    Ok(match conn.ping(key).await? {
+        Ping::Held => Renewal::Held,
+        Ping::Revoked => Renewal::Revoked,
+        Ping::Forced => {
+            release().await?;
+            Renewal::Gone
+        }
+        Ping::Gone => Renewal::Gone,
+    })
 }
 
 fn want(req: &Request) -> Want {
@@ -456,7 +448,7 @@ fn want(req: &Request) -> Want {
         key: advisory_key(&req.key),
         mode: req.mode,
         lease_ms: req.lease.as_millis().max(1) as u64,
-        tag: Tag::of(req),
+        tag: Tag::of(req, None),
     }
 }
 

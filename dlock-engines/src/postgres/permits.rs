@@ -16,14 +16,57 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dlock_core::kit::{EngineError, Poll, Request, Woken};
+use dlock_core::kit::{EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, Woken, async_trait};
 use dlock_core::{LockKey, Mode};
 
 use super::conn::Conn;
 use super::pool::Pool;
 use super::waiter::{Stage, Waiter};
 use super::want::{Tag, Want};
-use super::{Hold, Place, acquire, advisory_key, answer};
+use super::{Hold, Place, PostgresEngine, acquire, advisory_key, answer, renewal};
+
+/// The lifecycle of a permit of a semaphore of `count` permits.
+pub(super) struct Permits<'a> {
+    pub(super) engine: &'a PostgresEngine,
+    pub(super) count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let permit = Permit::of(req);
+        let _turn = permit.turnstile().turn.lock().await;
+        step(self.engine.pool.clone(), &permit, req, self.count).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        let (pool, req, count) = (self.engine.pool.clone(), req.clone(), self.count);
+        Permit::of(&req)
+            .in_turn(move |permit| async move { step(pool, &permit, &req, count).await })
+            .await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        let (req, count) = (req.clone(), self.count);
+        Permit::of(&req)
+            .in_turn(move |permit| async move { release(&permit, &req, count).await.map(drop) })
+            .await
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        renewal(Permit::of(req).held_on(), || self.release(req)).await
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        let permit = Permit::of(req);
+        let _turn = permit.turnstile().turn.lock().await;
+        release(&permit, req, self.count).await
+    }
+
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
+        Some(Box::pin(Permit::of(req).held_on()?.0.dropped()))
+    }
+}
 
 /// A permit request: the turnstile's hold while it queues, then its slot.
 #[derive(Default)]
@@ -106,12 +149,7 @@ fn mix(base: i64, n: u64) -> i64 {
 }
 
 /// One step of a permit request: through the turnstile, then a slot.
-pub(super) async fn step(
-    pool: Arc<Pool>,
-    permit: &Permit,
-    req: &Request,
-    count: u32,
-) -> Result<Poll, EngineError> {
+async fn step(pool: Arc<Pool>, permit: &Permit, req: &Request, count: u32) -> Result<Poll, EngineError> {
     if let Some(slot) = &*permit.slot() {
         return Ok(Poll::Held(slot.fence));
     }
@@ -127,7 +165,7 @@ pub(super) async fn step(
             key: keys.turnstile,
             mode: Mode::Write,
             lease_ms,
-            tag: Tag::of(req),
+            tag: Tag::of(req, Some(count)),
         };
         let poll = match waiter {
             None if req.try_once => acquire(pool.clone(), permit.turnstile.clone(), want, req).await?,
@@ -167,7 +205,7 @@ pub(super) async fn step(
         key: 0,
         mode: Mode::Write,
         lease_ms,
-        tag: Tag::of(req),
+        tag: Tag::of(req, Some(count)),
     };
     for slot in 0..count {
         want.key = keys.slot(slot);
@@ -226,16 +264,14 @@ async fn let_turnstile_go(permit: &Permit, keys: &Keys) -> Result<(), EngineErro
 }
 
 /// Withdraws the request and lets its permit go: whether it held one.
-pub(super) async fn release(permit: &Permit, req: &Request) -> Result<bool, EngineError> {
+async fn release(permit: &Permit, req: &Request, count: u32) -> Result<bool, EngineError> {
     let keys = Keys::of(&req.key);
     let_turnstile_go(permit, &keys).await?;
     let Some(slot) = permit.slot().take() else {
         return Ok(false);
     };
     let held = slot.conn.give_back(slot.key, Mode::Write).await?;
-    slot.conn
-        .count(keys.number, req.permits().unwrap_or(1), false)
-        .await?;
+    slot.conn.count(keys.number, count, false).await?;
     Ok(held)
 }
 

@@ -24,10 +24,11 @@ pub(super) struct Tag {
 }
 
 impl Tag {
-    pub fn of(req: &Request) -> Tag {
+    /// The tag of `req`, a permit's of a semaphore of `permits`.
+    pub fn of(req: &Request, permits: Option<u32>) -> Tag {
         Tag {
             key: req.key.clone(),
-            permits: req.permits(),
+            permits,
             owner: req.owner.digest(),
         }
     }

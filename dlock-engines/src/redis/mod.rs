@@ -128,19 +128,22 @@ pub(crate) mod connection;
 pub(crate) mod keys;
 mod labels;
 mod notify;
+mod permits;
 mod records;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect, List,
-    LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake, async_trait,
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
+    Lifecycle, List, LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView};
 use redis::Script;
 
 use connection::{Connection, Target};
+use permits::Permits;
 
 pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, register};
 
@@ -277,15 +280,15 @@ impl RedisEngine {
     /// One try. A receiver taken before the script runs catches a release
     /// during the round trip; without one (lock not yet subscribed here), the
     /// wait subscribes and then tries again at once.
-    async fn attempt(&self, req: &Request, queue: bool) -> Result<Poll, EngineError> {
-        let record = keys::record(&req.key, req.permits().is_some());
+    async fn attempt(&self, req: &Request, permits: Option<u32>, queue: bool) -> Result<Poll, EngineError> {
+        let record = keys::record(&req.key, permits.is_some());
         // Only a request that may wait hears from the lock.
         let channel = queue.then(|| keys::channel(&record, &self.id));
         let watching = channel.as_deref().and_then(|c| self.notifier.existing(c));
         let join = if queue { "1" } else { "0" };
         let (owner, lease) = (req.owner.to_string(), millis(req.lease));
         // The answer, and for a semaphore when its first holder's lease ends.
-        let (answer, expires): (i64, i64) = match req.permits() {
+        let (answer, expires): (i64, i64) = match permits {
             Some(n) => {
                 let args = (owner, "acquire", n, lease, join, &self.id, &self.labels.reference);
                 self.eval(&self.scripts.semaphore, &record, args).await
@@ -312,7 +315,7 @@ impl RedisEngine {
             }
             // Too few replicas have it: a failover now could forget it.
             // Undo, and try again within the wait.
-            self.let_go(req, "cancel").await?;
+            self.let_go(req, permits, "cancel").await?;
             return Ok(Poll::Waiting(Box::pin(std::future::pending())));
         }
         let wake: Wake = match (watching, channel) {
@@ -402,10 +405,13 @@ impl RedisEngine {
     async fn run(
         &self,
         script: &Script,
+        record: &str,
         req: &Request,
         arg: impl redis::ToRedisArgs,
     ) -> Result<bool, EngineError> {
-        self.invoke(script, req, arg).await.map_err(EngineError::failed)
+        self.invoke(script, record, req, arg)
+            .await
+            .map_err(EngineError::failed)
     }
 
     /// A release or a withdrawal, sent once more on a fresh connection if
@@ -414,10 +420,10 @@ impl RedisEngine {
     /// The core bounds both tries by the call timeout. If the first had
     /// run after all, the second finds nothing of this owner's: a release
     /// then reports the hold lost, never a hold that is still there.
-    async fn let_go(&self, req: &Request, how: &str) -> Result<bool, EngineError> {
-        let release = match req.permits() {
-            Some(_) => &self.scripts.semaphore,
-            None => &self.scripts.release,
+    async fn let_go(&self, req: &Request, permits: Option<u32>, how: &str) -> Result<bool, EngineError> {
+        let (release, record) = match permits {
+            Some(_) => (&self.scripts.semaphore, keys::record(&req.key, true)),
+            None => (&self.scripts.release, keys::record(&req.key, false)),
         };
         // The token lets a lone writer's release go without reading the gate first.
         let fence = match req.fence {
@@ -425,8 +431,8 @@ impl RedisEngine {
             fence => format!("{fence:014x}"),
         };
         let args = (how, fence);
-        match self.invoke(release, req, &args).await {
-            Err(e) if e.is_unrecoverable_error() => self.run(release, req, &args).await,
+        match self.invoke(release, &record, req, &args).await {
+            Err(e) if e.is_unrecoverable_error() => self.run(release, &record, req, &args).await,
             done => done.map_err(EngineError::failed),
         }
     }
@@ -434,11 +440,11 @@ impl RedisEngine {
     async fn invoke(
         &self,
         script: &Script,
+        record: &str,
         req: &Request,
         arg: impl redis::ToRedisArgs,
     ) -> redis::RedisResult<bool> {
-        let record = keys::record(&req.key, req.permits().is_some());
-        let done: u8 = self.eval(script, &record, (req.owner.to_string(), arg)).await?;
+        let done: u8 = self.eval(script, record, (req.owner.to_string(), arg)).await?;
         Ok(done == 1)
     }
 
@@ -516,26 +522,28 @@ impl Engine for RedisEngine {
         }
     }
 
+    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
+        let gate = keys::record(&req.key, false);
+        self.run(&self.scripts.downgrade, &gate, req, millis(req.lease))
+            .await
+    }
+}
+
+#[async_trait]
+impl Lifecycle for RedisEngine {
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, !req.try_once).await
+        self.attempt(req, None, !req.try_once).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        self.attempt(req, true).await
+        self.attempt(req, None, true).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.let_go(req, "cancel").await.map(drop)
+        self.let_go(req, None, "cancel").await.map(drop)
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        if req.permits().is_some() {
-            let args = ("renew", millis(req.lease));
-            return self
-                .run(&self.scripts.semaphore, req, args)
-                .await
-                .map(Renewal::from);
-        }
         let gate = keys::record(&req.key, false);
         let args = (req.owner.to_string(), millis(req.lease));
         let answer: u8 = self
@@ -549,21 +557,18 @@ impl Engine for RedisEngine {
         })
     }
 
-    async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
-        self.run(&self.scripts.downgrade, req, millis(req.lease)).await
-    }
-
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.let_go(req, "release").await
+        self.let_go(req, None, "release").await
     }
 
     /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+
     /// A lock's holder subscribes to the lock's control channel, on which
     /// an operator's revoke or force release is published.
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits().is_some() {
-            return None;
-        }
         let (notifier, channel) = (self.notifier.clone(), keys::control_channel(&req.key));
         Some(Box::pin(async move {
             if let Some(mut heard) = notifier.subscribe(&channel).await {
@@ -575,13 +580,13 @@ impl Engine for RedisEngine {
             std::future::pending().await
         }))
     }
-
-    fn lost(&self, _req: &Request) -> Option<LostSignal> {
-        None
-    }
 }
 
-impl Semaphores for RedisEngine {}
+impl Semaphores for RedisEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for RedisEngine {
@@ -667,7 +672,10 @@ impl List for RedisEngine {
 #[async_trait]
 impl Control for RedisEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        self.run(&self.scripts.forced, req, &[] as &[&str]).await
+        // Force release reaches locks alone: a permit's owner has no note
+        // there, and is answered no.
+        let gate = keys::record(&req.key, false);
+        self.run(&self.scripts.forced, &gate, req, &[] as &[&str]).await
     }
 
     async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {

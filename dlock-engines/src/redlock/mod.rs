@@ -69,8 +69,8 @@ use std::task::Poll as TaskPoll;
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
-    Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, List, LostSignal, Poll,
-    Renewal, Request, Semaphores, async_trait,
+    Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
+    LostSignal, Poll, Renewal, Request, Semaphores, async_trait,
 };
 use dlock_core::{BoxError, LockKey, LockView};
 use futures_util::FutureExt;
@@ -81,6 +81,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::redis::keys;
+use permits::Permits;
 
 pub use config::{RedLockConfig, register};
 
@@ -498,21 +499,22 @@ impl Engine for RedLockEngine {
         }
     }
 
+    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
+        unreachable!("the core never downgrades on an engine without read mode")
+    }
+}
+
+#[async_trait]
+impl Lifecycle for RedLockEngine {
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
         self.poll(req).await
     }
 
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        match req.permits() {
-            Some(count) => self.attempt_permit(req, count).await,
-            None => self.attempt(req).await,
-        }
+        self.attempt(req).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        if req.permits().is_some() {
-            return self.permit_call(req, "release").await.map(drop);
-        }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         self.on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
             .await;
@@ -520,9 +522,6 @@ impl Engine for RedLockEngine {
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        if req.permits().is_some() {
-            return self.permit_call(req, "renew").await.map(Renewal::from);
-        }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         let px = px(req.lease).as_millis().to_string();
         let answers = self
@@ -535,14 +534,7 @@ impl Engine for RedLockEngine {
         })
     }
 
-    async fn downgrade(&self, _req: &Request) -> Result<bool, EngineError> {
-        unreachable!("the core never downgrades on an engine without read mode")
-    }
-
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        if req.permits().is_some() {
-            return self.permit_call(req, "release").await;
-        }
         let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
         let answers = self
             .on_all(Call::Script(&self.scripts.release), &[&key], &[&owner])
@@ -556,7 +548,11 @@ impl Engine for RedLockEngine {
     }
 }
 
-impl Semaphores for RedLockEngine {}
+impl Semaphores for RedLockEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for RedLockEngine {

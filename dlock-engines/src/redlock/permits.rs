@@ -7,7 +7,9 @@
 //! requests spread; no queue, as for locks.
 
 use dlock_core::LockKey;
-use dlock_core::kit::{EngineError, Poll, Request, RequestState};
+use dlock_core::kit::{
+    EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, RequestState, async_trait,
+};
 use tokio::time::Instant;
 
 use super::{Answer, Call, RedLockEngine, px};
@@ -24,6 +26,45 @@ pub(super) fn per_slot(token: u64, slot: u32, count: u32) -> u64 {
 
 /// The slot a request holds, or last tried.
 type SlotState = RequestState<u32>;
+
+/// The lifecycle of a permit of a semaphore of `count` permits: a slot
+/// taken on a majority, renewed and let go as a lock is.
+pub(super) struct Permits<'a> {
+    pub(super) engine: &'a RedLockEngine,
+    pub(super) count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.attempt_permit(req, self.count).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.attempt_permit(req, self.count).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.engine
+            .permit_call(req, self.count, "release")
+            .await
+            .map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let renewed = self.engine.permit_call(req, self.count, "renew").await?;
+        Ok(Renewal::from(renewed))
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.engine.permit_call(req, self.count, "release").await
+    }
+
+    /// No signal of its own: a failed renewal tells the core.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+}
 
 /// A semaphore's keys, the same on every master.
 pub(super) struct Keys {
@@ -50,20 +91,20 @@ impl Keys {
 
 impl RedLockEngine {
     /// Tries each slot in turn until a majority grants one.
-    pub(super) async fn attempt_permit(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+    async fn attempt_permit(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
         let keys = Keys::of(&req.key);
         let first = (req.owner.as_u128() % u128::from(count)) as u32;
         for slot in (0..count).map(|k| (first + k) % count) {
             *SlotState::of(req).lock() = Some(slot);
             let started = Instant::now();
-            let answers = self.permit_script(req, "acquire", &keys, slot).await;
+            let answers = self.permit_script(req, count, "acquire", &keys, slot).await;
             if self.majority(&answers) && started.elapsed() < req.lease {
                 let token = self.token(req, &keys.slot(slot), &keys.counter, &answers).await?;
                 if let Some(token) = token.filter(|_| started.elapsed() < req.lease) {
                     return Ok(Poll::Held(per_slot(token, slot, count)));
                 }
             }
-            self.permit_script(req, "release", &keys, slot).await;
+            self.permit_script(req, count, "release", &keys, slot).await;
             let differs: Vec<i64> = answers
                 .iter()
                 .filter_map(|a| a.as_ref().ok())
@@ -85,16 +126,25 @@ impl RedLockEngine {
     }
 
     /// Renews or releases (`op`) the slot this request holds.
-    pub(super) async fn permit_call(&self, req: &Request, op: &str) -> Result<bool, EngineError> {
+    async fn permit_call(&self, req: &Request, count: u32, op: &str) -> Result<bool, EngineError> {
         let Some(slot) = *SlotState::of(req).lock() else {
             return Ok(false);
         };
-        let answers = self.permit_script(req, op, &Keys::of(&req.key), slot).await;
+        let answers = self
+            .permit_script(req, count, op, &Keys::of(&req.key), slot)
+            .await;
         self.agreed(answers)
     }
 
-    async fn permit_script(&self, req: &Request, op: &str, keys: &Keys, slot: u32) -> Vec<Answer> {
-        let (owner, count) = (req.owner.to_string(), req.permits().unwrap_or(1).to_string());
+    async fn permit_script(
+        &self,
+        req: &Request,
+        count: u32,
+        op: &str,
+        keys: &Keys,
+        slot: u32,
+    ) -> Vec<Answer> {
+        let (owner, count) = (req.owner.to_string(), count.to_string());
         let px = px(req.lease).as_millis().to_string();
         let retention = self.fence_retention.as_millis().to_string();
         self.on_all(

@@ -53,9 +53,6 @@ pub(super) struct Asked {
 impl ZooKeeperEngine {
     /// What the core listens to while it renews a lock's hold.
     pub(super) fn listen(&self, req: &Request) -> Option<RevokedSignal> {
-        if req.permits().is_some() {
-            return None;
-        }
         let asked = self
             .node(req, |n| n.asked.get_or_insert_with(Default::default).clone())
             .ok()?;
@@ -70,11 +67,7 @@ impl ZooKeeperEngine {
         session: &Session,
         path: &str,
     ) -> Result<Option<Stat>, ZkError> {
-        // A permit's node is no lock's: it is never watched (`listen`).
-        let asked = match req.permits() {
-            Some(_) => None,
-            None => self.node(req, |n| n.asked.clone()).ok().flatten(),
-        };
+        let asked = self.node(req, |n| n.asked.clone()).ok().flatten();
         let Some(asked) = asked.filter(|asked| !asked.watching.swap(true, Ordering::SeqCst)) else {
             return session.client.check_stat(path).await;
         };
@@ -137,9 +130,6 @@ impl ZooKeeperEngine {
     /// leaves the request (see `remove`), and a downgrade renames it at
     /// once, so only someone else's delete makes this true.
     pub(super) async fn node_deleted(&self, req: &Request) -> Result<bool, EngineError> {
-        if req.permits().is_some() {
-            return Ok(false);
-        }
         let Some((session, path)) = self.held_node(req) else {
             return Ok(false);
         };
@@ -183,7 +173,7 @@ impl ZooKeeperEngine {
         if asked {
             // The record back, with the fence: a downgrade's read node
             // carries it, and for any other it is its czxid anyway.
-            let record = self.node_data(req, Some(fence));
+            let (_, record) = self.node_of(req, Some(fence));
             if let Ok(written) = session.client.set_data(path, &record, Some(stat.version)).await {
                 let _ = self.node(req, |n| n.seen = written.version);
             }

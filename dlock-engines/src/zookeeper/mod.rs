@@ -102,8 +102,8 @@ use std::time::Duration;
 
 use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
-    List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake, Woken,
-    async_trait,
+    Lifecycle, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake,
+    Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView};
 use tokio::sync::watch;
@@ -114,6 +114,7 @@ use zookeeper_client::{
 
 use keeper::Keeper;
 use nodes::Turn;
+use permits::Permits;
 use session::{Session, Sessions};
 
 pub use config::{ZooKeeperConfig, register};
@@ -278,13 +279,9 @@ impl ZooKeeperEngine {
         req: &Request,
     ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
         let client = &session.client;
-        let name = match req.is_campaign() {
-            true => nodes::latch_prefix(req.owner),
-            false => nodes::node_prefix(req.owner, req.mode),
-        };
+        let (name, data) = self.node_of(req, None);
         let prefix = format!("{path}/{name}");
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
-        let data = self.node_data(req, None);
         // A container parent can vanish between our creating it and using it.
         let mut vanished = 0;
         loop {
@@ -315,13 +312,20 @@ impl ZooKeeperEngine {
         }
     }
 
-    /// What a request's node holds: its record, or for an election the
-    /// proposal alone (else the label), which Curator's `LeaderLatch` reports as
-    /// the participant's id.
-    fn node_data(&self, req: &Request, fence: Option<u64>) -> Vec<u8> {
+    /// How a request's node's name starts, and what the node holds: a
+    /// lock's node its record; a campaign's, Curator's `LeaderLatch` node,
+    /// the proposal alone (else the label), which `LeaderLatch` reports as
+    /// the participant's id. The one place a request's kind matters here.
+    fn node_of(&self, req: &Request, fence: Option<u64>) -> (String, Vec<u8>) {
         match req.is_campaign() {
-            true => req.proposal_or(&self.label).as_bytes().to_vec(),
-            false => records::data(&self.label, fence),
+            true => (
+                nodes::latch_prefix(req.owner),
+                req.proposal_or(&self.label).as_bytes().to_vec(),
+            ),
+            false => (
+                nodes::node_prefix(req.owner, req.mode),
+                records::data(&self.label, fence),
+            ),
         }
     }
 
@@ -486,16 +490,12 @@ impl ZooKeeperEngine {
         Ok(removed)
     }
 
-    /// The node that renews a hold: a lock's node or a permit's lease.
+    /// The session and path of this request's lock node, if it has one:
+    /// a permit's request has none.
     fn held_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
-        match req.permits() {
-            Some(_) => self.lease_node(req),
-            None => self
-                .node(req, |n| {
-                    (n.session.clone(), format!("{}/{}", self.path(req), n.name))
-                })
-                .ok(),
-        }
+        let node = req.state::<NodeState>()?.lock();
+        let node = node.as_ref()?;
+        Some((node.session.clone(), format!("{}/{}", self.path(req), node.name)))
     }
 }
 
@@ -579,58 +579,6 @@ impl Engine for ZooKeeperEngine {
         }
     }
 
-    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
-        let answer = match req.permits() {
-            Some(count) => self.permit_enqueue(req, count).await,
-            None => self.enqueue(req).await,
-        };
-        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
-            self.cancel(req).await?;
-        }
-        answer
-    }
-
-    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
-        if let Some(count) = req.permits() {
-            return self.permit_poll(req, count).await;
-        }
-        let state = self.node(req, |n| {
-            let watch = n.watch.as_ref().map(|w| (w.fired(), w.wake()));
-            (n.session.is_ended(), watch)
-        });
-        match state {
-            // The session ended with our place in line: queue again.
-            Ok((true, _)) | Err(_) => {
-                NodeState::of(req).lock().take();
-                self.enqueue(req).await
-            }
-            // Nothing moved ahead of us: keep waiting, no round trip.
-            Ok((false, Some((false, wake)))) => Ok(Poll::Waiting(wake)),
-            Ok(_) => self.look(req, &self.path(req), None).await,
-        }
-    }
-
-    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.release(req).await.map(drop)
-    }
-
-    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let Some((session, path)) = self.held_node(req) else {
-            return Ok(Renewal::Gone);
-        };
-        if session.is_ended() {
-            return Ok(Renewal::Gone);
-        }
-        match self.stat(req, &session, &path).await {
-            Ok(Some(stat)) if req.permits().is_none() => {
-                self.revoked(req, &session, &path, stat.version).await
-            }
-            Ok(found) => Ok(Renewal::from(found.is_some())),
-            Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
-            Err(e) => Err(EngineError::failed(e)),
-        }
-    }
-
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
         let (session, name, fence) = match self.node(req, |n| (n.session.clone(), n.name.clone(), n.fence)) {
             Ok(node) => node,
@@ -674,12 +622,56 @@ impl Engine for ZooKeeperEngine {
         })?;
         Ok(true)
     }
+}
+
+#[async_trait]
+impl Lifecycle for ZooKeeperEngine {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let answer = self.enqueue(req).await;
+        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
+            self.cancel(req).await?;
+        }
+        answer
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        let state = self.node(req, |n| {
+            let watch = n.watch.as_ref().map(|w| (w.fired(), w.wake()));
+            (n.session.is_ended(), watch)
+        });
+        match state {
+            // The session ended with our place in line: queue again.
+            Ok((true, _)) | Err(_) => {
+                NodeState::of(req).lock().take();
+                self.enqueue(req).await
+            }
+            // Nothing moved ahead of us: keep waiting, no round trip.
+            Ok((false, Some((false, wake)))) => Ok(Poll::Waiting(wake)),
+            Ok(_) => self.look(req, &self.path(req), None).await,
+        }
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.release(req).await.map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let Some((session, path)) = self.held_node(req) else {
+            return Ok(Renewal::Gone);
+        };
+        if session.is_ended() {
+            return Ok(Renewal::Gone);
+        }
+        match self.stat(req, &session, &path).await {
+            Ok(Some(stat)) => self.revoked(req, &session, &path, stat.version).await,
+            Ok(None) => Ok(Renewal::Gone),
+            Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
+            Err(e) => Err(EngineError::failed(e)),
+        }
+    }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        match req.permits() {
-            Some(_) => self.permit_remove(req).await,
-            None => self.remove(req).await,
-        }
+        self.remove(req).await
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
@@ -692,7 +684,11 @@ impl Engine for ZooKeeperEngine {
     }
 }
 
-impl Semaphores for ZooKeeperEngine {}
+impl Semaphores for ZooKeeperEngine {
+    fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
+        Box::new(Permits { engine: self, count })
+    }
+}
 
 #[async_trait]
 impl Inspect for ZooKeeperEngine {

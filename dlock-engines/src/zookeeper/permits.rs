@@ -29,7 +29,9 @@
 
 use std::sync::Arc;
 
-use dlock_core::kit::{EngineError, Poll, Request, RequestState};
+use dlock_core::kit::{
+    EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, RequestState, async_trait,
+};
 use zookeeper_client::Error as ZkError;
 
 use super::nodes::{self, SEMAPHORE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, Turn};
@@ -58,6 +60,56 @@ fn data(count: u32, label: &str) -> Vec<u8> {
     format!("{DATA}{count}\n{label}").into_bytes()
 }
 
+/// The lifecycle of a permit of a semaphore of `count` permits.
+pub(super) struct Permits<'a> {
+    pub(super) engine: &'a ZooKeeperEngine,
+    pub(super) count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        let answer = self.engine.permit_enqueue(req, self.count).await;
+        if req.try_once && !matches!(answer, Ok(Poll::Held(_))) {
+            self.engine.permit_remove(req).await?;
+        }
+        answer
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.permit_poll(req, self.count).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.engine.permit_remove(req).await.map(drop)
+    }
+
+    /// Whether the lease is still there. A permit cannot be revoked: its
+    /// lease is never watched.
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let Some((session, path)) = self.engine.lease_node(req) else {
+            return Ok(Renewal::Gone);
+        };
+        if session.is_ended() {
+            return Ok(Renewal::Gone);
+        }
+        match session.client.check_stat(&path).await {
+            Ok(found) => Ok(Renewal::from(found.is_some())),
+            Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
+            Err(e) => Err(EngineError::failed(e)),
+        }
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.engine.permit_remove(req).await
+    }
+
+    fn lost(&self, req: &Request) -> Option<LostSignal> {
+        let (session, _) = self.engine.lease_node(req)?;
+        Some(Box::pin(session.ended()))
+    }
+}
+
 impl ZooKeeperEngine {
     fn semaphore_path(&self, req: &Request) -> String {
         format!("{}{SEMAPHORE}", self.path(req))
@@ -72,7 +124,7 @@ impl ZooKeeperEngine {
     }
 
     /// The session and path of this request's lease, once it has one.
-    pub(super) fn lease_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
+    fn lease_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
         let (session, (lease, _)) = self
             .permit(req, |p| Some((p.session.clone(), p.lease.clone()?)))
             .ok()??;
@@ -81,7 +133,7 @@ impl ZooKeeperEngine {
     }
 
     /// Queues for the semaphore's mutex on the live session, then looks.
-    pub(super) async fn permit_enqueue(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+    async fn permit_enqueue(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
         // An earlier attempt that failed after its create keeps its place.
         if self.permit(req, |p| !p.session.is_ended()).unwrap_or(false) {
             return self.permit_look(req, count, None).await;
@@ -107,7 +159,7 @@ impl ZooKeeperEngine {
         self.permit_look(req, count, listed).await
     }
 
-    pub(super) async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
+    async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
         let state = self.permit(req, |p| {
             let watch = p.watch.as_ref().map(|w| (w.fired(), w.wake()));
             (p.session.is_ended(), watch)
@@ -244,7 +296,7 @@ impl ZooKeeperEngine {
 
     /// Deletes this request's lease and its place in the mutex's line;
     /// `Ok(false)` if it had no lease left.
-    pub(super) async fn permit_remove(&self, req: &Request) -> Result<bool, EngineError> {
+    async fn permit_remove(&self, req: &Request) -> Result<bool, EngineError> {
         let Some(permit) = PermitState::of(req).lock().take() else {
             return Ok(false);
         };

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::kit::{Expiry, Poll, Request, Woken};
+use dlock_core::kit::{Expiry, Poll, Request, Serving, Woken};
 use dlock_core::{Error, Guard, Lock, LockKey, LostReason, Mode};
 use tokio::time::{Instant, sleep, timeout};
 
@@ -86,20 +86,23 @@ async fn served_within(limit: Duration, what: &str, lock: Lock) {
 /// granted. Everything is let go at the end.
 async fn a_waiter_keeps_its_turn(h: &Harness, holders: &[Request], queued: Request, newcomer: Request) {
     for holder in holders {
-        let answer = h.engine.acquire(holder).await.expect("acquire");
+        let answer = serving(h, holder).acquire(holder).await.expect("acquire");
         assert!(matches!(answer, Poll::Held(_)), "free {} refused", holder.key);
     }
-    let answer = h.engine.acquire(&queued).await.expect("acquire");
+    let answer = serving(h, &queued).acquire(&queued).await.expect("acquire");
     assert!(matches!(answer, Poll::Waiting(_)), "busy {} granted", queued.key);
     assert!(
-        h.engine.release(&holders[0]).await.expect("release"),
+        serving(h, &holders[0])
+            .release(&holders[0])
+            .await
+            .expect("release"),
         "holder not recorded"
     );
-    let barged = h.engine.acquire(&newcomer).await.expect("newcomer");
+    let barged = serving(h, &newcomer).acquire(&newcomer).await.expect("newcomer");
     assert!(matches!(barged, Poll::Waiting(_)), "a newcomer jumped the queue");
     assert!(granted(h, &queued).await, "queued waiter not granted");
     for holder in holders[1..].iter().chain([&queued]) {
-        assert!(h.engine.release(holder).await.expect("release"));
+        assert!(serving(h, holder).release(holder).await.expect("release"));
     }
 }
 
@@ -161,7 +164,7 @@ async fn until_queued(h: &Harness, count: u64) {
 async fn granted(h: &Harness, req: &Request) -> bool {
     let deadline = Instant::now() + SETTLE;
     while Instant::now() < deadline {
-        match h.engine.poll(req).await.expect("poll") {
+        match serving(h, req).poll(req).await.expect("poll") {
             Poll::Held(_) => return true,
             Poll::Waiting(wake) => {
                 if let Ok(Woken::Granted { .. }) = timeout(Duration::from_millis(20), wake).await {
@@ -171,6 +174,13 @@ async fn granted(h: &Harness, req: &Request) -> bool {
         }
     }
     false
+}
+
+/// What serves `req` at the engine, picked as the core picks it.
+fn serving<'a>(h: &'a Harness, req: &Request) -> Serving<'a> {
+    h.engine
+        .serving(&req.kind)
+        .expect("a case asks only for what the engine serves")
 }
 
 /// A request straight to the engine, as a peer process would make it.
@@ -193,7 +203,11 @@ async fn served_after_abandoned(
     // The lease counts from the request's sending, as the core counts it:
     // a client slow to hear the grant must not make the wait look short.
     let sent = Instant::now();
-    let Poll::Held(abandoned_fence) = h.engine.acquire(&abandoned).await.expect("raw acquire") else {
+    let Poll::Held(abandoned_fence) = serving(h, &abandoned)
+        .acquire(&abandoned)
+        .await
+        .expect("raw acquire")
+    else {
         panic!("a free {} was not granted", abandoned.key);
     };
     let guard = within(Duration::from_secs(10), "served after the lease ran out", next)

@@ -1,0 +1,50 @@
+//! A semaphore's permits: their own lifecycle, beside the lock of their
+//! name, one script (`scripts/semaphore.lua`) for every call.
+
+use dlock_core::kit::{EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, async_trait};
+
+use super::{RedisEngine, keys, millis};
+
+/// The lifecycle of a permit of a semaphore of `count` permits.
+pub(super) struct Permits<'a> {
+    pub(super) engine: &'a RedisEngine,
+    pub(super) count: u32,
+}
+
+#[async_trait]
+impl Lifecycle for Permits<'_> {
+    async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.attempt(req, Some(self.count), !req.try_once).await
+    }
+
+    async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
+        self.engine.attempt(req, Some(self.count), true).await
+    }
+
+    async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
+        self.engine
+            .let_go(req, Some(self.count), "cancel")
+            .await
+            .map(drop)
+    }
+
+    async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
+        let record = keys::record(&req.key, true);
+        let args = ("renew", millis(req.lease));
+        let engine = self.engine;
+        engine
+            .run(&engine.scripts.semaphore, &record, req, args)
+            .await
+            .map(Renewal::from)
+    }
+
+    async fn release(&self, req: &Request) -> Result<bool, EngineError> {
+        self.engine.let_go(req, Some(self.count), "release").await
+    }
+
+    /// No signal of its own: a failed renewal tells the core. A permit
+    /// cannot be revoked, so it hears nothing else either.
+    fn lost(&self, _req: &Request) -> Option<LostSignal> {
+        None
+    }
+}
