@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use crate::config::{Queue, Wait};
 use crate::guard::Guard;
 use crate::hold::{Grant, Hold, Limits, engine_id, held_by_other_tasks};
-use crate::kit::{Call, Woken, lifecycle, within};
+use crate::kit::{Call, Woken, within};
 use crate::kit::{EngineError, Kind, Poll, Records, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Labels, Series, Span};
@@ -215,7 +215,7 @@ async fn wait_for_grant(group: &Group, req: &Request, since: Instant, wait: Wait
             .answer(bound, || {
                 let (engine, req) = (engine.clone(), req.clone());
                 let call = async move {
-                    let serving = lifecycle(&*engine, &req)?;
+                    let serving = engine.serving(&req)?;
                     if queued {
                         serving.poll(&req).await
                     } else {
@@ -408,7 +408,7 @@ impl<'a> Withdraw<'a> {
             if let Some(call) = under_way {
                 let _ = timeout(call_timeout, call).await;
             }
-            let cancel = async move { lifecycle(&*engine, &req)?.cancel(&req).await };
+            let cancel = async move { engine.serving(&req)?.cancel(&req).await };
             let cancel = Call::new(cancel, Some(call_timeout));
             let _ = within(Instant::now() + call_timeout, cancel).await;
         }))

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::kit::{Call, Serving, lifecycle, within};
+use crate::kit::{Call, Serving, within};
 use crate::kit::{Engine, EngineError, Renewal, Request};
 use crate::local_queue::Place;
 use crate::metrics::{Event, Gauge, Series, Span};
@@ -300,7 +300,7 @@ impl Hold {
             let facet = keep.and_then(|keep| Some((keep, engine.facets().hold_at_least?)));
             match facet {
                 Some((keep, facet)) => facet.release_after(&req, keep).await,
-                None => lifecycle(&*engine, &req)?.release(&req).await,
+                None => engine.serving(&req)?.release(&req).await,
             }
         });
         let result = within(started + self.group.settings.call_timeout, release).await;
@@ -346,9 +346,9 @@ impl Hold {
         });
     }
 
-    /// The lifecycle that serves this hold (see [`lifecycle`]).
+    /// The lifecycle that serves this hold, for the signals it gives.
     pub(crate) fn serving(&self) -> Option<Serving<'_>> {
-        self.group.engine.serving(&self.req.kind)
+        self.group.engine.serving(&self.req).ok()
     }
 
     /// The engine call `make` makes for this hold, as a [`Call`].
@@ -369,7 +369,7 @@ impl Hold {
             if *released {
                 return Ok(Renewal::Gone);
             }
-            lifecycle(&*hold.group.engine, &hold.req)?.renew(&hold.req).await
+            hold.group.engine.serving(&hold.req)?.renew(&hold.req).await
         };
         Call::new(call, Some(self.group.settings.call_timeout))
     }

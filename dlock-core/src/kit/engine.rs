@@ -269,23 +269,19 @@ impl dyn Engine {
         Capabilities::of(self)
     }
 
-    /// The lifecycle that serves requests of `kind`: the engine itself for
+    /// The lifecycle that serves `req`, by its kind: the engine itself for
     /// a lock or a campaign, its [`Semaphores`](super::Semaphores) facet's
-    /// for a permit. `None`: a permit, and the engine offers no semaphores.
-    pub fn serving(&self, kind: &Kind) -> Option<Serving<'_>> {
-        match kind {
-            Kind::Lock | Kind::Election(_) => Some(Serving::Engine(self)),
-            Kind::Semaphore(count) => Some(Serving::Permits(self.facets().semaphores?.permits(*count))),
+    /// for a permit. A permit of an engine with no semaphores (which the
+    /// core refuses before it asks) fails.
+    pub fn serving(&self, req: &Request) -> Result<Serving<'_>, EngineError> {
+        match req.kind {
+            Kind::Lock | Kind::Election(_) => Ok(Serving::Engine(self)),
+            Kind::Semaphore(count) => match self.facets().semaphores {
+                Some(semaphores) => Ok(Serving::Permits(semaphores.permits(count))),
+                None => Err(EngineError::failed("the engine offers no semaphores")),
+            },
         }
     }
-}
-
-/// What serves `req`, by its kind. A permit of an engine with no
-/// semaphores, refused before the core asks, fails here all the same.
-pub(crate) fn lifecycle<'a>(engine: &'a dyn Engine, req: &Request) -> Result<Serving<'a>, EngineError> {
-    engine
-        .serving(&req.kind)
-        .ok_or_else(|| EngineError::failed("the engine offers no semaphores"))
 }
 
 /// The [`Lifecycle`] [`serving`](Engine#method.serving) picked: an engine's own, or

@@ -65,7 +65,7 @@ pub use crate::secret::without_password;
 pub use capabilities::{Capabilities, Expiry, Fairness, Fencing, Guarantees, Records};
 pub use connecting::{ClientSettings, Connecting, Credentials, TlsFiles, TlsMode, TlsPem, process_label};
 pub use deferred::{Deferrals, Deferred, RECORD_AFTER, RECORD_WAIT};
-pub(crate) use engine::{Call, lifecycle, within};
+pub(crate) use engine::{Call, within};
 pub use engine::{
     Engine, EngineError, Lifecycle, LostSignal, Poll, Renewal, RevokedSignal, Serving, Wake, Woken,
 };

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Facets, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
-    LostSignal, Poll, Renewal, Request, RevokedSignal, Semaphores, Serving, async_trait,
+    LostSignal, Poll, Renewal, Request, RevokedSignal, Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView};
 
@@ -105,14 +105,6 @@ impl Faults {
         pick(self.inner.facets()).ok_or_else(|| EngineError::failed("the wrapped engine lacks this facet"))
     }
 
-    /// What serves `req` in the wrapped engine: its own lifecycle, or a
-    /// permit's, as the core would pick it.
-    fn serving(&self, req: &Request) -> Result<Serving<'_>, EngineError> {
-        self.inner
-            .serving(&req.kind)
-            .ok_or_else(|| EngineError::failed("the wrapped engine offers no semaphores"))
-    }
-
     /// The engine's answer, unless hung.
     async fn answer<T>(&self, answer: T) -> T {
         if self.hung.load(Ordering::SeqCst) {
@@ -175,7 +167,7 @@ impl Lifecycle for Faults {
     async fn acquire(&self, req: &Request) -> Result<Poll, EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
-        let answer = self.serving(&req)?.acquire(&req).await;
+        let answer = self.inner.serving(&req)?.acquire(&req).await;
         if let Ok(Poll::Waiting(_)) = answer {
             self.queued.fetch_add(1, Ordering::SeqCst);
         }
@@ -185,37 +177,37 @@ impl Lifecycle for Faults {
     async fn poll(&self, req: &Request) -> Result<Poll, EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
-        let answer = self.serving(&req)?.poll(&req).await;
+        let answer = self.inner.serving(&req)?.poll(&req).await;
         self.answer(answer).await
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
-        let answer = self.serving(&req)?.cancel(&req).await;
+        let answer = self.inner.serving(&req)?.cancel(&req).await;
         self.answer(answer).await
     }
 
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
-        let answer = self.serving(&req)?.renew(&req).await;
+        let answer = self.inner.serving(&req)?.renew(&req).await;
         self.answer(answer).await
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         let req = self.pass(req)?;
         self.slow().await;
-        let answer = self.serving(&req)?.release(&req).await;
+        let answer = self.inner.serving(&req)?.release(&req).await;
         self.answer(answer).await
     }
 
     fn lost(&self, req: &Request) -> Option<LostSignal> {
-        self.serving(req).ok()?.lost(req)
+        self.inner.serving(req).ok()?.lost(req)
     }
 
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
-        self.serving(req).ok()?.revoked(req)
+        self.inner.serving(req).ok()?.revoked(req)
     }
 }
 

@@ -179,7 +179,7 @@ async fn granted(h: &Harness, req: &Request) -> bool {
 /// What serves `req` at the engine, picked as the core picks it.
 fn serving<'a>(h: &'a Harness, req: &Request) -> Serving<'a> {
     h.engine
-        .serving(&req.kind)
+        .serving(req)
         .expect("a case asks only for what the engine serves")
 }
 
