@@ -4,7 +4,8 @@
 //! never blocks the line, `queue = "local"` sends one waiter per lock, odd
 //! keys stay apart, the table is empty once leases have run out, a table
 //! made by an older dlock gets the columns for records, records carry the
-//! configured label, force release deletes a lock's rows and ends its
+//! configured label, a record left under a session id that a restart
+//! gave out again is not the new hold's, force release deletes a lock's rows and ends its
 //! gate's own session and nothing else, and bad settings, a failed login,
 //! a missing privilege and an unreachable server are clear errors.
 
@@ -567,4 +568,87 @@ async fn an_older_table_gets_the_record_columns_and_records_carry_the_label() {
     assert!(engine.release(&gated).await.expect("release"));
     let left = server.sql(&format!("SELECT COUNT(*) FROM {DATABASE}.dlock_gates"));
     assert_eq!(left, "0", "a released hold's record is gone");
+}
+
+/// Session ids start again at a server restart, so a new gate session can
+/// get the id of one that held the same gate before the restart, whose
+/// record is still in the table. That record must not pass for the new
+/// hold's: not its revoke mark to the holder, not its owner and fence to
+/// readers. (It did: after a restart, an observer reported a deposed
+/// leader's term again.) Here the earlier record is written with the id
+/// the next session will get; an attempt counts when the engine's session
+/// got it and was read before its own record would replace that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_record_left_under_a_reused_session_id_is_not_the_new_holds() {
+    use dlock::kit::{RECORD_AFTER, Renewal};
+    use mysql_async::prelude::Queryable;
+    let fixture = Mysql::start();
+    let server = &fixture.server;
+    let engine: Arc<dyn Engine> = Arc::new(
+        MysqlEngine::connect("my", &config(server))
+            .await
+            .expect("connect"),
+    );
+    let records = engine.facets().inspect.expect("records");
+    let mut reader = mysql_async::Conn::new(mysql_async::Opts::from_url(server.url().as_str()).expect("url"))
+        .await
+        .expect("conn");
+
+    // The gate's name and the key's bytes, from a record of a hold that lasted.
+    let first = request("reused");
+    assert!(matches!(engine.acquire(&first).await, Ok(Poll::Held(_))));
+    let record = loop {
+        let found: Option<(String, String)> = reader
+            .query_first("SELECT gate, HEX(lock_key) FROM dlock_gates")
+            .await
+            .expect("read");
+        if let Some(found) = found {
+            break found;
+        }
+        tokio::time::sleep(RECORD_AFTER).await;
+    };
+    assert!(engine.release(&first).await.expect("release"));
+    let (gate, key) = record;
+
+    let mut counted = 0;
+    for attempt in 1..=8 {
+        let earlier = server.sql(&format!(
+            "REPLACE INTO {DATABASE}.dlock_gates (gate, conn, lock_key, owner, fence, since, label, lease, revoked) \
+             VALUES ('{gate}', CONNECTION_ID() + 1, UNHEX('{key}'), 'earlier0', 1, UTC_TIMESTAMP(6), 'earlier', 30000000, 1); \
+             SELECT CONNECTION_ID() + 1"
+        ));
+        // A lease of its own: a new gate session, never an idle one.
+        let req = Request::new(
+            LockKey::new("my", "reused").expect("key"),
+            Mode::Write,
+            Duration::from_secs(30 + attempt),
+        );
+        let Ok(Poll::Held(fence)) = engine.acquire(&req).await else {
+            panic!("the gate is free");
+        };
+        let taken = Instant::now();
+        let renewal = engine.renew(&req).await.expect("renew");
+        // Inspect reads at once, and waits only if it finds no record.
+        let early = taken.elapsed() < RECORD_AFTER / 2;
+        let view = records.inspect(&req.key, None).await.expect("inspect");
+        let holder: Option<Option<u64>> = reader
+            .exec_first("SELECT IS_USED_LOCK(?)", (&gate,))
+            .await
+            .expect("holder");
+        assert!(engine.release(&req).await.expect("release"));
+        if holder.flatten().map(|id| id.to_string()) != Some(earlier) || !early {
+            continue;
+        }
+        counted += 1;
+        assert_eq!(renewal, Renewal::Held, "the earlier session's revoke mark");
+        let [shown] = view.holders.as_slice() else {
+            panic!("one holder expected: {view:?}");
+        };
+        assert_eq!(
+            (shown.fence, shown.owner.clone()),
+            (Some(fence), Some(req.owner.digest())),
+            "the earlier session's record was shown"
+        );
+    }
+    assert!(counted > 0, "no session got the earlier one's id in time");
 }

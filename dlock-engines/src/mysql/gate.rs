@@ -125,9 +125,12 @@ impl Sessions {
             return Ok((session, true));
         }
         let mut conn = Conn::new(self.opts.clone()).await.map_err(EngineError::failed)?;
-        conn.query_drop(format!("SET SESSION wait_timeout = {timeout}"))
-            .await
-            .map_err(EngineError::failed)?;
+        conn.query_drop(format!(
+            "SET SESSION wait_timeout = {timeout}; {}",
+            sql::FORGET_EARLIER_ID
+        ))
+        .await
+        .map_err(EngineError::failed)?;
         let session = Session {
             conn,
             timeout,

@@ -156,6 +156,12 @@ pub fn record_gate() -> String {
 /// Param: gate.
 pub const UNRECORD_GATE: &str = "DELETE FROM dlock_gates WHERE gate = ? AND conn = CONNECTION_ID()";
 
+/// Removes the records a new session's id names: ids start again at a
+/// server restart, so such a record is an earlier session's, and would
+/// otherwise pass for this one's once it holds that gate (its owner,
+/// fence and revoke mark).
+pub const FORGET_EARLIER_ID: &str = "DELETE FROM dlock_gates WHERE conn = CONNECTION_ID()";
+
 /// Removes records whose session no longer holds their gate (it closed).
 pub const SWEEP_GATES: &str = "DELETE FROM dlock_gates WHERE NOT (IS_USED_LOCK(gate) <=> conn) LIMIT 1000";
 
