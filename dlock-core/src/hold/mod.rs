@@ -347,6 +347,7 @@ impl Hold {
     }
 
     /// The lifecycle that serves this hold, for the signals it gives.
+    #[inline]
     pub(crate) fn serving(&self) -> Option<Serving<'_>> {
         self.group.engine.serving(&self.req).ok()
     }

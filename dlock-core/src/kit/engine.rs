@@ -273,6 +273,7 @@ impl dyn Engine {
     /// a lock or a campaign, its [`Semaphores`](super::Semaphores) facet's
     /// for a permit. A permit of an engine with no semaphores (which the
     /// core refuses before it asks) fails.
+    #[inline]
     pub fn serving(&self, req: &Request) -> Result<Serving<'_>, EngineError> {
         match req.kind {
             Kind::Lock | Kind::Election(_) => Ok(Serving::Engine(self)),
@@ -296,6 +297,7 @@ pub enum Serving<'a> {
 impl<'a> std::ops::Deref for Serving<'a> {
     type Target = dyn Lifecycle + 'a;
 
+    #[inline]
     fn deref(&self) -> &Self::Target {
         match self {
             Serving::Engine(engine) => *engine,
