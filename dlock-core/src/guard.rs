@@ -75,6 +75,14 @@ impl HeldLock {
         self.0.req.fence
     }
 
+    /// A permit's slot, `0..permits`: held by this holder alone, and what a
+    /// store fencing a pool of resources keys on, with [`fence`](Self::fence)
+    /// as that slot's token. `None` for a lock, or on an engine whose
+    /// permits have no slots ([`Capabilities::slots`](crate::kit::Capabilities::slots)).
+    pub fn slot(&self) -> Option<u32> {
+        self.0.req.slot
+    }
+
     /// What a [`LockView`](crate::LockView) shows for this hold in place of
     /// its owner id: see [`OwnerId::digest`](crate::kit::OwnerId::digest).
     pub fn owner_digest(&self) -> String {
@@ -233,6 +241,11 @@ impl Guard {
         self.held.fence()
     }
 
+    /// See [`HeldLock::slot`].
+    pub fn slot(&self) -> Option<u32> {
+        self.held.slot()
+    }
+
     /// See [`HeldLock::owner_digest`].
     pub fn owner_digest(&self) -> String {
         self.held.owner_digest()
@@ -313,6 +326,7 @@ impl std::fmt::Debug for Guard {
             .field("key", self.key())
             .field("mode", &self.mode)
             .field("fence", &self.fence())
+            .field("slot", &self.slot())
             .finish()
     }
 }
@@ -322,6 +336,7 @@ impl std::fmt::Debug for HeldLock {
         f.debug_struct("HeldLock")
             .field("key", self.key())
             .field("fence", &self.fence())
+            .field("slot", &self.slot())
             .finish()
     }
 }

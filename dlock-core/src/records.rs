@@ -53,6 +53,8 @@ pub struct HolderRecord {
     pub mode: Mode,
     /// The hold's fencing token.
     pub fence: Option<u64>,
+    /// A permit's slot (see [`HeldLock::slot`](crate::HeldLock::slot)).
+    pub slot: Option<u32>,
     /// When it was granted, by the server's clock where it has one.
     #[serde(serialize_with = "millis")]
     pub since: Option<SystemTime>,
@@ -62,6 +64,22 @@ pub struct HolderRecord {
     pub lease_ends: Option<SystemTime>,
     /// A short digest of the owner id (see [`OwnerId::digest`]).
     pub owner: Option<String>,
+}
+
+/// A writer of whom nothing more is known: what an engine fills in, and
+/// leaves the rest of (`..HolderRecord::default()`).
+impl Default for HolderRecord {
+    fn default() -> Self {
+        HolderRecord {
+            label: None,
+            mode: Mode::Write,
+            fence: None,
+            slot: None,
+            since: None,
+            lease_ends: None,
+            owner: None,
+        }
+    }
 }
 
 /// One waiting request; `None` as for [`HolderRecord`].

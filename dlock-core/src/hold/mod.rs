@@ -185,6 +185,13 @@ impl Hold {
         acquired: &tracing::Span,
     ) -> Arc<Hold> {
         req.fence = grant.fence;
+        if req.permits().is_some() {
+            req.slot = group
+                .engine
+                .serving(&req)
+                .ok()
+                .and_then(|serving| serving.slot(&req));
+        }
         let span = trace::hold(&req, &group.engine_name, acquired);
         let counts = match req.mode {
             Mode::Write => Counts { writes: 1, reads: 0 },

@@ -62,6 +62,9 @@ pub struct Capabilities {
     pub waiter_ttl: Option<Duration>,
     /// The [`Semaphores`](super::Semaphores) facet.
     pub semaphore: bool,
+    /// Permits in slots, each fenced on its own
+    /// ([`Semaphores::slots`](super::Semaphores::slots)).
+    pub slots: bool,
     /// The [`Inspect`](super::Inspect) and [`List`](super::List) facets.
     pub records: Records,
     /// Whether a record shows the hold's fence
@@ -102,6 +105,7 @@ impl Capabilities {
             lease_unit,
             waiter_ttl,
             semaphore: semaphores.is_some(),
+            slots: semaphores.is_some_and(|semaphores| semaphores.slots()),
             records: match (&inspect, &list) {
                 (None, _) => Records::None,
                 (Some(_), None) => Records::ByName,
@@ -136,10 +140,10 @@ impl Capabilities {
             self.fencing.as_str(),
             self.expiry.as_str(),
             self.lease_unit,
-            if self.semaphore {
-                "semaphores"
-            } else {
-                "no semaphores"
+            match (self.semaphore, self.slots) {
+                (true, true) => "semaphores in slots",
+                (true, false) => "semaphores",
+                (false, _) => "no semaphores",
             },
             self.records.as_str(),
             match self.records != Records::None && !self.fence_in_records {

@@ -139,6 +139,17 @@ pub trait Lifecycle: Send + Sync {
         let _ = req;
         None
     }
+
+    /// The slot a granted permit holds, `0..count`: no other holder has it
+    /// meanwhile, and its holders' fences rise, so a store that keeps the
+    /// greatest token per (resource, slot) refuses a holder whose slot was
+    /// given to another. Asked once, after the grant; the engine keeps it
+    /// in the request's state. `None`, the default: a lock's lifecycle, or
+    /// permits without slots ([`Semaphores::slots`](super::Semaphores::slots)).
+    fn slot(&self, req: &Request) -> Option<u32> {
+        let _ = req;
+        None
+    }
 }
 
 /// A lifecycle borrowed is the same lifecycle: a wrapper hands out
@@ -171,6 +182,10 @@ impl<T: Lifecycle + ?Sized> Lifecycle for &T {
 
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
         (**self).revoked(req)
+    }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        (**self).slot(req)
     }
 }
 
@@ -222,6 +237,7 @@ impl<T: Lifecycle + ?Sized> Lifecycle for &T {
 ///     async fn release(&self, req: &Request) -> Result<bool, EngineError> { self.inner.release(req).await }
 ///     fn lost(&self, req: &Request) -> Option<LostSignal> { self.inner.lost(req) }
 ///     fn revoked(&self, req: &Request) -> Option<RevokedSignal> { self.inner.revoked(req) }
+///     fn slot(&self, req: &Request) -> Option<u32> { self.inner.slot(req) }
 /// }
 ///
 /// let counted = Arc::new(Counted {

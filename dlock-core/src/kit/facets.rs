@@ -55,6 +55,15 @@ pub trait Semaphores: Send + Sync {
     /// The lifecycle of a permit of a semaphore of `count` permits, for
     /// one call: cheap to make.
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_>;
+
+    /// Whether each permit is one of `count` slots that its lifecycle names
+    /// ([`Lifecycle::slot`]), held by one holder at a time, with fences
+    /// that rise across the slot's holders: what a store fencing a pool of
+    /// `count` resources keys on. `false`, the default: one fence across
+    /// all permits, which no store can use to refuse a stale holder.
+    fn slots(&self) -> bool {
+        false
+    }
 }
 
 /// Records by name: who holds and who waits for one lock or semaphore.

@@ -89,6 +89,10 @@ pub struct Request {
     /// The fencing token this request was granted; 0 until then. The core
     /// sets it before it asks the engine to renew, downgrade or release.
     pub fence: u64,
+    /// The slot a granted permit holds, `0..count` (see
+    /// [`Lifecycle::slot`](super::Lifecycle::slot)); `None` for a lock, a
+    /// campaign, or an engine without slots. The core sets it with `fence`.
+    pub slot: Option<u32>,
     state: Arc<OnceLock<Box<dyn Any + Send + Sync>>>,
 }
 
@@ -103,6 +107,7 @@ impl Request {
             lease,
             try_once: false,
             fence: 0,
+            slot: None,
             state: Arc::default(),
         }
     }
@@ -157,6 +162,7 @@ impl std::fmt::Debug for Request {
             .field("lease", &self.lease)
             .field("try_once", &self.try_once)
             .field("fence", &self.fence)
+            .field("slot", &self.slot)
             .finish()
     }
 }

@@ -209,11 +209,22 @@ impl Lifecycle for Faults {
     fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
         self.inner.serving(req).ok()?.revoked(req)
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        self.inner.serving(req).ok()?.slot(req)
+    }
 }
 
 impl Semaphores for Faults {
     fn permits(&self, _count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(self)
+    }
+
+    fn slots(&self) -> bool {
+        self.inner
+            .facets()
+            .semaphores
+            .is_some_and(|semaphores| semaphores.slots())
     }
 }
 

@@ -150,6 +150,14 @@ impl Harness {
             .await;
     }
 
+    /// Checks that a permit of semaphore `name` names no slot, as its
+    /// engine declares.
+    pub async fn assert_no_slot(&self, name: &str) {
+        let permit = self.semaphore(name, 2).acquire().await.expect("a permit");
+        assert_eq!(permit.slot(), None, "a slot from an engine that declares none");
+        permit.release().await.expect("release");
+    }
+
     /// Checks that inspecting lock `name` is refused as `Unsupported`.
     pub async fn assert_records_refused(&self, name: &str) {
         self.assert_unsupported("inspecting a lock", self.lock(name).inspect())
@@ -175,6 +183,10 @@ impl Harness {
             Need::Semaphore if !capabilities.semaphore => {
                 self.assert_semaphore_refused(case).await;
                 Some("no semaphores (Unsupported checked)")
+            }
+            Need::Slots if !capabilities.slots => {
+                self.assert_no_slot(case).await;
+                Some("permits without slots: one fence across them (no slot checked)")
             }
             Need::Records if capabilities.records == Records::None => {
                 self.assert_records_refused(case).await;
@@ -232,6 +244,8 @@ pub enum Need {
     Lease,
     /// Semaphores.
     Semaphore,
+    /// Permits in slots, each fenced on its own.
+    Slots,
     /// Records of who holds and waits, by name.
     Records,
     /// Records of a whole group.
@@ -299,6 +313,7 @@ macro_rules! conformance_suite {
             semaphore_fences_rise [Semaphore, Fencing],
             semaphore_permit_of_an_abandoned_holder_returns [Semaphore, Lease],
             semaphore_holder_cut_off_learns_it_lost [Semaphore],
+            semaphore_slots_fence_a_pool [Semaphore, Fencing, Slots],
             records_show_holders_and_waiters [Records],
             records_show_every_sharing_holder [Records],
             records_never_show_an_owner_id [Records],

@@ -190,6 +190,7 @@ fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
                 since: line.since,
                 lease_ends: None,
                 owner: line.owner,
+                ..HolderRecord::default()
             });
         } else {
             view.waiters.push(WaiterRecord {

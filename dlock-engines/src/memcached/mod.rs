@@ -443,6 +443,10 @@ impl Semaphores for MemcachedEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
     }
+
+    fn slots(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]

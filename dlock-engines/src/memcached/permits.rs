@@ -35,12 +35,12 @@ impl Lifecycle for Permits<'_> {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.engine.remove(Permit::of(req).taken.get()).await.map(drop)
+        self.engine.remove(Permit::item(req)).await.map(drop)
     }
 
     /// The slot's item, and the count beside it, kept alive.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let held = Permit::of(req).taken.get();
+        let held = Permit::item(req);
         let extended = self.engine.extend(req, held).await?;
         if extended {
             self.engine.touch_count(req).await?;
@@ -49,20 +49,25 @@ impl Lifecycle for Permits<'_> {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.engine.remove(Permit::of(req).taken.get()).await
+        self.engine.remove(Permit::item(req)).await
     }
 
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        Permit::of(req).taken.get().map(|(_, slot)| *slot)
+    }
 }
 
 /// What a permit's request keeps: its semaphore's keys, and once granted,
-/// the slot's item, valued as a lock's is and then `\0<count>`.
+/// the slot's item, valued as a lock's is and then `\0<count>`, and the
+/// slot's number.
 struct Permit {
     base: String,
-    pub taken: OnceLock<Item>,
+    pub taken: OnceLock<(Item, u32)>,
 }
 
 impl Permit {
@@ -71,6 +76,11 @@ impl Permit {
             base: base_key(&req.key),
             taken: OnceLock::new(),
         })
+    }
+
+    /// The slot's item, once granted.
+    fn item(req: &Request) -> Option<&Item> {
+        Permit::of(req).taken.get().map(|(item, _)| item)
     }
 
     /// The count's item.
@@ -122,17 +132,14 @@ impl MemcachedEngine {
         if free.is_empty() {
             return waiting();
         }
-        let key = format!(
-            "{}#{}",
-            permit.base,
-            free[(req.owner.as_u128() % free.len() as u128) as usize]
-        );
+        let slot = free[(req.owner.as_u128() % free.len() as u128) as usize];
+        let key = format!("{}#{slot}", permit.base);
         let mut value = item_value(req, &self.label);
         value.extend_from_slice(format!("\0{n}").as_bytes());
         let Some((item, fence)) = self.add(key, value, req.lease).await? else {
             return waiting(); // another client took it first
         };
-        let _ = permit.taken.set(item);
+        let _ = permit.taken.set((item, slot as u32));
         Ok(Poll::Held(fence))
     }
 

@@ -35,11 +35,19 @@ async fn semaphore(engine: &MemcachedEngine, key: &LockKey, asked: u32) -> Resul
     let count = engine.call(command.as_bytes(), 1).await?.remove(0);
     let n = count.value.as_deref().and_then(count_of).unwrap_or(asked);
     let slots: Vec<String> = (0..n).map(|slot| format!("{base}#{slot}")).collect();
-    Ok(view(key, Some(n), holders(engine, &slots).await?))
+    let mut holders = holders(engine, &slots).await?;
+    for (slot, holder) in &mut holders {
+        holder.slot = Some(*slot as u32);
+    }
+    Ok(view(key, Some(n), holders))
 }
 
-/// The holders of `items`, in one round trip.
-async fn holders(engine: &MemcachedEngine, items: &[String]) -> Result<Vec<HolderRecord>, EngineError> {
+/// The holders of `items`, in one round trip, each with its item's place
+/// in `items`.
+async fn holders(
+    engine: &MemcachedEngine,
+    items: &[String],
+) -> Result<Vec<(usize, HolderRecord)>, EngineError> {
     let mut command = String::new();
     for item in items {
         let _ = write!(command, "mg {item} v t\r\n");
@@ -48,19 +56,20 @@ async fn holders(engine: &MemcachedEngine, items: &[String]) -> Result<Vec<Holde
     let now = SystemTime::now();
     Ok(replies
         .iter()
-        .filter_map(|found| {
+        .enumerate()
+        .filter_map(|(place, found)| {
             let left = found.flag('t').and_then(|t| t.parse().ok());
-            Some(holder(found.value.as_deref()?, left, now))
+            Some((place, holder(found.value.as_deref()?, left, now)))
         })
         .collect())
 }
 
-fn view(key: &LockKey, permits: Option<u32>, holders: Vec<HolderRecord>) -> LockView {
+fn view(key: &LockKey, permits: Option<u32>, holders: Vec<(usize, HolderRecord)>) -> LockView {
     LockView {
         group: key.group().to_owned(),
         name: key.name().to_owned(),
         permits,
-        holders,
+        holders: holders.into_iter().map(|(_, holder)| holder).collect(),
         waiters: Vec::new(),
     }
 }
@@ -85,6 +94,7 @@ fn holder(value: &[u8], left: Option<u64>, now: SystemTime) -> HolderRecord {
         // The item's end: when the lock is free unless renewed.
         lease_ends: left.map(|left| now + Duration::from_secs(left)),
         owner: owner_of(value).map(|owner| owner.digest()),
+        ..HolderRecord::default()
     }
 }
 

@@ -83,6 +83,8 @@ struct Holder {
     owner: OwnerId,
     mode: Mode,
     fence: u64,
+    /// A permit's slot: the lowest free when granted.
+    slot: Option<u32>,
     since: SystemTime,
     expires: Instant,
     /// Asked to let go.
@@ -227,6 +229,7 @@ impl Holds<'_> {
                     owner: req.owner,
                     mode: req.mode,
                     fence: *last_fence,
+                    slot: state.permits.map(|_| state.free_slot()),
                     since: SystemTime::now(),
                     expires: now + req.lease,
                     revoked: false,
@@ -353,6 +356,16 @@ impl LockState {
             .find(|h| h.owner == owner)
     }
 
+    /// The lowest slot no permit holder has (a grant means one is free).
+    fn free_slot(&self) -> u32 {
+        let mut taken: Vec<u32> = self.shared.iter().filter_map(|h| h.slot).collect();
+        taken.sort_unstable();
+        (0..)
+            .zip(&taken)
+            .find(|(free, slot)| free != *slot)
+            .map_or(taken.len() as u32, |(free, _)| free)
+    }
+
     fn remove_holder(&mut self, owner: OwnerId) -> bool {
         if self.writer.as_ref().is_some_and(|w| w.owner == owner) {
             self.writer = None;
@@ -471,11 +484,19 @@ impl Lifecycle for Holds<'_> {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        self.with_lock(req, |state, _, _| state.holder(req.owner)?.slot)
+    }
 }
 
 impl Semaphores for MemoryEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(self.holds(Some(count)))
+    }
+
+    fn slots(&self) -> bool {
+        true
     }
 }
 
@@ -573,6 +594,7 @@ impl MemoryEngine {
             label: Some(self.label.clone()),
             mode: h.mode,
             fence: Some(h.fence),
+            slot: h.slot,
             since: Some(h.since),
             lease_ends: Some(wall + h.expires.saturating_duration_since(now)),
             owner: Some(h.owner.digest()),

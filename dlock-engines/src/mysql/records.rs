@@ -94,6 +94,7 @@ impl GateHolder {
             since: self.since,
             lease_ends: None,
             owner: self.owner,
+            ..HolderRecord::default()
         }
     }
 }
@@ -266,6 +267,7 @@ fn view(key: &LockKey, permits: Option<u32>, gate: Option<GateHolder>, rows: Vec
                 since: row.since,
                 lease_ends: row.expires,
                 owner: row.owner,
+                ..HolderRecord::default()
             });
         } else {
             view.waiters.push(WaiterRecord {

@@ -69,6 +69,7 @@ impl Seen {
             // is not visible to others.
             lease_ends: None,
             owner: self.owner,
+            ..HolderRecord::default()
         }
     }
 

@@ -77,6 +77,7 @@ pub(crate) fn view(
                 since,
                 lease_ends: hex(&ends).map(at),
                 owner,
+                ..HolderRecord::default()
             });
         } else {
             view.waiters.push(WaiterRecord {
@@ -103,6 +104,7 @@ fn lone_writer(gate: &str, deadline: u64, labels: &HashMap<String, String>) -> H
         since,
         lease_ends: Some(at(deadline)),
         owner,
+        ..HolderRecord::default()
     }
 }
 
@@ -197,6 +199,7 @@ mod tests {
                 since: Some(at(1_000_000)),
                 lease_ends: Some(at(now + 500)),
                 owner: Some(owner),
+                ..HolderRecord::default()
             }
         );
         // Past the deadline, within the retention: nobody holds.

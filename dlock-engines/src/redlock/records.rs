@@ -86,6 +86,7 @@ fn hold(copies: Vec<(&str, u64)>, quorum: usize, read_at: SystemTime) -> Option<
         owner: u128::from_str_radix(owner, 16)
             .ok()
             .map(|id| OwnerId::from_u128(id).digest()),
+        ..HolderRecord::default()
     })
 }
 

@@ -123,6 +123,7 @@ pub(super) fn lock_view(key: &LockKey, found: &[Found]) -> LockView {
                 since: Some(node.since),
                 lease_ends: None,
                 owner,
+                ..HolderRecord::default()
             });
         } else {
             view.waiters.push(WaiterRecord {
@@ -202,6 +203,7 @@ pub(super) fn semaphore_view(
                 since: Some(f.since),
                 lease_ends: None,
                 owner,
+                ..HolderRecord::default()
             }
         })
         .collect();

@@ -31,7 +31,8 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
         for h in &view.holders {
             table.add_row([
                 lock.clone(),
-                "holder".into(),
+                h.slot
+                    .map_or("holder".into(), |slot| format!("holder, slot {slot}")),
                 h.mode.as_str().into(),
                 text(&h.label),
                 text(&h.owner),

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock_core::kit::{Kind, Request};
+use dlock_core::kit::{Expiry, Kind, Records, Request};
 use dlock_core::{Error, Guard, Mode, Semaphore};
 use tokio::sync::Barrier;
 
 use super::{
     Asking, LONG_LEASE, Queue, a_waiter_keeps_its_turn, cut_off_holder_learns_it_lost, free_now,
-    in_a_task_of_its_own, raw_request, served_after_abandoned, within,
+    in_a_task_of_its_own, raw_request, released_lost, served_after_abandoned, within,
 };
 use crate::conformance::{Harness, Occupancy};
 
@@ -284,4 +284,82 @@ pub async fn semaphore_holder_cut_off_learns_it_lost(h: &Harness) {
     let held = semaphore.acquire().await.expect("acquire");
     let next = h.peer_semaphore("lost-cut", 1);
     cut_off_holder_learns_it_lost(h, held, semaphore.acquire(), next.acquire()).await;
+}
+
+/// A store fencing a pool of resources, one per slot: it keeps the greatest
+/// token each slot has seen and refuses a lower one.
+#[derive(Default)]
+struct PerSlotStore(std::sync::Mutex<std::collections::HashMap<u32, u64>>);
+
+impl PerSlotStore {
+    /// Whether a write under `slot` and `fence` lands.
+    fn write(&self, (slot, fence): (Option<u32>, u64)) -> bool {
+        let slot = slot.expect("a permit in a slot");
+        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let greatest = seen.entry(slot).or_default();
+        let lands = fence >= *greatest;
+        *greatest = (*greatest).max(fence);
+        lands
+    }
+}
+
+fn token(guard: &Guard) -> (Option<u32>, u64) {
+    (guard.slot(), guard.fence())
+}
+
+/// Each permit is one of its semaphore's slots: three holders hold slots
+/// 0, 1 and 2 (the records say so too), and a store that keeps the
+/// greatest token per slot takes all their writes. One, cut off past its
+/// lease, learns it lost; the next client gets its slot with a greater
+/// fence and writes; the cut-off holder's late write under its old token
+/// is refused, and the others, sound all along, are never refused.
+pub async fn semaphore_slots_fence_a_pool(h: &Harness) {
+    let ours = h.semaphore("slots", 3).with_lease(Duration::from_secs(1));
+    let peers = h.peer_semaphore("slots", 3);
+    let cut = ours.acquire().await.expect("acquire");
+    let sound = [held_elsewhere(&peers).await, held_elsewhere(&peers).await];
+    let mut slots: Vec<Option<u32>> = std::iter::once(&cut).chain(&sound).map(Guard::slot).collect();
+    slots.sort();
+    assert_eq!(slots, [Some(0), Some(1), Some(2)], "three holders, three slots");
+    if h.capabilities().records != Records::None {
+        let view = ours.inspect().await.expect("inspect");
+        let mut shown: Vec<Option<u32>> = view.holders.iter().map(|holder| holder.slot).collect();
+        shown.sort();
+        assert_eq!(shown, slots, "the records' slots");
+    }
+    let store = PerSlotStore::default();
+    assert!(
+        std::iter::once(&cut)
+            .chain(&sound)
+            .all(|guard| store.write(token(guard)))
+    );
+
+    let (lost, old) = (cut.lost(), token(&cut));
+    h.faults.set_cut(true);
+    within(Duration::from_secs(3), "lost signal", lost).await;
+    let mut cut = Some(cut);
+    // Where a session rather than a lease keeps the permit, it goes when
+    // the lost holder lets go.
+    if h.capabilities().expiry != Expiry::Lease {
+        h.faults.set_cut(false);
+        released_lost(cut.take()).await;
+    }
+    let next = within(
+        Duration::from_secs(5),
+        "the next client served",
+        held_elsewhere(&peers),
+    )
+    .await;
+    assert_eq!(next.slot(), old.0, "the next holder takes the slot let go");
+    assert!(next.fence() > old.1, "the slot's fence rises");
+    assert!(store.write(token(&next)), "the slot's new holder was refused");
+    assert!(!store.write(old), "the cut-off holder's late write landed");
+    for guard in &sound {
+        assert!(store.write(token(guard)), "a sound holder was refused");
+    }
+    h.faults.set_cut(false);
+    released_lost(cut).await;
+    for guard in sound.into_iter().chain([next]) {
+        guard.release().await.expect("release");
+    }
 }
