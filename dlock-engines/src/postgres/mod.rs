@@ -381,6 +381,10 @@ impl Semaphores for PostgresEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
     }
+
+    fn slots(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]

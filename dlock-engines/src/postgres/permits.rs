@@ -66,6 +66,10 @@ impl Lifecycle for Permits<'_> {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         Some(Box::pin(Permit::of(req).held_on()?.0.dropped()))
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        Permit::of(req).slot().as_ref().map(|slot| slot.number)
+    }
 }
 
 /// A permit request: the turnstile's hold while it queues, then its slot.
@@ -79,6 +83,8 @@ pub(super) struct Permit {
 
 struct Slot {
     conn: Arc<Conn>,
+    /// Which of the semaphore's slots, `0..count`.
+    number: u32,
     key: i64,
     fence: u64,
 }
@@ -215,7 +221,12 @@ async fn step(pool: Arc<Pool>, permit: &Permit, req: &Request, count: u32) -> Re
                 conn.give_back(key, Mode::Write).await?;
                 return Err(e);
             }
-            *permit.slot() = Some(Slot { conn, key, fence });
+            *permit.slot() = Some(Slot {
+                conn,
+                number: slot,
+                key,
+                fence,
+            });
             let_turnstile_go(permit, &keys).await?;
             return Ok(Poll::Held(fence));
         }

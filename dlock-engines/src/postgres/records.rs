@@ -91,15 +91,12 @@ pub(super) async fn inspect(
     key: &LockKey,
     permits: Option<u32>,
 ) -> Result<LockView, EngineError> {
-    let (keys, turnstile) = match permits {
+    let (keys, semaphore) = match permits {
         None => (vec![advisory_key(key)], None),
         Some(count) => {
             let keys = Keys::of(key);
             let slots = (0..count).map(|slot| keys.slot(slot));
-            (
-                std::iter::once(keys.turnstile).chain(slots).collect(),
-                Some(keys.turnstile),
-            )
+            (std::iter::once(keys.turnstile).chain(slots).collect(), Some(keys))
         }
     };
     let mut waited = false;
@@ -115,7 +112,7 @@ pub(super) async fn inspect(
             tokio::time::sleep(RECORD_WAIT).await;
             continue;
         }
-        return Ok(view(key.group(), key.name(), permits, turnstile, seen));
+        return Ok(view(key.group(), key.name(), permits, semaphore.as_ref(), seen));
     }
 }
 
@@ -132,17 +129,22 @@ pub(super) async fn list(pool: &Pool, group: &str) -> Result<Vec<LockView>, Engi
     }
     let views = by_lock.into_iter().map(|((name, permits), seen)| {
         // A row's group and name made a key once, so they make one again.
-        let turnstile =
-            permits.and_then(|_| Some(Keys::of(&LockKey::new(group, name.as_str()).ok()?).turnstile));
-        view(group, &name, permits, turnstile, seen)
+        let keys = permits.and_then(|_| Some(Keys::of(&LockKey::new(group, name.as_str()).ok()?)));
+        view(group, &name, permits, keys.as_ref(), seen)
     });
     Ok(views.collect())
 }
 
 /// The view of one lock from its locks in `pg_locks`, holders first, then
-/// waiters in the order they joined. A semaphore's turnstile is its line:
-/// its holder waits for a slot, first.
-fn view(group: &str, name: &str, permits: Option<u32>, turnstile: Option<i64>, seen: Vec<Seen>) -> LockView {
+/// waiters in the order they joined. A semaphore (`keys`) holds its slots'
+/// locks, each holder's slot the one its key is; its turnstile is its
+/// line: its holder waits for a slot, first.
+fn view(group: &str, name: &str, permits: Option<u32>, keys: Option<&Keys>, seen: Vec<Seen>) -> LockView {
+    let turnstile = keys.map(|keys| keys.turnstile);
+    let slot_of = |key: i64| {
+        let keys = keys?;
+        (0..permits?).find(|&slot| keys.slot(slot) == key)
+    };
     let mut view = LockView {
         group: group.to_owned(),
         name: name.to_owned(),
@@ -152,7 +154,11 @@ fn view(group: &str, name: &str, permits: Option<u32>, turnstile: Option<i64>, s
     };
     for seen in seen {
         if seen.granted && Some(seen.key) != turnstile {
-            view.holders.push(seen.holder());
+            let slot = slot_of(seen.key);
+            view.holders.push(HolderRecord {
+                slot,
+                ..seen.holder()
+            });
         } else {
             view.waiters.push(seen.waiter());
         }
@@ -180,19 +186,23 @@ mod tests {
 
     #[test]
     fn a_semaphores_turnstile_is_its_line_and_a_grant_without_its_row_has_no_fence_or_time() {
+        let keys = Keys::of(&LockKey::new("g", "n").unwrap());
         let seen = vec![
-            seen(1, true, Some(7)),
-            seen(0, true, Some(5)),
-            seen(2, true, None),
-            seen(0, false, None),
+            seen(keys.slot(1), true, Some(7)),
+            seen(keys.turnstile, true, Some(5)),
+            seen(keys.slot(0), true, None),
+            seen(keys.turnstile, false, None),
         ];
-        let view = view("g", "n", Some(2), Some(0), seen);
+        let view = view("g", "n", Some(2), Some(&keys), seen);
         assert_eq!(view.holders.len(), 2, "{view:?}");
         assert_eq!(
-            (view.holders[0].fence, view.holders[0].since),
-            (Some(7), Some(SystemTime::UNIX_EPOCH))
+            (view.holders[0].fence, view.holders[0].since, view.holders[0].slot),
+            (Some(7), Some(SystemTime::UNIX_EPOCH), Some(1))
         );
-        assert_eq!((view.holders[1].fence, view.holders[1].since), (None, None));
+        assert_eq!(
+            (view.holders[1].fence, view.holders[1].since, view.holders[1].slot),
+            (None, None, Some(0))
+        );
         assert_eq!(
             view.waiters.len(),
             2,
