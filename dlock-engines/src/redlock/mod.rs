@@ -552,6 +552,10 @@ impl Semaphores for RedLockEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
     }
+
+    fn slots(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]

@@ -64,6 +64,11 @@ impl Lifecycle for Permits<'_> {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+
+    /// Asked after the grant, when the slot last tried is the one held.
+    fn slot(&self, req: &Request) -> Option<u32> {
+        *SlotState::of(req).lock()
+    }
 }
 
 /// A semaphore's keys, the same on every master.

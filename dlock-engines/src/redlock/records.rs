@@ -32,6 +32,7 @@ pub(super) fn view(
         .filter_map(|slot| {
             let copies = replies.iter().flatten().filter_map(|r| copy(r, slot as usize));
             let mut holder = hold(copies.collect(), quorum, read_at)?;
+            holder.slot = count.map(|_| slot);
             if let (Some(count), Some(token)) = (count, holder.fence) {
                 holder.fence = Some(per_slot(token, slot, count));
             }
