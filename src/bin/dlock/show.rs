@@ -95,4 +95,28 @@ mod tests {
         assert_eq!(span(ms(245_000)), "4m05s");
         assert_eq!(span(ms(7_380_000)), "2h03m");
     }
+
+    #[test]
+    fn a_permit_holder_shows_its_slot() {
+        let now = SystemTime::now();
+        let holder = |slot| dlock::HolderRecord {
+            slot,
+            fence: Some(7),
+            ..dlock::HolderRecord::default()
+        };
+        let view = LockView {
+            group: "export".into(),
+            name: "acme".into(),
+            permits: Some(2),
+            holders: vec![holder(Some(1)), holder(None)],
+            waiters: Vec::new(),
+        };
+        let shown = table(&[view], now);
+        let rows: Vec<&str> = shown.lines().skip(1).collect();
+        assert!(rows[0].contains("holder, slot 1"), "{shown}");
+        assert!(
+            rows[1].contains("holder ") && !rows[1].contains("slot"),
+            "{shown}"
+        );
+    }
 }
