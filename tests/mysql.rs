@@ -30,6 +30,15 @@ fn config(server: &MariaDb) -> MysqlConfig {
     }
 }
 
+/// An engine on `server`, with the table made.
+async fn engine(server: &MariaDb) -> Arc<dyn Engine> {
+    Arc::new(
+        MysqlEngine::connect("my", &config(server))
+            .await
+            .expect("connect"),
+    )
+}
+
 fn rows(server: &MariaDb, filter: &str) -> usize {
     let sql = format!("SELECT COUNT(*) FROM {DATABASE}.dlock_queue {filter}");
     server.sql(&sql).parse().expect("count")
@@ -277,11 +286,7 @@ async fn gate_writers_and_table_readers_never_overlap() {
 async fn a_local_queue_sends_one_waiter_per_lock() {
     let fixture = Mysql::start();
     let server = &fixture.server;
-    let engine: Arc<dyn Engine> = Arc::new(
-        MysqlEngine::connect("my", &config(server))
-            .await
-            .expect("connect"),
-    );
+    let engine = engine(server).await;
     let settings = Settings {
         queue: Queue::Local,
         ..Settings::default()
@@ -584,11 +589,7 @@ async fn a_record_left_under_a_reused_session_id_is_not_the_new_holds() {
     use mysql_async::prelude::Queryable;
     let fixture = Mysql::start();
     let server = &fixture.server;
-    let engine: Arc<dyn Engine> = Arc::new(
-        MysqlEngine::connect("my", &config(server))
-            .await
-            .expect("connect"),
-    );
+    let engine = engine(server).await;
     let records = engine.facets().inspect.expect("records");
     let mut reader = mysql_async::Conn::new(mysql_async::Opts::from_url(server.url().as_str()).expect("url"))
         .await
