@@ -287,8 +287,9 @@ impl RedisEngine {
         let watching = channel.as_deref().and_then(|c| self.notifier.existing(c));
         let join = if queue { "1" } else { "0" };
         let (owner, lease) = (req.owner.to_string(), millis(req.lease));
-        // The answer, and for a semaphore when its first holder's lease ends.
-        let (answer, expires): (i64, i64) = match permits {
+        // The answer, and for a semaphore when its first holder's lease
+        // ends and the slot it granted.
+        let (answer, expires, slot): (i64, i64, i64) = match permits {
             Some(n) => {
                 let args = (owner, "acquire", n, lease, join, &self.id, &self.labels.reference);
                 self.eval(&self.scripts.semaphore, &record, args).await
@@ -301,7 +302,7 @@ impl RedisEngine {
                 let args = (owner, mode, lease, join, &self.id, &self.labels.reference);
                 self.eval(&self.scripts.acquire, &record, args)
                     .await
-                    .map(|fence| (fence, -1))
+                    .map(|fence| (fence, -1, -1))
             }
         }
         .map_err(EngineError::failed)?;
@@ -311,6 +312,9 @@ impl RedisEngine {
         }
         if answer > 0 {
             if self.replicated().await? {
+                if let Ok(slot) = u32::try_from(slot) {
+                    *permits::Slot::of(req).lock() = Some(slot);
+                }
                 return Ok(Poll::Held(answer as u64));
             }
             // Too few replicas have it: a failover now could forget it.
@@ -585,6 +589,10 @@ impl Lifecycle for RedisEngine {
 impl Semaphores for RedisEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
+    }
+
+    fn slots(&self) -> bool {
+        true
     }
 }
 

@@ -1,9 +1,14 @@
 //! A semaphore's permits: their own lifecycle, beside the lock of their
 //! name, one script (`scripts/semaphore.lua`) for every call.
 
-use dlock_core::kit::{EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, async_trait};
+use dlock_core::kit::{
+    EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, RequestState, async_trait,
+};
 
 use super::{RedisEngine, keys, millis};
+
+/// The slot the script granted a permit (`s:<owner>` in the record).
+pub(super) type Slot = RequestState<u32>;
 
 /// The lifecycle of a permit of a semaphore of `count` permits.
 pub(super) struct Permits<'a> {
@@ -46,5 +51,9 @@ impl Lifecycle for Permits<'_> {
     /// cannot be revoked, so it hears nothing else either.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        *Slot::of(req).lock()
     }
 }

@@ -9,9 +9,9 @@ use dlock_core::kit::OwnerId;
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
 
 /// What the script returns: a semaphore's count, and `(role, mode, owner,
-/// fence, since, ends, label)` per record.
+/// fence, since, ends, label, slot)` per record.
 pub(crate) type Reply = (String, Vec<Entry>);
-type Entry = (String, String, String, String, String, String, String);
+type Entry = (String, String, String, String, String, String, String, String);
 
 // A gate's fields (see head.lua), fixed-width, so read by place: the last
 // token, the retention (`~` form), the form, the writer's id, when it was
@@ -66,7 +66,7 @@ pub(crate) fn view(
             return view;
         }
     };
-    for (role, mode, owner, fence, since, ends, label) in entries {
+    for (role, mode, owner, fence, since, ends, label, slot) in entries {
         let mode = if mode == "r" { Mode::Read } else { Mode::Write };
         let (label, since, owner) = common(labels, &owner, &since, &label);
         if role == "h" {
@@ -77,7 +77,7 @@ pub(crate) fn view(
                 since,
                 lease_ends: hex(&ends).map(at),
                 owner,
-                ..HolderRecord::default()
+                slot: slot.parse().ok(),
             });
         } else {
             view.waiters.push(WaiterRecord {

@@ -4,35 +4,39 @@
 --          node: in a cluster, of one slot)
 -- returns  one {count, records} per key: a semaphore's count ('' for a
 --          lock or an unknown count), and one
---          {role, mode, owner, fence, since, ends, label} per holder (role
---          'h') and live waiter ('w', first in line first), in the stored
---          hex, '' where a field is not kept (see head.lua and
---          semaphore.lua for the forms; label is the label's reference)
+--          {role, mode, owner, fence, since, ends, label, slot} per holder
+--          (role 'h') and live waiter ('w', first in line first), in the
+--          stored hex (a permit's slot in decimal), '' where a field is not
+--          kept (see head.lua and semaphore.lua for the forms; label is the
+--          label's reference)
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
 
--- A record `<fence> <since> <label>`, or nothing, added to `out`.
-local function add(out, role, mode, owner, ends, record)
+-- A record `<fence> <since> <label>`, or nothing, added to `out`, with a
+-- permit's slot.
+local function add(out, role, mode, owner, ends, record, slot)
   local fence, since, label = string.match(record or '', '^(%x+) (%x+) (.*)$')
   if role == 'w' then
     fence = ''
   end
-  out[#out + 1] = {role, mode, owner, fence or '', since or '', ends, label or ''}
+  out[#out + 1] = {role, mode, owner, fence or '', since or '', ends, label or '', slot or ''}
 end
 
 -- The live members of a sorted set scored by deadline, each with the
--- record kept in hash `records` under `field` and its id.
-local function holders(out, set, mode, records, field)
+-- record kept in hash `records` under `field` and its id, and for a
+-- semaphore's (`slots`) the slot kept under `s:` and the id.
+local function holders(out, set, mode, records, field, slots)
   local held = redis.call('ZRANGEBYSCORE', set, '(' .. now, '+inf', 'WITHSCORES')
   for i = 1, #held, 2 do
-    add(out, 'h', mode, held[i], string.format('%x', held[i + 1]), redis.call('HGET', records, field .. held[i]))
+    local slot = slots and redis.call('HGET', records, 's:' .. held[i])
+    add(out, 'h', mode, held[i], string.format('%x', held[i + 1]), redis.call('HGET', records, field .. held[i]), slot)
   end
 end
 
 local function inspect(key)
   local out = {}
   if string.sub(key, -2) == ':s' then
-    holders(out, key .. ':h', 'w', key, 'i:')
+    holders(out, key .. ':h', 'w', key, 'i:', true)
     for _, owner in ipairs(redis.call('LRANGE', key .. ':q', 0, -1)) do
       if redis.call('EXISTS', key .. ':a:' .. owner) == 1 then
         add(out, 'w', 'w', owner, '', redis.call('HGET', key, 'i:' .. owner))
@@ -51,7 +55,7 @@ local function inspect(key)
     end
     if deadline > now then
       out[1] = {'h', 'w', string.sub(value, 27, 58), string.sub(value, 1, 14), string.sub(value, 59, 69),
-        string.format('%x', deadline), string.sub(value, 70)}
+        string.format('%x', deadline), string.sub(value, 70), ''}
     end
   end
   -- A gate with nobody else about is the whole lock: readers, the readers

@@ -3,7 +3,8 @@
 -- KEYS[1]  the record `<prefix>:s`, a hash: `n`, the count its holders and
 --          waiters use; `f`, the last fencing token; `i:<owner>`, each
 --          holder's and waiter's record, `<fence> <since> <label>` (hex,
---          fence 0 while waiting, since in server ms). Beside it, under the
+--          fence 0 while waiting, since in server ms); `s:<owner>`, each
+--          holder's slot, the lowest no live holder had. Beside it, under the
 --          same hash tag: `:s:h`, the holders (a sorted set scored by each
 --          one's deadline, server ms), `:s:q`, the queue (a list of owner
 --          ids), `:s:a:<owner>`, each queued waiter's liveness key (`<lease
@@ -15,11 +16,11 @@
 -- ARGV[5]  acquire: "1" to join the queue if not granted, "0" to try once
 -- ARGV[6]  acquire: the caller's engine id
 -- ARGV[7]  acquire: the caller's label
--- returns  acquire: {fence, 0} when granted (fence > 0); {0, ms} when not,
---          ms until the first holder's lease ends (-1: no holder), when a
---          waiter should look again unless woken first; {-count in use, 0}
---          when the caller's count differs. Renew, release and cancel: 1 if
---          the caller held a permit, 0 if not
+-- returns  acquire: {fence, 0, slot} when granted (fence > 0); {0, ms, -1}
+--          when not, ms until the first holder's lease ends (-1: no
+--          holder), when a waiter should look again unless woken first;
+--          {-count in use, 0, -1} when the caller's count differs. Renew,
+--          release and cancel: 1 if the caller held a permit, 0 if not
 --
 -- The record carries the count only while a holder or waiter lives: an
 -- idle semaphore takes whatever count comes next. The record outlives the
@@ -33,8 +34,29 @@ local now = time[1] * 1000 + math.floor(time[2] / 1000)
 local function drop_expired()
   for _, owner in ipairs(redis.call('ZRANGEBYSCORE', holders, '-inf', now)) do
     redis.call('ZREM', holders, owner)
-    redis.call('HDEL', record, 'i:' .. owner)
+    redis.call('HDEL', record, 'i:' .. owner, 's:' .. owner)
   end
+end
+
+-- The lowest slot no live holder has.
+local function free_slot()
+  local live, used = redis.call('ZRANGEBYSCORE', holders, '(' .. now, '+inf'), {}
+  if #live > 0 then
+    local fields = {}
+    for i, owner in ipairs(live) do
+      fields[i] = 's:' .. owner
+    end
+    for _, slot in ipairs(redis.call('HMGET', record, unpack(fields))) do
+      if slot then
+        used[tonumber(slot)] = true
+      end
+    end
+  end
+  local slot = 0
+  while used[slot] do
+    slot = slot + 1
+  end
+  return slot
 end
 
 -- With nobody queued (an empty list does not exist, and a queued caller is
@@ -46,7 +68,7 @@ if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 the
   if op == 'release' then
     drop_expired()
     local held = redis.call('ZREM', holders, me)
-    redis.call('HDEL', record, 'i:' .. me)
+    redis.call('HDEL', record, 'i:' .. me, 's:' .. me)
     redis.call('PEXPIRE', record, math.max(redis.call('PTTL', holders), 0) + retain)
     return held
   end
@@ -54,12 +76,13 @@ if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 the
   local kept = redis.call('HMGET', record, 'n', 'f')
   local in_use, count = tonumber(kept[1]), redis.call('ZCOUNT', holders, '(' .. now, '+inf')
   if in_use and in_use ~= n and count > 0 then
-    return {-in_use, 0}
+    return {-in_use, 0, -1}
   end
   if count < n then
     local fence = math.max(time[1] * 1000000 + time[2], (tonumber(kept[2]) or 0) + 1)
+    local slot = free_slot()
     redis.call('HSET', record, 'n', n, 'f', string.format('%d', fence),
-      'i:' .. me, string.format('%x %x %s', fence, now, ARGV[7]))
+      'i:' .. me, string.format('%x %x %s', fence, now, ARGV[7]), 's:' .. me, slot)
     -- With no live holder, the holders' key lives no longer than its dead.
     local ttl = count > 0 and redis.call('PTTL', holders) or 0
     redis.call('ZADD', holders, now + lease, me)
@@ -68,7 +91,7 @@ if (op == 'acquire' or op == 'release') and redis.call('EXISTS', queue) == 0 the
       ttl = lease
     end
     redis.call('PEXPIRE', record, ttl + retain)
-    return {fence, 0}
+    return {fence, 0, slot}
   end
 end
 drop_expired()
@@ -124,7 +147,7 @@ if op == 'acquire' then
     -- gave it is gone (the dead waiters are dropped to see).
     first_live(redis.call('LLEN', queue))
     if in_use and (redis.call('ZCARD', holders) > 0 or redis.call('LLEN', queue) > 0) then
-      return {-in_use, 0}
+      return {-in_use, 0, -1}
     end
     redis.call('HSET', record, 'n', n)
   end
@@ -151,20 +174,22 @@ if op == 'acquire' then
       settle()
     end
     local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-    return {0, first[2] and (tonumber(first[2]) - now + 1) or -1}
+    return {0, first[2] and (tonumber(first[2]) - now + 1) or -1, -1}
   end
   if queued then
     redis.call('LREM', queue, 1, me)
     redis.call('DEL', alive(me))
   end
   local fence = math.max(time[1] * 1000000 + time[2], (tonumber(redis.call('HGET', record, 'f')) or 0) + 1)
-  redis.call('HSET', record, 'f', string.format('%d', fence), 'i:' .. me, string.format('%x %x %s', fence, now, ARGV[7]))
+  local slot = free_slot()
+  redis.call('HSET', record, 'f', string.format('%d', fence), 'i:' .. me, string.format('%x %x %s', fence, now, ARGV[7]),
+    's:' .. me, slot)
   redis.call('ZADD', holders, now + lease, me)
   if redis.call('PTTL', holders) < lease then
     redis.call('PEXPIRE', holders, lease)
   end
   settle()
-  return {fence, 0}
+  return {fence, 0, slot}
 end
 
 if op == 'renew' then
@@ -186,7 +211,7 @@ if op == 'cancel' then
   redis.call('DEL', alive(me))
 end
 local held = redis.call('ZREM', holders, me)
-redis.call('HDEL', record, 'i:' .. me)
+redis.call('HDEL', record, 'i:' .. me, 's:' .. me)
 wake_next()
 settle()
 return held
