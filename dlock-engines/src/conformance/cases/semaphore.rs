@@ -13,7 +13,7 @@ use super::{
     Asking, LONG_LEASE, Queue, a_waiter_keeps_its_turn, cut_off_holder_learns_it_lost, free_now,
     in_a_task_of_its_own, raw_request, released_lost, served_after_abandoned, within,
 };
-use crate::conformance::{Harness, Occupancy};
+use crate::conformance::{FencedRegister, Harness, Occupancy};
 
 /// Whether another task could take a permit of `semaphore` right now (and
 /// let it go).
@@ -286,20 +286,16 @@ pub async fn semaphore_holder_cut_off_learns_it_lost(h: &Harness) {
     cut_off_holder_learns_it_lost(h, held, semaphore.acquire(), next.acquire()).await;
 }
 
-/// A store fencing a pool of resources, one per slot: it keeps the greatest
-/// token each slot has seen and refuses a lower one.
+/// A store fencing a pool of resources: a [`FencedRegister`] per slot.
 #[derive(Default)]
-struct PerSlotStore(std::sync::Mutex<std::collections::HashMap<u32, u64>>);
+struct PerSlotStore(std::sync::Mutex<std::collections::HashMap<u32, FencedRegister>>);
 
 impl PerSlotStore {
     /// Whether a write under `slot` and `fence` lands.
     fn write(&self, (slot, fence): (Option<u32>, u64)) -> bool {
         let slot = slot.expect("a permit in a slot");
-        let mut seen = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let greatest = seen.entry(slot).or_default();
-        let lands = fence >= *greatest;
-        *greatest = (*greatest).max(fence);
-        lands
+        let mut registers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        registers.entry(slot).or_default().write(fence).is_ok()
     }
 }
 
