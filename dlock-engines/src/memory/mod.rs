@@ -485,8 +485,11 @@ impl Lifecycle for Holds<'_> {
         None
     }
 
+    /// A read: no expiry to apply, nobody to wake.
     fn slot(&self, req: &Request) -> Option<u32> {
-        self.with_lock(req, |state, _, _| state.holder(req.owner)?.slot)
+        let locks = self.engine.locks();
+        let state = locks.by_key.get(&(req.key.clone(), self.permits.is_some()))?;
+        state.shared.iter().find(|h| h.owner == req.owner)?.slot
     }
 }
 
