@@ -32,7 +32,8 @@
 //! (one lease read, asked only then).
 //!
 //! A semaphore is a prefix beside the lock's, in the same shape, the first
-//! N keys holding (`queue.rs`).
+//! N keys holding (`queue.rs`); each holder takes one of N slot keys
+//! beside it (`slots.rs`).
 //!
 //! **Elections** take the lock's prefix in the layout of
 //! `concurrency.Election` (`etcdctl elect`): a campaign's key holds the
@@ -82,6 +83,7 @@ mod records;
 pub use etcd_client;
 mod key_numbers;
 mod session;
+mod slots;
 mod tls;
 mod waiting;
 mod watches;
@@ -160,6 +162,8 @@ struct Contending {
     first: bool,
     /// Who was right behind it when it was granted, oldest first.
     successors: Vec<Successor>,
+    /// A permit's slot, once granted (`slots.rs`).
+    slot: Option<u32>,
 }
 
 /// A page of contenders read from the server.
@@ -217,6 +221,11 @@ impl EtcdEngine {
         self.prefix_of(&req.key, permits)
     }
 
+    /// Where a semaphore's slot keys live (`slots.rs`).
+    fn slots_prefix(&self, key: &LockKey) -> String {
+        slots::prefix(&key.path(&self.root))
+    }
+
     /// A lock's prefix, or a semaphore's beside it (`queue.rs`).
     fn prefix_of(&self, key: &LockKey, permits: Option<u32>) -> String {
         let tail = if permits.is_some() { "%permits/" } else { "/" };
@@ -267,6 +276,7 @@ impl EtcdEngine {
                         watch: None,
                         first: false,
                         successors: Vec::new(),
+                        slot: None,
                     });
                     let page = match page {
                         Some(page) => page,
@@ -438,15 +448,11 @@ impl EtcdEngine {
                 None => queue::turn(req.mode, &ahead, page.more),
             };
             match turn {
-                Turn::Held if permits.is_some() => {
-                    self.contending(req, |c| c.watch = None)?;
-                    if !page.behind.is_empty() {
-                        self.admitted(req, permits).await?;
-                    }
-                    let (ended, created) = self.contending(req, |c| (c.session.is_ended(), c.created))?;
-                    return Ok((!ended).then_some(Poll::Held(created as u64)));
-                }
                 Turn::Held => {
+                    if let Some(count) = permits {
+                        let behind = !page.behind.is_empty();
+                        return self.hold_permit(req, count, ahead.len() as u32, behind).await;
+                    }
                     let (ended, created) = self.contending(req, |c| {
                         c.watch = None;
                         c.first = first;
@@ -487,6 +493,31 @@ impl EtcdEngine {
                 },
             }
         }
+    }
+
+    /// A permit's turn: tells those `behind` it is admitted, then claims a
+    /// slot, trying first the count of holders ahead, most often free.
+    /// `None`: its key is gone.
+    async fn hold_permit(
+        &self,
+        req: &Request,
+        count: u32,
+        ahead: u32,
+        behind: bool,
+    ) -> Result<Option<Poll>, EngineError> {
+        self.contending(req, |c| c.watch = None)?;
+        if behind {
+            self.admitted(req, Some(count)).await?;
+        }
+        let (session, key, created) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
+        let (slots, line) = (self.slots_prefix(&req.key), self.prefix(req, Some(count)));
+        let Some(slot) = slots::claim(&session, &slots, &line, (&key, created), count, ahead).await? else {
+            return Ok(None);
+        };
+        self.contending(req, |c| c.slot = Some(slot))?;
+        // Never grant on a lease that may have run out.
+        Ok((!session.is_ended()).then_some(Poll::Held(created as u64)))
     }
 
     /// Tells the permit waiters behind that this one is admitted: the one
@@ -531,6 +562,7 @@ impl EtcdEngine {
             watch,
             first,
             successors,
+            slot,
         } = contending;
         // Handed the lock while the core was not listening: it holds.
         let (first, successors) = match watch.as_ref().map(|w| w.signal.borrow().clone()) {
@@ -538,14 +570,15 @@ impl EtcdEngine {
             _ => (first, successors),
         };
         drop(watch);
-        let release = release(&key, created, if first { &successors } else { &[] });
+        let slot = slot.map(|slot| format!("{}{slot}", self.slots_prefix(&req.key)));
+        let release = release(&key, created, if first { &successors } else { &[] }, slot);
         let attempt = move |session: &Session| {
             let mut client = session.kv();
             let release = release.clone();
             async move {
                 match release {
                     Release::Delete(key) => client.delete(key, None).await.map(|d| d.deleted() > 0),
-                    Release::Handoff(txn) => client.txn(txn).await.map(deleted),
+                    Release::Txn(txn) => client.txn(txn).await.map(deleted),
                 }
             }
         };
@@ -579,14 +612,23 @@ impl EtcdEngine {
 #[derive(Clone)]
 enum Release {
     Delete(String),
-    /// Deletes it, handing over in the same transaction.
-    Handoff(Txn),
+    /// Deletes it in a transaction that also hands over, or frees its slot.
+    Txn(Txn),
 }
 
 /// The release: delete `key`; with successors to hand over to, in one
 /// transaction, if `key` and theirs are still as created, rewrite theirs
-/// first, then delete it.
-fn release(key: &str, created: i64, successors: &[Successor]) -> Release {
+/// first, then delete it. A permit's slot key goes with it while it
+/// names `key` (`slots.rs`).
+fn release(key: &str, created: i64, successors: &[Successor], slot: Option<String>) -> Release {
+    if let Some(slot) = slot {
+        let delete = TxnOp::delete(key, None);
+        let txn = Txn::new()
+            .when([Compare::value(slot.as_str(), CompareOp::Equal, key)])
+            .and_then([delete.clone(), TxnOp::delete(slot, None)])
+            .or_else([delete]);
+        return Release::Txn(txn);
+    }
     let (targets, rest) = handoff::targets(successors);
     if targets.is_empty() {
         return Release::Delete(key.to_owned());
@@ -607,15 +649,15 @@ fn release(key: &str, created: i64, successors: &[Successor]) -> Release {
         ));
     }
     ops.push(delete.clone());
-    Release::Handoff(Txn::new().when(checks).and_then(ops).or_else([delete]))
+    Release::Txn(Txn::new().when(checks).and_then(ops).or_else([delete]))
 }
 
-/// Whether a release's transaction deleted the key.
+/// Whether a release's transaction deleted the key: its first delete.
 fn deleted(answer: TxnResponse) -> bool {
-    answer.op_responses().into_iter().any(|op| match op {
-        TxnOpResponse::Delete(deleted) => deleted.deleted() > 0,
-        _ => false,
-    })
+    answer.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Delete(deleted) => Some(deleted.deleted() > 0),
+        _ => None,
+    }) == Some(true)
 }
 
 /// Latest first, keys and values: the contenders ahead of a request.
@@ -864,11 +906,19 @@ impl Lifecycle for Permits<'_> {
     fn lost(&self, req: &Request) -> Option<LostSignal> {
         self.engine.session_ended(req)
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        self.engine.contending(req, |c| c.slot).ok().flatten()
+    }
 }
 
 impl Semaphores for EtcdEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
+    }
+
+    fn slots(&self) -> bool {
+        true
     }
 }
 
@@ -880,7 +930,8 @@ impl Inspect for EtcdEngine {
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let session = self.live().await?;
-        records::inspect(&session, key, permits, &self.prefix_of(key, permits)).await
+        let prefixes = (&self.prefix_of(key, permits)[..], &self.slots_prefix(key)[..]);
+        records::inspect(&session, key, permits, prefixes).await
     }
 }
 

@@ -2,7 +2,8 @@
 //! holders by the same turn logic that grants (`queue.rs`), the rest
 //! waiting in create-revision order. etcd keeps no time, so `since` is the
 //! client's clock written into the value; the hold ends with its session's
-//! lease, so no lease end is shown.
+//! lease, so no lease end is shown. A permit holder's slot is the slot
+//! key naming its key (`slots.rs`), read at the same revision.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -14,18 +15,40 @@ use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 use super::handoff::first_line;
 use super::queue::{self, Contender, PERMIT, READER, WRITER};
 use super::session::Session;
+use super::slots;
 
 /// Keys read per round trip while listing a group.
 const LIST_PAGE: i64 = 512;
 
-/// Lock or semaphore `key`, read in one range on its `prefix`.
+/// What follows a semaphore's name in its line's prefix, and in its slot keys'.
+const PERMITS: &str = "%permits";
+const SLOTS: &str = "%slots";
+
+/// Lock `key`, read in one range on its `prefix`; or semaphore `key`,
+/// with a second range on its `slots` at the same revision.
 pub(crate) async fn inspect(
     session: &Session,
     key: &LockKey,
     permits: Option<u32>,
-    prefix: &str,
+    (prefix, slots): (&str, &str),
 ) -> Result<LockView, EngineError> {
-    Ok(view(key, permits, &contenders(session, prefix).await?))
+    let oldest_first = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let (kvs, revision) = read(session, prefix, oldest_first).await?;
+    let taken = match permits {
+        Some(_) => {
+            read(
+                session,
+                slots,
+                GetOptions::new().with_prefix().with_revision(revision),
+            )
+            .await?
+            .0
+        }
+        None => Vec::new(),
+    };
+    Ok(view(key, permits, &kvs, slots::of_holders(slots, &taken)))
 }
 
 /// The keys under `prefix`, oldest first, in one range.
@@ -33,14 +56,24 @@ pub(crate) async fn contenders(session: &Session, prefix: &str) -> Result<Vec<Ke
     let oldest_first = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend);
+    Ok(read(session, prefix, oldest_first).await?.0)
+}
+
+/// The keys under `prefix`, as `options` ask, and the revision read at.
+async fn read(
+    session: &Session,
+    prefix: &str,
+    options: GetOptions,
+) -> Result<(Vec<KeyValue>, i64), EngineError> {
     let mut got = session
         .retry(|| {
             let mut client = session.kv();
-            let (prefix, options) = (prefix.to_owned(), oldest_first.clone());
+            let (prefix, options) = (prefix.to_owned(), options.clone());
             async move { client.get(prefix, Some(options)).await }
         })
         .await?;
-    Ok(got.take_kvs())
+    let revision = got.header().map_or(0, |h| h.revision());
+    Ok((got.take_kvs(), revision))
 }
 
 /// Every lock and semaphore of `group` that someone holds or waits for,
@@ -86,9 +119,15 @@ pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<V
             break;
         }
     }
+    // `<name>%slots` beside `<name>%permits`: a semaphore's slot keys.
+    let (slot_keys, mut by_lock): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        by_lock.into_iter().partition(|(lock, _)| lock.ends_with(SLOTS));
     let views = by_lock.iter_mut().filter_map(|(lock, kvs)| {
         kvs.sort_by_key(KeyValue::create_revision);
-        listed(root, group, lock, kvs)
+        let slots = format!("{}{SLOTS}", lock.strip_suffix(PERMITS).unwrap_or(lock));
+        let taken = slot_keys.get(&slots).map_or(&[][..], Vec::as_slice);
+        let slots = format!("{prefix}{slots}/");
+        listed(root, group, lock, kvs, slots::of_holders(&slots, taken))
     });
     Ok(views.collect())
 }
@@ -166,8 +205,13 @@ fn owner_digest(hex: &str) -> Option<String> {
 
 /// The view of lock or semaphore `key` from its keys, oldest first. A
 /// semaphore's count is the one its keys carry (they all agree, see
-/// `queue.rs`), else the one asked for.
-fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
+/// `queue.rs`), else the one asked for; `slot` says a holder key's slot.
+fn view(
+    key: &LockKey,
+    permits: Option<u32>,
+    kvs: &[KeyValue],
+    slot: impl Fn(&[u8]) -> Option<u32>,
+) -> LockView {
     let permits = permits.map(|asked| {
         kvs.iter()
             .find_map(|kv| Contender::from(kv).permits)
@@ -190,7 +234,7 @@ fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
                 since: line.since,
                 lease_ends: None,
                 owner: line.owner,
-                ..HolderRecord::default()
+                slot: permits.and_then(|_| slot(kv.key())),
             });
         } else {
             view.waiters.push(WaiterRecord {
@@ -208,8 +252,14 @@ fn view(key: &LockKey, permits: Option<u32>, kvs: &[KeyValue]) -> LockView {
 /// being a name as the lock's path escapes it, with `%permits` after it
 /// for a semaphore. `None` if no dlock lock has that prefix (a key put
 /// there by hand), or if no key says a semaphore's count.
-fn listed(root: &str, group: &str, segment: &str, kvs: &[KeyValue]) -> Option<LockView> {
-    let (escaped, semaphore) = match segment.strip_suffix("%permits") {
+fn listed(
+    root: &str,
+    group: &str,
+    segment: &str,
+    kvs: &[KeyValue],
+    slot: impl Fn(&[u8]) -> Option<u32>,
+) -> Option<LockView> {
+    let (escaped, semaphore) = match segment.strip_suffix(PERMITS) {
         Some(escaped) => (escaped, true),
         None => (segment, false),
     };
@@ -223,7 +273,7 @@ fn listed(root: &str, group: &str, segment: &str, kvs: &[KeyValue]) -> Option<Lo
     } else {
         None
     };
-    Some(view(&key, permits, kvs))
+    Some(view(&key, permits, kvs, slot))
 }
 
 /// `<root>/<group>/`, as the locks' paths escape the group.
@@ -295,9 +345,16 @@ mod tests {
     fn names_come_back_only_as_the_path_escapes_them() {
         assert_eq!(group_prefix("/locks", "a/b").as_deref(), Some("/locks/a%2Fb/"));
         assert_eq!(group_prefix("/locks", "..").as_deref(), Some("/locks/%2E%2E/"));
-        assert!(listed("/locks", "g", "%41", &[]).is_none(), "`A` is not escaped");
-        assert!(listed("/locks", "g", "s%permits", &[]).is_none(), "no count");
-        let free = listed("/locks", "g", "a%2Fb", &[]).expect("a lock");
+        let none = |_: &[u8]| None;
+        assert!(
+            listed("/locks", "g", "%41", &[], none).is_none(),
+            "`A` is not escaped"
+        );
+        assert!(
+            listed("/locks", "g", "s%permits", &[], none).is_none(),
+            "no count"
+        );
+        let free = listed("/locks", "g", "a%2Fb", &[], none).expect("a lock");
         assert_eq!((free.name.as_str(), free.permits), ("a/b", None));
     }
 }

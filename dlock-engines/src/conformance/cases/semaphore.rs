@@ -304,9 +304,10 @@ fn token(guard: &Guard) -> (Option<u32>, u64) {
 }
 
 /// Each permit is one of its semaphore's slots: three holders hold slots
-/// 0, 1 and 2 (the records say so too), and a store that keeps the
-/// greatest token per slot takes all their writes, the newest first (one
-/// keeping the greatest over all permits would refuse the older two). Then
+/// 0, 1 and 2 (the records say so too, read by name and listed), and a
+/// store that keeps the greatest token per slot takes all their writes, the
+/// newest first (one keeping the greatest over all permits would refuse the
+/// older two). Then
 /// a permit's holder, cut off past its lease, learns it lost; the next
 /// client gets its slot with a greater fence and writes, and the cut-off
 /// holder's late write under its old token is refused. (The cut-off holder
@@ -326,6 +327,16 @@ pub async fn semaphore_slots_fence_a_pool(h: &Harness) {
         let mut shown: Vec<Option<u32>> = view.holders.iter().map(|holder| holder.slot).collect();
         shown.sort();
         assert_eq!(shown, slots, "the records' slots");
+    }
+    if h.capabilities().records == Records::Listed {
+        let listed = h.peer.locks(&h.group).list().await.expect("list");
+        let view = listed
+            .iter()
+            .find(|v| v.name == "slots")
+            .expect("the semaphore listed");
+        let mut shown: Vec<Option<u32>> = view.holders.iter().map(|holder| holder.slot).collect();
+        shown.sort();
+        assert_eq!(shown, slots, "the listed records' slots");
     }
     let store = PerSlotStore::default();
     held.sort_by_key(|guard| std::cmp::Reverse(guard.fence()));
