@@ -102,7 +102,7 @@ mod records;
 mod sql;
 mod tls;
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::kit::{
@@ -182,6 +182,8 @@ struct Mine {
     line: Mutex<Line>,
     /// A write hold taken at once.
     gate: Mutex<Option<GateHold>>,
+    /// A permit's slot, read once it is granted (`permits.rs`).
+    slot: OnceLock<u32>,
 }
 
 /// A write hold taken at once: the session holding the gate, the token,
@@ -211,6 +213,7 @@ impl Mine {
                 at_head: false,
             }),
             gate: Mutex::new(None),
+            slot: OnceLock::new(),
         })
     }
 
@@ -618,6 +621,10 @@ impl Lifecycle for MysqlEngine {
 impl Semaphores for MysqlEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
+    }
+
+    fn slots(&self) -> bool {
+        true
     }
 }
 

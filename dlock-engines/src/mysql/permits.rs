@@ -10,6 +10,12 @@
 //! the range with shared next-key locks before writing into it, as the
 //! lock's do (see `sql.rs`), so two grants that would make one too many
 //! cannot both commit.
+//!
+//! A grant writes its slot into the row: the lowest no live holder's row
+//! has, read under the same locks as the count, so two grants that would
+//! share one cannot both commit either. An expired holder's slot is free
+//! again. The token, drawn after the grant commits, rises across a slot's
+//! holders as across all of them.
 
 use std::time::Instant;
 
@@ -65,6 +71,24 @@ impl Range {
             vec![self.low.to_value(), self.high.to_value(), self.name.to_value()],
         )
     }
+
+    /// The lowest slot no live holder has, as an expression, and its
+    /// parameters: 0 if free, else the lowest one right above a held one.
+    fn free_slot(&self) -> (String, Vec<Value>) {
+        let held = |t: &str| {
+            let (live, params) = self.live(t);
+            (format!("{live} AND {t}.held = 1"), params)
+        };
+        let ((zero, mut params), (above, a), (next, b)) = (held("s0"), held("sa"), held("sb"));
+        params.extend(a.into_iter().chain(b));
+        let expression = format!(
+            "IF(EXISTS (SELECT 1 FROM dlock_queue s0 WHERE {zero} AND s0.slot = 0), \
+               (SELECT MIN(sa.slot) + 1 FROM dlock_queue sa WHERE {above} \
+                  AND NOT EXISTS (SELECT 1 FROM dlock_queue sb WHERE {next} AND sb.slot = sa.slot + 1)), \
+               0)"
+        );
+        (expression, params)
+    }
 }
 
 /// The count in a semaphore row's key.
@@ -109,6 +133,10 @@ impl Lifecycle for Permits<'_> {
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        Mine::of(req).slot.get().copied()
+    }
 }
 
 impl MysqlEngine {
@@ -131,13 +159,15 @@ impl MysqlEngine {
                 self.label(),
             ]
         };
+        let (free_slot, slot_params) = range.free_slot();
         let take = format!(
-            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
-             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ? FROM DUAL \
+            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label, slot) \
+             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ?, {free_slot} FROM DUAL \
              WHERE {other_count} AND (SELECT COUNT(*) FROM dlock_queue o WHERE {live}) < ?"
         );
         let params = [
             row(1, req.lease),
+            slot_params,
             agreeing.clone(),
             live_params,
             vec![count.to_value()],
@@ -206,13 +236,20 @@ impl MysqlEngine {
             return self.permit_acquire(req, count).await;
         };
         if blockers < u64::from(count) {
+            let (free_slot, slot_params) = range.free_slot();
             let turn = format!(
-                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label) \
-                 SELECT me.lock_key, me.name, me.owner, 0, 1, {NOW} + INTERVAL ? MICROSECOND, {NOW}, me.label \
+                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label, slot) \
+                 SELECT me.lock_key, me.name, me.owner, 0, 1, {NOW} + INTERVAL ? MICROSECOND, {NOW}, me.label, \
+                   {free_slot} \
                  FROM dlock_queue me WHERE {mine} \
                    AND (SELECT COUNT(*) FROM dlock_queue other WHERE {blocking}) < ?"
             );
-            let params = vec![micros(req.lease), owner(req), count.to_value()];
+            let params = [
+                vec![micros(req.lease)],
+                slot_params,
+                vec![owner(req), count.to_value()],
+            ]
+            .concat();
             if self.run(&turn, params).await?.0 > 0 {
                 self.stop_waiting(req, &Self::permit_wake_key(req));
                 return self.drawn(req).await.map(Poll::Held);
@@ -229,10 +266,18 @@ impl MysqlEngine {
     }
 
     /// A fencing token, drawn once the grant committed (later grants draw
-    /// greater ones), and kept in the row for records.
+    /// greater ones), and kept in the row for records; the grant's slot
+    /// read with it.
     async fn drawn(&self, req: &Request) -> Result<u64, EngineError> {
-        match self.run(super::sql::DRAW, vec![owner(req)]).await? {
-            (1, Some(fence)) => Ok(fence),
+        let mut conn = self.shared.pool.get_conn().await.map_err(EngineError::failed)?;
+        let owner = req.owner.as_u128().to_be_bytes();
+        match super::sql::drawn(&mut conn, &owner).await? {
+            Some((Some(fence), slot)) => {
+                if let Some(slot) = slot {
+                    let _ = Mine::of(req).slot.set(slot);
+                }
+                Ok(fence)
+            }
             _ => Err(EngineError::failed(
                 "the permit's row was gone before its token was drawn",
             )),

@@ -19,7 +19,7 @@ use super::sql::key_and_name;
 /// A row's columns, as [`Row`] reads them; a `DATETIME(6)` (which holds
 /// UTC) as microseconds since the epoch.
 const ROW: &str = "lock_key, name, owner, mode, held, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires), \
-     fence, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since), label";
+     fence, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', since), label, slot";
 
 type RowColumns = (
     Vec<u8>,
@@ -31,6 +31,7 @@ type RowColumns = (
     Option<u64>,
     Option<i64>,
     Option<Vec<u8>>,
+    Option<u32>,
 );
 
 /// One live row of `dlock_queue`.
@@ -44,10 +45,11 @@ struct Row {
     fence: Option<u64>,
     since: Option<SystemTime>,
     label: Option<String>,
+    slot: Option<u32>,
 }
 
 impl From<RowColumns> for Row {
-    fn from((key, name, owner, mode, held, expires, fence, since, label): RowColumns) -> Row {
+    fn from((key, name, owner, mode, held, expires, fence, since, label, slot): RowColumns) -> Row {
         Row {
             key,
             name,
@@ -58,6 +60,7 @@ impl From<RowColumns> for Row {
             fence,
             since: since.and_then(time),
             label: label.and_then(|l| String::from_utf8(l).ok()),
+            slot,
         }
     }
 }
@@ -267,7 +270,7 @@ fn view(key: &LockKey, permits: Option<u32>, gate: Option<GateHolder>, rows: Vec
                 since: row.since,
                 lease_ends: row.expires,
                 owner: row.owner,
-                ..HolderRecord::default()
+                slot: row.slot,
             });
         } else {
             view.waiters.push(WaiterRecord {

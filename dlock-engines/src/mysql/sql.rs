@@ -24,7 +24,8 @@ use mysql_async::{Conn, Value};
 /// `since` and `label` are for records only: NULL in rows of older dlock
 /// versions, which name their columns and never set them. `revoked`: the
 /// holder was asked to let go (`Control::revoke`); the mark dies with the
-/// row, so the next holder never inherits it.
+/// row, so the next holder never inherits it. `slot`: a permit holder's
+/// (`permits.rs`), NULL in other rows.
 pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     ticket BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
     lock_key VARBINARY(255) NOT NULL,
@@ -37,6 +38,7 @@ pub const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS dlock_queue (
     since DATETIME(6) NULL,
     label VARBINARY(255) NULL,
     revoked TINYINT UNSIGNED NOT NULL DEFAULT 0,
+    slot INT UNSIGNED NULL,
     PRIMARY KEY (ticket),
     UNIQUE KEY by_owner (owner),
     KEY by_lock (lock_key, ticket),
@@ -49,7 +51,7 @@ pub const TABLES: &str = "SELECT SUM(table_name = 'dlock_queue'), SUM(table_name
 
 /// The columns added since a table was first made, and how a table made
 /// by an older dlock gets them (instant on MySQL 8.0.29+ and MariaDB 10.3+).
-pub const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+pub const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("dlock_queue", "fence", "ADD COLUMN fence BIGINT UNSIGNED NULL"),
     ("dlock_queue", "since", "ADD COLUMN since DATETIME(6) NULL"),
     ("dlock_queue", "label", "ADD COLUMN label VARBINARY(255) NULL"),
@@ -58,6 +60,7 @@ pub const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
         "revoked",
         "ADD COLUMN revoked TINYINT UNSIGNED NOT NULL DEFAULT 0",
     ),
+    ("dlock_queue", "slot", "ADD COLUMN slot INT UNSIGNED NULL"),
     (
         "dlock_gates",
         "lease",
@@ -73,7 +76,7 @@ pub const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
 /// The tables and columns there are of [`ADDED_COLUMNS`].
 pub const COLUMNS: &str = "SELECT table_name, column_name FROM information_schema.columns \
      WHERE table_schema = DATABASE() AND table_name IN ('dlock_queue', 'dlock_gates') \
-     AND column_name IN ('fence', 'since', 'label', 'revoked', 'lease')";
+     AND column_name IN ('fence', 'since', 'label', 'revoked', 'slot', 'lease')";
 
 /// Statements that touch no row but need each privilege the engine uses,
 /// so that a missing one shows at startup.
@@ -81,8 +84,8 @@ pub const PRIVILEGE_CHECKS: [(&str, &str, &str); 8] = [
     (
         "dlock_queue",
         "INSERT and SELECT",
-        "INSERT INTO dlock_queue (lock_key, owner, mode, held, expires, fence, since, label) \
-         SELECT lock_key, owner, mode, held, expires, fence, since, label FROM dlock_queue WHERE FALSE",
+        "INSERT INTO dlock_queue (lock_key, owner, mode, held, expires, fence, since, label, slot) \
+         SELECT lock_key, owner, mode, held, expires, fence, since, label, slot FROM dlock_queue WHERE FALSE",
     ),
     (
         "dlock_queue",
@@ -224,9 +227,16 @@ pub fn take_now() -> String {
 pub const CONFIRM: &str =
     "UPDATE dlock_queue SET fence = LAST_INSERT_ID(UUID_SHORT()) WHERE owner = ? AND IS_FREE_LOCK(?) = 1";
 
-/// A permit's token, drawn into its row once the grant committed, back as
-/// the insert id. Param: owner.
-pub const DRAW: &str = "UPDATE dlock_queue SET fence = LAST_INSERT_ID(UUID_SHORT()) WHERE owner = ?";
+/// A permit's token, drawn into its row once the grant committed, then the
+/// row's token and slot read back, in one round trip (two statements, so
+/// the owner, 16 bytes of this process's own, is written in as hex).
+pub fn draw(owner: &[u8]) -> String {
+    let owner: String = owner.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "UPDATE dlock_queue SET fence = UUID_SHORT() WHERE owner = X'{owner}'; \
+         SELECT fence, slot FROM dlock_queue WHERE owner = X'{owner}'"
+    )
+}
 
 /// Joins the queue. Params: key, name, owner, mode, liveness µs, label.
 pub fn enqueue() -> String {
@@ -363,20 +373,49 @@ pub async fn exec(
     loop {
         match conn.exec_drop(statement, params.clone()).await {
             Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
-            // 1213: chosen as a deadlock victim, rolled back; 1205: lock
-            // wait timeout; 1467: InnoDB could not read the counter (seen
-            // once on MariaDB 10.11 under the full suite), nothing written.
-            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 20 => {
-                attempts += 1;
-                // Apart, and more so each time: victims retried at once
-                // meet again (16 permit requests on one semaphore
-                // deadlocked a release 9 times running).
-                let spread = (dlock_core::kit::OwnerId::random().as_u128() % 1000) as u64;
-                tokio::time::sleep(std::time::Duration::from_micros(attempts * (500 + spread))).await;
-            }
+            Err(mysql_async::Error::Server(e)) if again(&e, &mut attempts).await => {}
             Err(e) => return Err(EngineError::failed(e)),
         }
     }
+}
+
+/// A permit's token drawn into its row, and the row's token and slot
+/// ([`draw`]); `None` if the row is gone.
+pub async fn drawn(conn: &mut Conn, owner: &[u8]) -> Result<Option<(Option<u64>, Option<u32>)>, EngineError> {
+    let statement = draw(owner);
+    let mut attempts: u64 = 0;
+    loop {
+        let read = async {
+            let mut result = conn.query_iter(statement.as_str()).await?;
+            // The update's result, then the read's.
+            result.collect::<mysql_async::Row>().await?;
+            let row = result.collect().await?.pop();
+            result.drop_result().await?;
+            Ok::<_, mysql_async::Error>(row)
+        };
+        match read.await {
+            Ok(row) => return Ok(row),
+            Err(mysql_async::Error::Server(e)) if again(&e, &mut attempts).await => {}
+            Err(e) => return Err(EngineError::failed(e)),
+        }
+    }
+}
+
+/// Whether a statement that failed with `e` wrote nothing and may run
+/// again, after a pause: 1213, chosen as a deadlock victim, rolled back;
+/// 1205, lock wait timeout; 1467, InnoDB could not read the counter (seen
+/// once on MariaDB 10.11 under the full suite). Up to 20 times.
+async fn again(e: &mysql_async::ServerError, attempts: &mut u64) -> bool {
+    if ![1213, 1205, 1467].contains(&e.code) || *attempts >= 20 {
+        return false;
+    }
+    *attempts += 1;
+    // Apart, and more so each time: victims retried at once meet again
+    // (16 permit requests on one semaphore deadlocked a release 9 times
+    // running).
+    let spread = (dlock_core::kit::OwnerId::random().as_u128() % 1000) as u64;
+    tokio::time::sleep(std::time::Duration::from_micros(*attempts * (500 + spread))).await;
+    true
 }
 
 /// The widest readable key; longer names are hashed.

@@ -3,6 +3,7 @@
 //! lease.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use dlock_core::kit::{Expiry, Kind, Records, Request};
@@ -38,12 +39,14 @@ fn raw_permit(h: &Harness, name: &str, permits: u32, queue: bool) -> Request {
 
 /// Twelve tasks on both clients, each taking a permit of three ten times
 /// and staying inside a moment: never more than three inside, and every
-/// visit made.
+/// visit made. Where permits are slots, every holder has one of the three,
+/// and no two inside at once share one.
 pub async fn semaphore_admits_at_most_its_permits(h: &Harness) {
     const PERMITS: u32 = 3;
     const TASKS: u64 = 12;
     const ROUNDS: u64 = 10;
     let inside = Arc::new(Occupancy::new(PERMITS));
+    let slots = Arc::new(SlotUse::new(PERMITS, h.capabilities().slots));
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             let semaphore = if i % 2 == 0 {
@@ -51,11 +54,13 @@ pub async fn semaphore_admits_at_most_its_permits(h: &Harness) {
             } else {
                 h.peer_semaphore("at-most", PERMITS)
             };
-            let inside = inside.clone();
+            let (inside, slots) = (inside.clone(), slots.clone());
             tokio::spawn(async move {
                 for _ in 0..ROUNDS {
                     let guard = semaphore.acquire().await.expect("acquire");
+                    let slot = slots.enter(guard.slot());
                     inside.visit(Duration::from_millis(5)).await;
+                    slots.leave(slot);
                     guard.release().await.expect("release");
                 }
             })
@@ -71,6 +76,53 @@ pub async fn semaphore_admits_at_most_its_permits(h: &Harness) {
         inside.most()
     );
     assert_eq!(inside.entries(), TASKS * ROUNDS, "visits lost");
+    assert_eq!(
+        slots.wrong.load(Ordering::SeqCst),
+        0,
+        "holders without a slot of {PERMITS}, or with one where none was due"
+    );
+    assert_eq!(
+        slots.shared.load(Ordering::SeqCst),
+        0,
+        "holders inside at once in one slot"
+    );
+}
+
+/// Who is inside each slot: holders whose slot was missing or out of
+/// range, and holders that found another inside theirs.
+struct SlotUse {
+    inside: Vec<AtomicU32>,
+    expected: bool,
+    wrong: AtomicU32,
+    shared: AtomicU32,
+}
+
+impl SlotUse {
+    fn new(permits: u32, expected: bool) -> Self {
+        SlotUse {
+            inside: (0..permits).map(|_| AtomicU32::new(0)).collect(),
+            expected,
+            wrong: AtomicU32::new(0),
+            shared: AtomicU32::new(0),
+        }
+    }
+
+    fn enter(&self, slot: Option<u32>) -> Option<&AtomicU32> {
+        let inside = slot.and_then(|slot| self.inside.get(slot as usize));
+        if inside.is_some() != self.expected {
+            self.wrong.fetch_add(1, Ordering::SeqCst);
+        }
+        if inside.is_some_and(|inside| inside.fetch_add(1, Ordering::SeqCst) > 0) {
+            self.shared.fetch_add(1, Ordering::SeqCst);
+        }
+        inside
+    }
+
+    fn leave(&self, inside: Option<&AtomicU32>) {
+        if let Some(inside) = inside {
+            inside.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Four tasks on both clients each take one of four permits and meet: all
