@@ -154,10 +154,9 @@
 //! **Fencing a pool.** A fence that rises across all `n` permits cannot
 //! fence anything: a store keeping the greatest token seen would refuse
 //! sound holders as soon as another permit went through. Where the engine
-//! puts permits in slots ([`kit::Capabilities::slots`]; all but
-//! ZooKeeper, MySQL and etcd so far, where it is `None`), each permit is
-//! one of `n` slots, held by one holder at a time, and [`Guard::slot`]
-//! names it. Give each of the `n` resources a slot, send the permit's
+//! puts permits in slots ([`kit::Capabilities::slots`]; every engine
+//! dlock ships), each permit is one of `n` slots, held by one holder at a
+//! time, and [`Guard::slot`] names it. Give each of the `n` resources a slot, send the permit's
 //! fence with every write to its slot's resource, and have the resource
 //! refuse a token below the greatest it has seen, as a lock's store does:
 //! a holder whose permit ran out while it was paused is refused once its

@@ -349,6 +349,8 @@ async fn records_show_curators_lease_beside_a_dlock_permit() {
 /// Two Curator processes and two dlock clients, three holders each, take
 /// permits of one semaphore of 3 over and over, each stamping while inside:
 /// every visit happens, and never more than 3 at once (3 are reached).
+/// Every dlock holder has a slot of the 3, and no two dlock stays in one
+/// slot overlap (a Curator holder has none, and counts all the same).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn curator_and_dlock_share_a_semaphore_and_never_exceed_its_permits() {
     const PERMITS: usize = 3;
@@ -372,15 +374,21 @@ async fn curator_and_dlock_share_a_semaphore_and_never_exceed_its_permits() {
         })
         .collect();
     let visits = Arc::new(Visits::open(&log));
+    let slots = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
     let mut holders = Vec::new();
     for _ in 0..2 {
         let (dlock, _engine) = client().await;
         for _ in 0..HOLDERS {
             let semaphore = dlock.locks("interop").semaphore("shared", PERMITS as u32);
-            let visits = visits.clone();
+            let (visits, slots) = (visits.clone(), slots.clone());
             holders.push(tokio::spawn(async move {
                 for _ in 0..EACH {
                     let guard = semaphore.acquire().await.expect("acquire");
+                    let slot = guard.slot().filter(|&slot| slot < PERMITS as u32);
+                    slots
+                        .lock()
+                        .unwrap()
+                        .insert(guard.fence(), slot.expect("a slot of the 3"));
                     assert!(visits.stay(guard, STAY).await.expect("stay"), "a permit was lost");
                 }
             }));
@@ -402,6 +410,18 @@ async fn curator_and_dlock_share_a_semaphore_and_never_exceed_its_permits() {
     );
     assert!(most <= PERMITS, "{most} inside a semaphore of {PERMITS}");
     assert_eq!(most, PERMITS, "the permits were never all in use at once");
+    let slots = slots.lock().unwrap();
+    let slotted: Vec<_> = stays
+        .iter()
+        .filter_map(|s| Some((slots.get(&s.fence)?, s)))
+        .collect();
+    let shared = slotted
+        .iter()
+        .flat_map(|a| slotted.iter().map(move |b| (a, b)))
+        .filter(|((sa, a), (sb, b))| sa == sb && a.fence < b.fence && a.from < b.to && b.from < a.to)
+        .count();
+    assert_eq!(slotted.len(), 2 * HOLDERS * EACH, "every dlock stay has a slot");
+    assert_eq!(shared, 0, "dlock holders inside one slot at once");
     let _ = std::fs::remove_file(&log);
 }
 

@@ -300,7 +300,10 @@ impl ZooKeeperEngine {
                     }
                     // A parent that lets us create but not write: list instead.
                     if index == 1 && source == ZkError::NoAuth {
-                        return self.create_and_list(session, path, &prefix, &data, req).await;
+                        let made = self
+                            .create_and_list(session, path, &prefix, &data, req, None)
+                            .await?;
+                        return Ok(made.0);
                     }
                     source
                 }
@@ -331,8 +334,9 @@ impl ZooKeeperEngine {
 
     /// A plain create of a node with `data` under `path` (a lock's parent we
     /// may not write, or a semaphore's), with the siblings listed right
-    /// behind it, in the same round trip (ZooKeeper serves one session's
-    /// requests in order, so the listing sees the new node).
+    /// behind it, then the children of `beside` if asked, in the same round
+    /// trip (ZooKeeper serves one session's requests in order, so the
+    /// listings see the new node and what came before it).
     async fn create_and_list(
         &self,
         session: &Session,
@@ -340,17 +344,26 @@ impl ZooKeeperEngine {
         prefix: &str,
         data: &[u8],
         req: &Request,
-    ) -> Result<(String, u64, Option<Vec<String>>), EngineError> {
+        beside: Option<&str>,
+    ) -> Result<((String, u64, Option<Vec<String>>), Option<Vec<String>>), EngineError> {
         let client = &session.client;
         let options = CreateMode::EphemeralSequential.with_acls(self.acls);
         let mut vanished = 0;
         loop {
-            let (created, listed) =
-                tokio::join!(client.create(prefix, data, &options), client.list_children(path));
+            let (created, listed, beside) = tokio::join!(
+                client.create(prefix, data, &options),
+                client.list_children(path),
+                async {
+                    match beside {
+                        Some(beside) => children(client.list_children(beside).await),
+                        None => None,
+                    }
+                }
+            );
             match created {
                 Ok((stat, seq)) => {
                     let name = format!("{}{seq}", &prefix[path.len() + 1..]);
-                    return Ok((name, fence(stat.czxid), listed.ok()));
+                    return Ok(((name, fence(stat.czxid), listed.ok()), beside));
                 }
                 Err(ZkError::NoNode) if vanished < 5 => {
                     vanished += 1;
@@ -358,7 +371,7 @@ impl ZooKeeperEngine {
                 }
                 Err(e) => {
                     if let Some((name, fence)) = self.recover(session, path, req, e).await? {
-                        return Ok((name, fence, None));
+                        return Ok(((name, fence, None), None));
                     }
                 }
             }
@@ -688,6 +701,10 @@ impl Semaphores for ZooKeeperEngine {
     fn permits(&self, count: u32) -> Box<dyn Lifecycle + '_> {
         Box::new(Permits { engine: self, count })
     }
+
+    fn slots(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
@@ -724,3 +741,12 @@ impl Control for ZooKeeperEngine {
 }
 
 impl ElectionValues for ZooKeeperEngine {}
+
+/// A listing's children: none where the parent is not made yet; `None` if
+/// the listing failed otherwise.
+fn children(listed: Result<Vec<String>, ZkError>) -> Option<Vec<String>> {
+    match listed {
+        Err(ZkError::NoNode) => Some(Vec::new()),
+        listed => listed.ok(),
+    }
+}

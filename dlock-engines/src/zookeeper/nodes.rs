@@ -160,9 +160,21 @@ pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
 pub(crate) const SEMAPHORE_LEASES: &str = "leases";
 
 /// The name passed to a sequential create of a node in a semaphore's
-/// mutex line (`lock-`) or of a lease (`lease-`).
-pub(crate) fn semaphore_node_prefix(owner: OwnerId, lease: bool) -> String {
-    protected_prefix(owner) + if lease { "lease-" } else { "lock-" }
+/// mutex line (`lock-`), or of a lease in `slot` (`slot<n>-lease-`:
+/// Curator counts a semaphore's leases whatever their names).
+pub(crate) fn semaphore_node_prefix(owner: OwnerId, slot: Option<u32>) -> String {
+    match slot {
+        None => protected_prefix(owner) + "lock-",
+        Some(slot) => format!("{}slot{slot}-lease-", protected_prefix(owner)),
+    }
+}
+
+/// The slot a dlock lease's name carries; `None` for Curator's, or one
+/// of a dlock before slots.
+pub(crate) fn lease_slot(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(protection(name)?)?.strip_prefix("slot")?;
+    let (slot, rest) = rest.split_once('-')?;
+    rest.starts_with("lease-").then(|| slot.parse().ok())?
 }
 
 /// Whose turn it is in a Curator `InterProcessMutex` line (a semaphore's
@@ -376,9 +388,19 @@ mod tests {
     #[test]
     fn a_semaphores_mutex_line_goes_by_sequence() {
         let owner = OwnerId::random();
-        let prefix = semaphore_node_prefix(owner, false);
+        let prefix = semaphore_node_prefix(owner, None);
         assert!(prefix.starts_with("_c_") && prefix.ends_with("-lock-"));
-        assert!(semaphore_node_prefix(owner, true).ends_with("-lease-"));
+        let lease = semaphore_node_prefix(owner, Some(7)) + "0000000004";
+        assert!(lease.ends_with("-slot7-lease-0000000004"));
+        assert_eq!(
+            (lease_slot(&lease), semaphore_order(&lease, true)),
+            (Some(7), Some(4))
+        );
+        let older = protected_prefix(owner) + "lease-0000000004";
+        assert_eq!(
+            (lease_slot(&older), lease_slot("_c_x-lease-0000000001")),
+            (None, None)
+        );
         let kids = names(&[
             "_c_b-lock-0000000002",
             "_c_a-lock-0000000003",

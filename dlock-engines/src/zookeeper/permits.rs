@@ -25,6 +25,15 @@
 //! count does not parse for Curator's. Such a client counts a lease with a
 //! label, but checks no count against it.
 //!
+//! **Slots.** A dlock lease is named `_c_<uuid>-slot<i>-lease-<seq>`:
+//! Curator counts the leases whatever their names. Only the mutex holder
+//! creates a lease, so it picks the lowest slot no lease names, from a
+//! listing of the leases made right after the one that found it at the
+//! head of the line (every earlier holder made its lease before letting
+//! the mutex go). With every slot named, it waits, keeping the mutex,
+//! before it makes its lease. A Curator lease, or one of a dlock before
+//! slots, counts against N and has no slot.
+//!
 //! The fence is the lease's `czxid`; liveness is the session, as for locks.
 
 use std::sync::Arc;
@@ -36,7 +45,7 @@ use zookeeper_client::Error as ZkError;
 
 use super::nodes::{self, SEMAPHORE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, Turn};
 use super::session::Session;
-use super::{Watching, ZooKeeperEngine, delete};
+use super::{Watching, ZooKeeperEngine, children, delete};
 
 type PermitState = RequestState<Permit>;
 
@@ -108,6 +117,20 @@ impl Lifecycle for Permits<'_> {
         let (session, _) = self.engine.lease_node(req)?;
         Some(Box::pin(session.ended()))
     }
+
+    fn slot(&self, req: &Request) -> Option<u32> {
+        let lease = self.engine.permit(req, |p| p.lease.clone()).ok()??;
+        nodes::lease_slot(&lease.0)
+    }
+}
+
+/// The children of a semaphore's mutex line and, listed right after, of
+/// its leases (`None` if that listing failed).
+type Listed = (Vec<String>, Option<Vec<String>>);
+
+/// The lowest slot no lease in `leases` names.
+fn free_slot(leases: &[String], count: u32) -> Option<u32> {
+    (0..count).find(|&slot| !leases.iter().any(|lease| nodes::lease_slot(lease) == Some(slot)))
 }
 
 impl ZooKeeperEngine {
@@ -138,14 +161,18 @@ impl ZooKeeperEngine {
         if self.permit(req, |p| !p.session.is_ended()).unwrap_or(false) {
             return self.permit_look(req, count, None).await;
         }
-        let locks = format!("{}/{SEMAPHORE_LOCKS}", self.semaphore_path(req));
-        let prefix = format!("{locks}/{}", nodes::semaphore_node_prefix(req.owner, false));
+        let path = self.semaphore_path(req);
+        let (locks, leases) = (
+            format!("{path}/{SEMAPHORE_LOCKS}"),
+            format!("{path}/{SEMAPHORE_LEASES}"),
+        );
+        let prefix = format!("{locks}/{}", nodes::semaphore_node_prefix(req.owner, None));
         let node_data = data(count, &self.label);
-        let (session, (name, _, listed)) = self
+        let (session, ((name, _, listed), leased)) = self
             .on_live_session(|session| {
-                let (locks, prefix, node_data) = (&locks, &prefix, &node_data);
+                let (locks, leases, prefix, node_data) = (&locks, &leases, &prefix, &node_data);
                 async move {
-                    self.create_and_list(&session, locks, prefix, node_data, req)
+                    self.create_and_list(&session, locks, prefix, node_data, req, Some(leases))
                         .await
                 }
             })
@@ -156,7 +183,8 @@ impl ZooKeeperEngine {
             lease: None,
             watch: None,
         });
-        self.permit_look(req, count, listed).await
+        self.permit_look(req, count, listed.map(|locks| (locks, leased)))
+            .await
     }
 
     async fn permit_poll(&self, req: &Request, count: u32) -> Result<Poll, EngineError> {
@@ -176,13 +204,13 @@ impl ZooKeeperEngine {
     }
 
     /// Where this request stands: in the mutex's line (`listed`: its
-    /// children, if just read), or holding the mutex and waiting for a
-    /// lease to go, or holding a permit.
+    /// children and the leases, if just read), or holding the mutex and
+    /// waiting for a slot or a lease to go, or holding a permit.
     async fn permit_look(
         &self,
         req: &Request,
         count: u32,
-        mut listed: Option<Vec<String>>,
+        mut listed: Option<Listed>,
     ) -> Result<Poll, EngineError> {
         let path = self.semaphore_path(req);
         let leases = format!("{path}/{SEMAPHORE_LEASES}");
@@ -211,12 +239,18 @@ impl ZooKeeperEngine {
             }
             let queued = queued.ok_or_else(|| EngineError::failed("neither queued nor leased"))?;
             let locks = format!("{path}/{SEMAPHORE_LOCKS}");
-            let children = match listed.take() {
-                Some(children) => children,
-                None => session
-                    .retry(|| session.client.list_children(&locks))
-                    .await
-                    .map_err(|e| session.failed(e))?,
+            let (children, leased) = match listed.take() {
+                Some(listed) => listed,
+                None => {
+                    let list = || async {
+                        let (locks, leases) = tokio::join!(
+                            session.client.list_children(&locks),
+                            session.client.list_children(&leases)
+                        );
+                        Ok((locks?, children(leases)))
+                    };
+                    session.retry(list).await.map_err(|e| session.failed(e))?
+                }
             };
             match nodes::mutex_turn(&children, &queued) {
                 Turn::Gone => {
@@ -232,7 +266,32 @@ impl ZooKeeperEngine {
                     return Ok(Poll::Waiting(wake));
                 }
                 Turn::Held => {
-                    let (lease, fence, leased) = self.take_lease(req, count, &session, &leases).await?;
+                    let leased = match leased {
+                        Some(leased) => leased,
+                        // None made yet: no lease.
+                        None => match session.retry(|| session.client.list_children(&leases)).await {
+                            Err(ZkError::NoNode) => Vec::new(),
+                            listed => listed.map_err(|e| session.failed(e))?,
+                        },
+                    };
+                    let slot = match free_slot(&leased, count) {
+                        Some(slot) => slot,
+                        None => {
+                            // Every slot named: wait for a lease to go.
+                            let (leased, _, watcher) = session
+                                .retry(|| session.client.get_and_watch_children(&leases))
+                                .await
+                                .map_err(|e| session.failed(e))?;
+                            if free_slot(&leased, count).is_some() {
+                                continue;
+                            }
+                            let watching = Watching::start(watcher);
+                            let wake = watching.wake();
+                            self.permit(req, |p| p.watch = Some(watching))?;
+                            return Ok(Poll::Waiting(wake));
+                        }
+                    };
+                    let (lease, fence, leased) = self.take_lease(req, count, slot, &session, &leases).await?;
                     if leased.len() <= count as usize && leased.contains(&lease) {
                         self.let_go_of_mutex(req).await?;
                         return Ok(Poll::Held(fence));
@@ -242,19 +301,20 @@ impl ZooKeeperEngine {
         }
     }
 
-    /// Holding the mutex: creates this request's lease and checks its
-    /// count against another dlock lease. Returns the lease, its fence and
-    /// the leases listed right behind its create.
+    /// Holding the mutex: creates this request's lease in `slot` and checks
+    /// its count against another dlock lease. Returns the lease, its fence
+    /// and the leases listed right behind its create.
     async fn take_lease(
         &self,
         req: &Request,
         count: u32,
+        slot: u32,
         session: &Session,
         leases: &str,
     ) -> Result<(String, u64, Vec<String>), EngineError> {
-        let prefix = format!("{leases}/{}", nodes::semaphore_node_prefix(req.owner, true));
-        let (lease, fence, listed) = self
-            .create_and_list(session, leases, &prefix, &data(count, &self.label), req)
+        let prefix = format!("{leases}/{}", nodes::semaphore_node_prefix(req.owner, Some(slot)));
+        let ((lease, fence, listed), _) = self
+            .create_and_list(session, leases, &prefix, &data(count, &self.label), req, None)
             .await?;
         self.permit(req, |p| p.lease = Some((lease.clone(), fence)))?;
         let listed = match listed {

@@ -203,7 +203,7 @@ pub(super) fn semaphore_view(
                 since: Some(f.since),
                 lease_ends: None,
                 owner,
-                ..HolderRecord::default()
+                slot: nodes::lease_slot(&f.name),
             }
         })
         .collect();
@@ -300,8 +300,12 @@ mod tests {
         );
     }
 
+    /// A dlock lease (in slot `seq`) or node in the mutex line.
     fn permit_node(owner: OwnerId, lease: bool, seq: u32, count: u32) -> Found {
-        let name = format!("{}{seq:010}", nodes::semaphore_node_prefix(owner, lease));
+        let name = format!(
+            "{}{seq:010}",
+            nodes::semaphore_node_prefix(owner, lease.then_some(seq))
+        );
         let data = format!("dlock permits {count}\nw{seq}");
         node(name, data.as_bytes(), seq.into())
     }
@@ -332,6 +336,8 @@ mod tests {
             [Some(a.digest()), Some(b.digest())]
         );
         assert_eq!(view.holders[0].label.as_deref(), Some("w1"));
+        let slots: Vec<Option<u32>> = view.holders.iter().map(|h| h.slot).collect();
+        assert_eq!(slots, [Some(1), Some(2)]);
         assert_eq!(
             owners(view.waiters.iter().map(|w| &w.owner)),
             [Some(c.digest()), Some(d.digest())]
