@@ -1,6 +1,8 @@
 //! The randomized fault run: five worker processes (the `fault_worker` binary)
 //! loop over one lock with a 1 s lease and `on_lost = "ignore"`, each
-//! reading and then writing the fenced store, while a driver, from a
+//! reading and then writing the fenced store (or, with [`Contended::Permits`],
+//! `permit_worker`s over a semaphore, each reading and writing its slot's
+//! store, [`SlotStores`](crate::store::SlotStores), whether its permit was lost or not), while a driver, from a
 //! seeded generator, pauses a worker past its lease, kills and respawns
 //! one, crashes and restarts the server (one of several, or a failover
 //! where the setup has one), and kills the clients' connections. The fixed
@@ -8,7 +10,9 @@
 //! this finds what their mix does.
 //!
 //! It checks what must hold under any faults: no update lost, no fence
-//! handed out twice, and no silence (no worker entering) longer than the
+//! handed out twice (for permits: no write refused to a holder whose
+//! permit was never lost, and no more tokens writing at once than
+//! permits), and no silence (no worker entering) longer than the
 //! engine's [`Breakable::recovers_within`] after the end of the last fault;
 //! per worker too where the engine queues fairly. Faults stop for that
 //! long plus a second at the end, so a worker stuck for good is caught
@@ -21,8 +25,16 @@ use dlock_core::kit::{Fairness, Fencing};
 use crate::fault_suite::{Paths, Setup, Worker};
 use crate::{Breakable, engine};
 
-/// Workers contending for the one lock.
+/// Workers contending for the one lock or semaphore.
 const WORKERS: usize = 5;
+
+/// What the workers contend for.
+#[derive(Clone, Copy, Debug)]
+pub enum Contended {
+    Lock,
+    /// A semaphore of this many permits.
+    Permits(u32),
+}
 
 /// What one run measured; [`run`] has already checked it.
 #[derive(Debug, Default)]
@@ -39,6 +51,11 @@ pub struct Outcome {
     pub refused: u64,
     /// Pairs of critical sections open at once (the fence kept them apart).
     pub overlaps: u64,
+    /// Permits: the most tokens whose accepted operations spanned one
+    /// instant, over all slots.
+    pub most_writers: u64,
+    /// Permits: writes refused to a holder whose permit was never lost.
+    pub sound_refused: u64,
     /// The longest time nobody entered, past the end of the fault before.
     pub silence: Duration,
     /// The longest time one worker did not enter, likewise.
@@ -72,25 +89,51 @@ struct Seat {
     since: Instant,
 }
 
-/// Runs the randomized faults on `F` for `duration` with `seed`, then a
-/// quiet stretch; panics, naming the seed, if a check fails.
-pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcome {
-    println!("{}: random faults, seed {seed}, {duration:?}", F::NAME);
-    let mut setup = Setup::<F>::start(paths, &format!("random-{seed}"));
+/// Runs the randomized faults on `F` for `duration` with `seed`, the
+/// workers contending for `what`, then a quiet stretch; panics, naming
+/// the seed, if a check fails.
+pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration, what: Contended) -> Outcome {
+    println!(
+        "{}: random faults on {what:?}, seed {seed}, {duration:?}",
+        F::NAME
+    );
+    let name = match what {
+        Contended::Lock => format!("random-{seed}"),
+        Contended::Permits(_) => format!("random-permits-{seed}"),
+    };
+    let mut setup = Setup::<F>::start(paths, &name);
     let capabilities = tokio::runtime::Runtime::new()
         .expect("runtime")
         .block_on(engine(&setup.fixture))
         .capabilities();
     let bound = setup.fixture.recovers_within();
     let (path, store) = setup.store("random");
+    let permits = match what {
+        Contended::Lock => 0,
+        Contended::Permits(n) => n,
+    };
+    let (slots, slot_stores) = setup.slot_stores(permits);
+    let visits = setup.log("random-visits");
     let config = setup.config("10s");
-    let launch = || {
-        Worker::start(
+    let forever = ["--cycles", "1000000000"];
+    let launch = || match what {
+        Contended::Lock => Worker::start(
             &paths.worker,
             &config,
             &path,
-            &["--cycles", "1000000000", "--hold-ms", "10", "--on-lost", "ignore"],
-        )
+            &[&forever[..], &["--hold-ms", "10", "--on-lost", "ignore"]].concat(),
+        ),
+        Contended::Permits(_) => Worker::start(
+            &paths.permit_worker,
+            &config,
+            &visits,
+            &[
+                &forever[..],
+                &["--slots", slots.to_str().expect("a path in UTF-8")],
+                &["--permits", &permits.to_string(), "--stay-ms", "10"],
+            ]
+            .concat(),
+        ),
     };
     let mut dice = Dice(seed);
     let mut out = Outcome::default();
@@ -152,7 +195,8 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
             }
         }
         for (i, slot) in seats.iter_mut().enumerate() {
-            let entered = slot.worker.entries();
+            let (entered, refused) = slot.worker.news();
+            out.sound_refused += refused;
             if !entered.is_empty() {
                 out.entered += entered.len() as u64;
                 slot.since = Instant::now();
@@ -177,7 +221,9 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
                     true
                 }
                 1 => {
-                    out.entered += seats[victim].worker.entries().len() as u64;
+                    let (entered, refused) = seats[victim].worker.news();
+                    (out.entered, out.sound_refused) =
+                        (out.entered + entered.len() as u64, out.sound_refused + refused);
                     seats[victim].worker.signal("-KILL");
                     seats[victim] = Seat {
                         worker: launch(),
@@ -202,16 +248,52 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
         std::thread::sleep(Duration::from_millis(10));
     }
     drop(seats);
-    let report = store.report();
-    (out.writes, out.refused, out.overlaps) = (report.writes, report.stale_refused, report.overlaps);
-    assert_eq!(
-        store.value(),
-        report.writes,
-        "{} seed {seed}: an update was lost",
-        F::NAME
-    );
+    match what {
+        Contended::Lock => {
+            let report = store.report();
+            (out.writes, out.refused, out.overlaps) = (report.writes, report.stale_refused, report.overlaps);
+            assert_eq!(
+                store.value(),
+                report.writes,
+                "{} seed {seed}: an update was lost",
+                F::NAME
+            );
+        }
+        Contended::Permits(n) => {
+            let report = slot_stores.report();
+            (out.writes, out.refused, out.most_writers) =
+                (report.writes, report.stale_refused, report.most_writers);
+            assert_eq!(
+                report.lost_updates,
+                0,
+                "{} seed {seed}: an update was lost: {report:?}",
+                F::NAME
+            );
+            assert_eq!(
+                report.slot_overlaps,
+                0,
+                "{} seed {seed}: two holders' writes interleaved in one slot: {report:?}",
+                F::NAME
+            );
+            assert!(
+                report.most_writers <= u64::from(n),
+                "{} seed {seed}: {} writers at once on {n} permits",
+                F::NAME,
+                report.most_writers
+            );
+            assert_eq!(
+                out.sound_refused,
+                0,
+                "{} seed {seed}: permit holders whose permits were never lost were refused",
+                F::NAME
+            );
+        }
+    }
     if capabilities.fencing != Fencing::None {
-        let repeated = store.repeated_fences();
+        let repeated = match what {
+            Contended::Lock => store.repeated_fences(),
+            Contended::Permits(_) => slot_stores.repeated_fences(),
+        };
         assert!(
             repeated.is_empty(),
             "{} seed {seed}: fences handed out twice: {repeated:?}",
@@ -220,8 +302,8 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
     }
     assert!(out.entered > 0, "{} seed {seed}: nobody ever entered", F::NAME);
     setup.figure(format!(
-        "random faults, seed {seed}, {duration:?} then {quiet:?} quiet: pauses {} kills {} outages {} connection kills {}; \
-         workers started again after a failed start {}; entered {}, writes {}, stale refused {}, overlaps {}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
+        "random faults on {what:?}, seed {seed}, {duration:?} then {quiet:?} quiet: pauses {} kills {} outages {} connection kills {}; \
+         workers started again after a failed start {}; entered {}, writes {}, stale refused {}, overlaps {}, most writers at once {}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
         out.faults[0],
         out.faults[1],
         out.faults[2],
@@ -231,6 +313,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration) -> Outcom
         out.writes,
         out.refused,
         out.overlaps,
+        out.most_writers,
         out.silence,
         out.worker_silence,
     ));

@@ -12,6 +12,9 @@
 //! the value: a writer killed between the state and the journal must not
 //! look like a lost update.
 //!
+//! [`SlotStores`] is a pool of such stores, one per slot of a semaphore,
+//! fenced by the permits' tokens as a lock's store is by the lock's.
+//!
 //! Each process opens the two files once and keeps them; the state is
 //! rewritten in place at a fixed width, never truncated (on ext4 a file
 //! truncated and rewritten is flushed to disk when closed, a block write
@@ -214,6 +217,25 @@ impl FencedStore {
         report
     }
 
+    /// Each token's accepted reads and writes, as (fence, first, last) in
+    /// the journal's unix ns.
+    pub fn accepted_spans(&self) -> Vec<(u64, u128, u128)> {
+        let _lock = self.lock();
+        let text = std::fs::read_to_string(&self.journal).expect("read journal");
+        let mut spans: Vec<(u64, u128, u128)> = Vec::new();
+        for line in text.lines() {
+            let [at, _, fence, "read" | "write"] = line.split(' ').collect::<Vec<_>>()[..] else {
+                continue;
+            };
+            let (at, fence): (u128, u64) = (at.parse().unwrap_or(0), fence.parse().unwrap_or(0));
+            match spans.iter_mut().find(|s| s.0 == fence) {
+                Some(span) => span.2 = at,
+                None => spans.push((fence, at, at)),
+            }
+        }
+        spans
+    }
+
     /// Fences that more than one critical section entered with: a token
     /// handed out twice.
     pub fn repeated_fences(&self) -> Vec<u64> {
@@ -231,6 +253,83 @@ impl FencedStore {
         repeated.dedup();
         repeated
     }
+}
+
+/// A fenced store per slot of a semaphore of `n` permits, slot `i`'s at
+/// `<path>-slot<i>`: each permit holder reads and writes its slot's store
+/// with its token.
+pub struct SlotStores(Vec<FencedStore>);
+
+impl SlotStores {
+    /// `n` stores holding 0.
+    pub fn create(path: &Path, n: u32) -> Self {
+        SlotStores(
+            (0..n)
+                .map(|slot| FencedStore::create(&Self::path(path, slot)))
+                .collect(),
+        )
+    }
+
+    /// The `n` stores at `path`, as another process created them.
+    pub fn open(path: &Path, n: u32) -> Self {
+        SlotStores(
+            (0..n)
+                .map(|slot| FencedStore::open(&Self::path(path, slot)))
+                .collect(),
+        )
+    }
+
+    fn path(path: &Path, slot: u32) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!("-slot{slot}"));
+        PathBuf::from(name)
+    }
+
+    /// Slot `slot`'s store; `None` past the count.
+    pub fn slot(&self, slot: u32) -> Option<&FencedStore> {
+        self.0.get(slot as usize)
+    }
+
+    /// Fences that more than one critical section entered with, in any
+    /// slot.
+    pub fn repeated_fences(&self) -> Vec<u64> {
+        self.0.iter().flat_map(FencedStore::repeated_fences).collect()
+    }
+
+    /// What the stores' journals show, summed over the slots.
+    pub fn report(&self) -> SlotReport {
+        let mut report = SlotReport::default();
+        let mut spans = Vec::new();
+        for store in &self.0 {
+            let (writes, value) = (store.report(), store.value());
+            report.writes += writes.writes;
+            report.stale_refused += writes.stale_refused;
+            report.lost_updates += writes.writes.saturating_sub(value);
+            let mut slot = store.accepted_spans();
+            slot.sort_by_key(|s| s.1);
+            report.slot_overlaps += slot.windows(2).filter(|pair| pair[1].1 < pair[0].2).count() as u64;
+            spans.extend(slot);
+        }
+        // The most at once is reached at some span's start.
+        let at_start = |a: &(u64, u128, u128)| spans.iter().filter(|b| b.1 <= a.1 && a.1 <= b.2).count();
+        report.most_writers = spans.iter().map(at_start).max().unwrap_or(0) as u64;
+        report
+    }
+}
+
+/// What the slot stores show.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SlotReport {
+    /// Writes accepted, over all slots.
+    pub writes: u64,
+    /// Accepted writes that a slot's value does not bear out.
+    pub lost_updates: u64,
+    /// Reads and writes refused for a stale token.
+    pub stale_refused: u64,
+    /// Pairs of tokens whose accepted operations interleaved in one slot.
+    pub slot_overlaps: u64,
+    /// The most tokens whose accepted operations spanned one instant.
+    pub most_writers: u64,
 }
 
 /// The state file's content: always the same length, so that a rewrite in

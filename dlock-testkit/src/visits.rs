@@ -60,24 +60,32 @@ impl Visits {
     /// is valid, then lets go: `Ok(true)` made whole, `Ok(false)` cut short
     /// by a loss.
     pub async fn stay(&self, guard: Guard, stay: Duration) -> Result<bool, dlock::Error> {
-        let fence = guard.fence();
-        let until = tokio::time::Instant::now() + stay;
-        loop {
-            let at = Visits::now();
-            if guard.is_lost() {
-                let _ = guard.release().await;
-                return Ok(false);
-            }
-            self.stamp(fence, at);
-            if tokio::time::Instant::now() >= until {
-                break;
-            }
-            tokio::time::sleep(STAMP_EVERY).await;
+        if !self.stay_holding(&guard, stay).await {
+            let _ = guard.release().await;
+            return Ok(false);
         }
         match guard.release().await {
             Ok(()) => Ok(true),
             Err(dlock::Error::Lost { .. }) => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Stays `stay` inside with the permit `guard` holds, stamping while it
+    /// is valid, and keeps it: `false` if it was found lost.
+    pub async fn stay_holding(&self, guard: &Guard, stay: Duration) -> bool {
+        let fence = guard.fence();
+        let until = tokio::time::Instant::now() + stay;
+        loop {
+            let at = Visits::now();
+            if guard.is_lost() {
+                return false;
+            }
+            self.stamp(fence, at);
+            if tokio::time::Instant::now() >= until {
+                return true;
+            }
+            tokio::time::sleep(STAMP_EVERY).await;
         }
     }
 

@@ -1,6 +1,8 @@
 //! The randomized fault run (`dlock_testkit::random_faults`)
 //! on every engine with a server, one test per engine, each at three seeds
-//! for 6 s of faults and a quiet stretch (30–45 s an engine). The seeds are
+//! for 6 s of faults and a quiet stretch (30–45 s an engine): two on the
+//! lock, the third on a semaphore of 2, each permit fenced per slot (a
+//! seed given runs both). The seeds are
 //! printed; to run
 //! one engine longer or at a given seed, `scripts/fault-run <engine>
 //! <seconds> [seed]`, which sets `FAULT_RUN_SECONDS` and `FAULT_RUN_SEED`.
@@ -20,7 +22,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use dlock_testkit::{Breakable, random_faults};
+use dlock_testkit::Breakable;
+use dlock_testkit::random_faults::{self, Contended};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -41,8 +44,16 @@ fn run<F: Breakable>() {
         }
     };
     let paths = dlock_testkit::paths!();
-    for seed in seeds {
-        random_faults::run::<F>(&paths, seed, Duration::from_secs(seconds));
+    // The lock at every seed but the last, which runs a semaphore of 2.
+    let last = seeds.len() - 1;
+    for (i, seed) in seeds.into_iter().enumerate() {
+        let duration = Duration::from_secs(seconds);
+        if i < last || last == 0 {
+            random_faults::run::<F>(&paths, seed, duration, Contended::Lock);
+        }
+        if i == last {
+            random_faults::run::<F>(&paths, seed, duration, Contended::Permits(2));
+        }
     }
 }
 

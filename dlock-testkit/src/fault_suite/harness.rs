@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::Fixture;
 use crate::printed::Printed;
-use crate::store::FencedStore;
+use crate::store::{FencedStore, SlotStores};
 
 /// Where a fault test keeps its files, and the worker binary it runs, both
 /// as Cargo gives them to a test of this crate: made by [`paths!`](crate::paths).
@@ -118,10 +118,24 @@ impl<F: Fixture> Setup<F> {
         path
     }
 
-    /// Starts a permit worker with `config`, stamping `visits`, and more
-    /// arguments (`--permits 3`, `--stay-ms 20`, ...).
-    pub fn permit_worker(&self, config: &Path, visits: &Path, args: &[&str]) -> Worker {
-        Worker::start(&self.paths.permit_worker, config, visits, args)
+    /// Fresh stores for the `permits` slots of the scenario's semaphore,
+    /// and their path.
+    pub fn slot_stores(&self, permits: u32) -> (PathBuf, SlotStores) {
+        let path = self.dir.join("slots");
+        (path.clone(), SlotStores::create(&path, permits))
+    }
+
+    /// Starts a permit worker with `config`, stamping `visits`, writing the
+    /// slot stores at `slots`, and more arguments (`--permits 3`,
+    /// `--stay-ms 20`, ...).
+    pub fn permit_worker(&self, config: &Path, (visits, slots): (&Path, &Path), args: &[&str]) -> Worker {
+        let slots = ["--slots", slots.to_str().expect("a path in UTF-8")];
+        Worker::start(
+            &self.paths.permit_worker,
+            config,
+            visits,
+            &[&slots[..], args].concat(),
+        )
     }
 
     /// Starts a worker with the 30 s wait config.
@@ -207,10 +221,24 @@ impl Worker {
     /// The fences of the critical sections it entered since the last look,
     /// without waiting.
     pub fn entries(&self) -> Vec<u64> {
-        self.printed()
+        self.news().0
+    }
+
+    /// What it printed since the last look, without waiting: the fences
+    /// of the critical sections it entered, and how many writes of a
+    /// permit holder whose permit was never lost the store refused
+    /// (`sound-refused <fence>`).
+    pub fn news(&self) -> (Vec<u64>, u64) {
+        let printed = self.printed();
+        let entered = printed
             .iter()
             .filter_map(|line| line.strip_prefix("entered ")?.parse().ok())
-            .collect()
+            .collect();
+        let refused = printed
+            .iter()
+            .filter(|line| line.starts_with("sound-refused "))
+            .count();
+        (entered, refused as u64)
     }
 
     /// Waits until the worker's engine is connected (its `ready` line): a
@@ -278,7 +306,7 @@ pub(crate) fn finish_all(
 }
 
 /// A worker's closing counts, one per critical section it tried.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Summary {
     /// Wrote the store one higher.
     pub bought: u64,
@@ -290,6 +318,8 @@ pub struct Summary {
     pub lost: u64,
     /// Ended with any other error.
     pub failed: u64,
+    /// A permit holder's write refused while its permit was never lost.
+    pub sound_refused: u64,
 }
 
 impl Summary {
@@ -308,6 +338,7 @@ impl Summary {
                 "refused" => s.refused = n,
                 "lost" => s.lost = n,
                 "failed" => s.failed = n,
+                "sound_refused" => s.sound_refused = n,
                 _ => {}
             }
         }

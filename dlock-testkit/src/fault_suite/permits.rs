@@ -1,9 +1,12 @@
 //! The semaphore's fault scenarios: permit holders killed and paused, a
 //! server restarted under holders and waiters, a flash sale of permits.
+//! Each holder also reads and writes its slot's fenced store with its
+//! token ([`SlotStores`]); every scenario checks what those show.
 
 use std::time::{Duration, Instant};
 
 use crate::Breakable;
+use crate::store::{SlotReport, SlotStores};
 use crate::visits::Visits;
 
 use super::harness::{Paths, Setup, Summary, Worker, finish_all};
@@ -12,6 +15,30 @@ use super::{CALM_LEASE, LONG, crashes, offers, outage};
 /// Whether `F`'s engine has semaphores; says so if not.
 fn semaphores<F: Breakable>(fixture: &F, scenario: &str) -> bool {
     offers(fixture, scenario, "no semaphores", |c| c.semaphore)
+}
+
+/// What the slot stores must show after any scenario on `permits`: no
+/// update lost, no two tokens' accepted operations interleaved in one
+/// slot, no more tokens writing at once than permits, and (the workers
+/// say) no write refused to a holder whose permit was never lost.
+fn check_slots(stores: &SlotStores, permits: u32, summaries: &[Summary]) -> SlotReport {
+    let report = stores.report();
+    assert_eq!(report.lost_updates, 0, "an update was lost: {report:?}");
+    assert_eq!(
+        report.slot_overlaps, 0,
+        "two holders' writes interleaved in one slot: {report:?}"
+    );
+    assert!(
+        report.most_writers <= u64::from(permits),
+        "{} writers at once on {permits} permits",
+        report.most_writers
+    );
+    let sound: u64 = summaries.iter().map(|s| s.sound_refused).sum();
+    assert_eq!(
+        sound, 0,
+        "a holder whose permit was never lost was refused: {summaries:?}"
+    );
+    report
 }
 
 /// Four processes, each with 8 holders of 5 visits of 20 ms, on a
@@ -26,6 +53,7 @@ pub fn permits_in_a_flash_sale_across_four_processes<F: Breakable>(paths: &Paths
     }
     let config = setup.config_leased(CALM_LEASE, "60s", "engine");
     let visits = setup.log("permit-sale");
+    let (slots, stores) = setup.slot_stores(PERMITS as u32);
     let args = [
         "--permits",
         "3",
@@ -38,7 +66,7 @@ pub fn permits_in_a_flash_sale_across_four_processes<F: Breakable>(paths: &Paths
     ];
     let started = Instant::now();
     let workers: Vec<Worker> = (0..4)
-        .map(|_| setup.permit_worker(&config, &visits, &args))
+        .map(|_| setup.permit_worker(&config, (&visits, &slots), &args))
         .collect();
     let printed = finish_all(workers, LONG, true);
     let took = started.elapsed();
@@ -53,8 +81,12 @@ pub fn permits_in_a_flash_sale_across_four_processes<F: Breakable>(paths: &Paths
         "{most} valid holders at once, of {PERMITS} permits"
     );
     assert_eq!(most, PERMITS, "the permits never ran together");
+    let report = check_slots(&stores, PERMITS as u32, &summaries);
+    assert_eq!(report.writes, bought, "every visit wrote its slot's store");
     setup.figure(format!(
-        "semaphore of 3, 4 processes × 8 holders × 5 visits of 20 ms: at most {most} inside at once, {bought} visits in {took:.2?}"
+        "semaphore of 3, 4 processes × 8 holders × 5 visits of 20 ms: at most {most} inside at once, {bought} visits in {took:.2?}; \
+         slot stores: {} writes, none lost, at most {} writers at once",
+        report.writes, report.most_writers
     ));
 }
 
@@ -67,7 +99,9 @@ pub fn permit_holder_killed_returns_its_permit_in_time<F: Breakable>(paths: &Pat
     }
     let config = setup.config("30s");
     let visits = setup.log("permit-killed");
-    let permit = |stay: &str| setup.permit_worker(&config, &visits, &["--permits", "2", "--stay-ms", stay]);
+    let (slots, stores) = setup.slot_stores(2);
+    let permit =
+        |stay: &str| setup.permit_worker(&config, (&visits, &slots), &["--permits", "2", "--stay-ms", stay]);
     let killed = permit("60000");
     killed.entered(LONG);
     let kept = permit("20000");
@@ -79,8 +113,10 @@ pub fn permit_holder_killed_returns_its_permit_in_time<F: Breakable>(paths: &Pat
     killed.signal("-KILL");
     let fresh = waiter.entered(LONG);
     let recovered = killed_at.elapsed();
-    assert_eq!(waiter.finish(LONG).bought, 1);
+    let waiter = waiter.finish(LONG);
+    assert_eq!(waiter.bought, 1);
     let kept = kept.finish(LONG);
+    check_slots(&stores, 2, &[waiter, kept.clone()]);
     assert_eq!(
         (kept.bought, kept.lost),
         (1, 0),
@@ -118,18 +154,30 @@ pub fn permit_holder_paused_past_its_lease_learns_it_lost<F: Breakable>(paths: &
     }
     let config = setup.config("30s");
     let visits = setup.log("permit-paused");
-    let holder = setup.permit_worker(&config, &visits, &["--permits", "1", "--stay-ms", "5000"]);
+    let (slots, stores) = setup.slot_stores(1);
+    let holder = setup.permit_worker(
+        &config,
+        (&visits, &slots),
+        &["--permits", "1", "--stay-ms", "5000"],
+    );
     holder.entered(LONG);
-    let waiter = setup.permit_worker(&config, &visits, &["--permits", "1"]);
+    let waiter = setup.permit_worker(&config, (&visits, &slots), &["--permits", "1"]);
     waiter.ready(LONG);
     std::thread::sleep(Duration::from_millis(300));
     let stopped_at = Instant::now();
     holder.signal("-STOP");
     waiter.entered(LONG);
     let recovered = stopped_at.elapsed();
-    assert_eq!(waiter.finish(LONG).bought, 1);
+    let waiter = waiter.finish(LONG);
+    assert_eq!(waiter.bought, 1);
     holder.signal("-CONT");
     let holder = holder.finish(LONG);
+    let report = check_slots(&stores, 1, &[waiter, holder.clone()]);
+    assert_eq!(
+        (report.writes, report.stale_refused),
+        (1, 1),
+        "the slot's next holder wrote, and the paused one's late write was refused"
+    );
     assert_eq!(
         (holder.bought, holder.lost),
         (0, 1),
@@ -161,18 +209,32 @@ pub fn permit_holders_and_waiters_across_a_server_restart<F: Breakable>(paths: &
     }
     let config = setup.config("30s");
     let visits = setup.log("permit-restart");
+    let (slots, stores) = setup.slot_stores(2);
     // Held far past the outage; each stay ends at its loss (see
     // `server_restarted_with_a_holder_and_waiters`).
     let holders: Vec<Worker> = (0..2)
-        .map(|_| setup.permit_worker(&config, &visits, &["--permits", "2", "--stay-ms", "30000"]))
+        .map(|_| {
+            setup.permit_worker(
+                &config,
+                (&visits, &slots),
+                &["--permits", "2", "--stay-ms", "30000"],
+            )
+        })
         .collect();
     holders.iter().for_each(|holder| {
         holder.entered(LONG);
     });
     let waiters: Vec<Worker> = (0..2)
-        .map(|_| setup.permit_worker(&config, &visits, &["--permits", "2", "--stay-ms", "100"]))
+        .map(|_| {
+            setup.permit_worker(
+                &config,
+                (&visits, &slots),
+                &["--permits", "2", "--stay-ms", "100"],
+            )
+        })
         .collect();
     let restarted_at = outage(&mut setup, &waiters);
+    let mut summaries = Vec::new();
     for holder in holders {
         let summary = holder.finish(LONG);
         assert_eq!(
@@ -180,6 +242,7 @@ pub fn permit_holders_and_waiters_across_a_server_restart<F: Breakable>(paths: &
             (1, 0),
             "a holder kept its permit across the outage: {summary:?}"
         );
+        summaries.push(summary);
     }
     for waiter in waiters {
         let summary = waiter.finish(LONG);
@@ -188,7 +251,9 @@ pub fn permit_holders_and_waiters_across_a_server_restart<F: Breakable>(paths: &
             (1, 0),
             "a waiter was not served: {summary:?}"
         );
+        summaries.push(summary);
     }
+    check_slots(&stores, 2, &summaries);
     let most = Visits::most_at_once(&Visits::stays(&visits));
     assert!(most <= 2, "{most} valid holders at once on 2 permits");
     setup.figure(format!(
