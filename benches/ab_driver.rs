@@ -1,13 +1,14 @@
 //! One side of `scripts/bench ab`: uncontended write cycles on one lock,
-//! a block at a time, as `benches/ab.rs` asks on stdin (`cycles N`, answered
-//! `cycles <ns for the block>`).
+//! or permit cycles on one semaphore of `permits`, a block at a time, as
+//! `benches/ab.rs` asks on stdin (`cycles N`, answered `cycles <ns for
+//! the block>`).
 //!
 //! The script builds this same file against an older commit (copied into
 //! that tree) and against this one, so it uses only what every commit has:
-//! `init_from_file`, `lock`, `release`.
+//! `init_from_file`, `lock`, `semaphore`, `release`.
 //!
 //! ```text
-//! ab_driver <config file> <lock name>
+//! ab_driver <config file> <lock name> [permits]
 //! ```
 
 use std::io::{BufRead, Write};
@@ -21,8 +22,24 @@ async fn main() {
         return;
     };
     dlock::init_from_file(config).await.expect("init");
-    let lock = dlock::lock("bench", name);
-    lock.lock().await.expect("warm").release().await.expect("warm");
+    let permits: Option<u32> = args.get(2).map(|n| n.parse().expect("a count of permits"));
+    let (lock, semaphore) = (
+        dlock::lock("bench", name),
+        dlock::semaphore("bench", name, permits.unwrap_or(1)),
+    );
+    let cycle = || async {
+        match permits {
+            None => lock.lock().await.expect("lock").release().await.expect("release"),
+            Some(_) => semaphore
+                .acquire()
+                .await
+                .expect("acquire")
+                .release()
+                .await
+                .expect("release"),
+        }
+    };
+    cycle().await;
     for line in std::io::stdin().lock().lines() {
         let line = line.expect("stdin");
         let Some(cycles) = line.strip_prefix("cycles ") else {
@@ -31,7 +48,7 @@ async fn main() {
         let cycles: u64 = cycles.parse().expect("a count");
         let started = Instant::now();
         for _ in 0..cycles {
-            lock.lock().await.expect("lock").release().await.expect("release");
+            cycle().await;
         }
         let mut out = std::io::stdout().lock();
         writeln!(out, "cycles {}", started.elapsed().as_nanos()).expect("stdout");
