@@ -176,6 +176,9 @@ struct Page {
     behind: Vec<KeyValue>,
     /// The revision the page was read at.
     revision: i64,
+    /// A permit's slot, put in the transaction that read the page
+    /// (`slots.rs`).
+    slot: Option<u32>,
 }
 
 /// The etcd engine. See the [module docs](self).
@@ -276,7 +279,8 @@ impl EtcdEngine {
                         watch: None,
                         first: false,
                         successors: Vec::new(),
-                        slot: None,
+                        // Not yet its own: see `slots.rs`.
+                        slot: page.as_ref().and_then(|page| page.slot),
                     });
                     let page = match page {
                         Some(page) => page,
@@ -313,21 +317,26 @@ impl EtcdEngine {
             (None, Mode::Read) => PAGE + 1,
         };
         let value = self.value(req, permits, req.mode);
+        let mut ops = vec![
+            TxnOp::put(
+                key,
+                value.clone(),
+                Some(PutOptions::new().with_lease(session.lease)),
+            ),
+            TxnOp::get(prefix, Some(latest_first().with_limit(limit))),
+        ];
+        if permits.is_some() {
+            ops.push(slots::first(&self.slots_prefix(&req.key), key, session.lease));
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([
-                TxnOp::put(
-                    key,
-                    value.clone(),
-                    Some(PutOptions::new().with_lease(session.lease)),
-                ),
-                TxnOp::get(prefix, Some(latest_first().with_limit(limit))),
-            ])
+            .and_then(ops)
             .or_else([TxnOp::get(key, None)]);
         for _ in 0..3 {
             let answer = session.txn(txn.clone()).await?;
             let put = answer.succeeded();
             let revision = answer.header().map_or(0, |h| h.revision());
+            let slot = (put && slots::put_first(&answer)).then_some(0);
             let Some(mut got) = gets(answer).pop() else {
                 return Err(EngineError::failed("etcd answered no read"));
             };
@@ -343,6 +352,7 @@ impl EtcdEngine {
                     more: got.more(),
                     behind: Vec::new(),
                     revision,
+                    slot,
                 });
                 return Ok((mine.create_revision(), page));
             }
@@ -402,6 +412,7 @@ impl EtcdEngine {
             more: ahead.more(),
             behind: behind.take_kvs(),
             revision,
+            slot: None,
         }))
     }
 
@@ -450,8 +461,10 @@ impl EtcdEngine {
             match turn {
                 Turn::Held => {
                     if let Some(count) = permits {
-                        let behind = !page.behind.is_empty();
-                        return self.hold_permit(req, count, ahead.len() as u32, behind).await;
+                        let (behind, slot) = (!page.behind.is_empty(), page.slot);
+                        return self
+                            .hold_permit(req, count, (ahead.len() as u32, behind), slot)
+                            .await;
                     }
                     let (ended, created) = self.contending(req, |c| {
                         c.watch = None;
@@ -495,25 +508,33 @@ impl EtcdEngine {
         }
     }
 
-    /// A permit's turn: tells those `behind` it is admitted, then claims a
-    /// slot, trying first the count of holders ahead, most often free.
-    /// `None`: its key is gone.
+    /// A permit's turn, with `ahead` holders before it: tells those
+    /// `behind` it is admitted, then keeps the slot `put` with the read
+    /// that admitted it, or claims one, trying first the slot it put as it
+    /// queued, else the count of holders ahead, most often free. `None`:
+    /// its key is gone.
     async fn hold_permit(
         &self,
         req: &Request,
         count: u32,
-        ahead: u32,
-        behind: bool,
+        (ahead, behind): (u32, bool),
+        put: Option<u32>,
     ) -> Result<Option<Poll>, EngineError> {
         self.contending(req, |c| c.watch = None)?;
         if behind {
             self.admitted(req, Some(count)).await?;
         }
-        let (session, key, created) =
-            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created))?;
+        let (session, key, created, queued) =
+            self.contending(req, |c| (c.session.clone(), c.key.clone(), c.created, c.slot))?;
         let (slots, line) = (self.slots_prefix(&req.key), self.prefix(req, Some(count)));
-        let Some(slot) = slots::claim(&session, &slots, &line, (&key, created), count, ahead).await? else {
-            return Ok(None);
+        let slot = match put {
+            Some(slot) => slot,
+            None => {
+                match slots::claim(&session, &slots, &line, (&key, created), count, (queued, ahead)).await? {
+                    Some(slot) => slot,
+                    None => return Ok(None),
+                }
+            }
         };
         self.contending(req, |c| c.slot = Some(slot))?;
         // Never grant on a lease that may have run out.

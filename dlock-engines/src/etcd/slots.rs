@@ -7,11 +7,21 @@
 //! key goes with its holder's key, in its release's transaction or with
 //! its lease. The fence stays the holder's key's create revision, which
 //! rises across a slot's holders as it does across the lock's.
+//!
+//! A request puts slot 0's key, if absent, in the transaction that puts
+//! its own key ([`first`]): admitted by that transaction's read, it holds
+//! slot 0 with no round trip more (no reader takes a slot naming a key
+//! among the first `count`). Put by a waiter, the slot is free to others
+//! by the rule above, and the waiter, once admitted, keeps it only if it
+//! still names its key.
 
 use std::collections::HashSet;
 
 use dlock_core::kit::EngineError;
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
 
 use super::gets;
 use super::session::Session;
@@ -25,37 +35,79 @@ pub(crate) fn prefix(path: &str) -> String {
     format!("{path}%slots/")
 }
 
+/// The operation that puts slot 0's key under `slots` for `key`, if
+/// absent, beside the put of `key` on `lease`.
+pub(crate) fn first(slots: &str, key: &str, lease: i64) -> TxnOp {
+    let slot = format!("{slots}0");
+    TxnOp::txn(
+        Txn::new()
+            .when([Compare::create_revision(slot.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(slot, key, Some(PutOptions::new().with_lease(lease)))]),
+    )
+}
+
+/// Whether [`first`] put the slot, from the answer it was part of.
+pub(crate) fn put_first(answer: &TxnResponse) -> bool {
+    answer.op_responses().into_iter().any(|op| match op {
+        TxnOpResponse::Txn(inner) => inner.succeeded(),
+        _ => false,
+    })
+}
+
+/// What a claim compares: a slot's key absent, found stale at a revision,
+/// or naming this request's key already.
+enum Target {
+    Absent(u32),
+    Stale(u32, i64),
+    Ours(u32),
+}
+
 /// The admitted holder `key`, created at `created`, on a semaphore of
 /// `count` whose line is under `line`: takes a free slot under `slots`,
-/// trying `guess` first. `None`: its key is gone.
+/// first checking `ours` (a slot it put as it queued), else trying
+/// `guess`. `None`: its key is gone.
 pub(crate) async fn claim(
     session: &Session,
     slots: &str,
     line: &str,
     (key, created): (&str, i64),
     count: u32,
-    guess: u32,
+    (ours, guess): (Option<u32>, u32),
 ) -> Result<Option<u32>, EngineError> {
-    // The slot to claim, and its key's revision when found stale (`None`: absent).
-    let mut target = (guess.min(count.saturating_sub(1)), None);
+    let mut target = match ours {
+        Some(slot) => Target::Ours(slot),
+        None => Target::Absent(guess.min(count.saturating_sub(1))),
+    };
     let first_count = GetOptions::new()
         .with_prefix()
         .with_sort(SortTarget::Create, SortOrder::Ascend)
         .with_limit(i64::from(count));
     for _ in 0..ATTEMPTS {
-        let (slot, seen) = target;
-        let slot_key = format!("{slots}{slot}");
-        let free = match seen {
-            None => Compare::create_revision(slot_key.as_str(), CompareOp::Equal, 0),
-            Some(revision) => Compare::mod_revision(slot_key.as_str(), CompareOp::Equal, revision),
+        let (slot, free) = match target {
+            Target::Absent(slot) => (
+                slot,
+                Compare::create_revision(format!("{slots}{slot}"), CompareOp::Equal, 0),
+            ),
+            Target::Stale(slot, seen) => (
+                slot,
+                Compare::mod_revision(format!("{slots}{slot}"), CompareOp::Equal, seen),
+            ),
+            Target::Ours(slot) => (
+                slot,
+                Compare::value(format!("{slots}{slot}"), CompareOp::Equal, key),
+            ),
         };
+        let take = TxnOp::put(
+            format!("{slots}{slot}"),
+            key,
+            Some(PutOptions::new().with_lease(session.lease)),
+        );
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, created), free])
-            .and_then([TxnOp::put(
-                slot_key.as_str(),
-                key,
-                Some(PutOptions::new().with_lease(session.lease)),
-            )])
+            .and_then(match target {
+                Target::Ours(_) => Vec::new(),
+                _ => vec![take],
+            })
             .or_else([
                 TxnOp::get(key, None),
                 TxnOp::get(slots, Some(GetOptions::new().with_prefix())),
@@ -96,16 +148,11 @@ pub(crate) async fn claim(
 
 /// The lowest slot free in `taken`: absent, or (with its key's revision)
 /// naming a key not among `holders`.
-fn free_slot(
-    slots: &str,
-    count: u32,
-    taken: &[KeyValue],
-    holders: &HashSet<Vec<u8>>,
-) -> Option<(u32, Option<i64>)> {
+fn free_slot(slots: &str, count: u32, taken: &[KeyValue], holders: &HashSet<Vec<u8>>) -> Option<Target> {
     (0..count).find_map(
         |slot| match taken.iter().find(|kv| number(slots, kv) == Some(slot)) {
-            None => Some((slot, None)),
-            Some(kv) if !holders.contains(kv.value()) => Some((slot, Some(kv.mod_revision()))),
+            None => Some(Target::Absent(slot)),
+            Some(kv) if !holders.contains(kv.value()) => Some(Target::Stale(slot, kv.mod_revision())),
             Some(_) => None,
         },
     )
