@@ -653,3 +653,42 @@ async fn a_record_left_under_a_reused_session_id_is_not_the_new_holds() {
     }
     assert!(counted > 0, "no session got the earlier one's id in time");
 }
+
+/// A grant takes the lowest slot no live holder has, through the slots'
+/// bits up to 64 permits and through reads of its own past them: three
+/// holders take 0, 1 and 2, and once 1 lets go the next takes 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_takes_the_lowest_free_slot_below_and_above_64_permits() {
+    let fixture = Mysql::start();
+    let registry =
+        Registry::with_engine("main", engine(&fixture.server).await, Settings::default()).expect("registry");
+    for permits in [4, 100] {
+        let semaphore = registry
+            .locks("my")
+            .semaphore(format!("slots-{permits}"), permits);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let semaphore = semaphore.clone();
+            held.push(
+                tokio::spawn(async move { semaphore.acquire().await })
+                    .await
+                    .expect("task")
+                    .expect("permit"),
+            );
+        }
+        let slots: Vec<Option<u32>> = held.iter().map(|g| g.slot()).collect();
+        assert_eq!(slots, [Some(0), Some(1), Some(2)], "{permits} permits");
+        held.remove(1).release().await.expect("release");
+        let next = {
+            let semaphore = semaphore.clone();
+            tokio::spawn(async move { semaphore.acquire().await })
+                .await
+                .expect("task")
+                .expect("permit")
+        };
+        assert_eq!(next.slot(), Some(1), "{permits} permits: the slot let go");
+        for guard in held.into_iter().chain([next]) {
+            guard.release().await.expect("release");
+        }
+    }
+}

@@ -14,8 +14,10 @@
 //! A grant writes its slot into the row: the lowest no live holder's row
 //! has, read under the same locks as the count, so two grants that would
 //! share one cannot both commit either. An expired holder's slot is free
-//! again. The token, drawn after the grant commits, rises across a slot's
-//! holders as across all of them.
+//! again. The grant draws its token too (`UUID_SHORT()`, after its reads):
+//! a slot's next holder is granted only once this one's row is gone or
+//! expired, so it draws a greater one. One read after the commit brings
+//! both back.
 
 use std::time::Instant;
 
@@ -72,9 +74,26 @@ impl Range {
         )
     }
 
+    /// This semaphore's live rows in one read, as the derived table `c`:
+    /// how many (`c.n`), and the slots their holders have as bits
+    /// (`c.held`); and its parameters.
+    fn tally(&self) -> (String, Vec<Value>) {
+        let (live, params) = self.live("o");
+        let tally = format!(
+            "(SELECT COUNT(*) AS n, BIT_OR(IF(o.held = 1, 1 << o.slot, 0)) AS held \
+              FROM dlock_queue o WHERE {live}) c"
+        );
+        (tally, params)
+    }
+
     /// The lowest slot no live holder has, as an expression, and its
-    /// parameters: 0 if free, else the lowest one right above a held one.
-    fn free_slot(&self) -> (String, Vec<Value>) {
+    /// parameters: of `count` up to 64, the lowest bit clear in the tally
+    /// (the count of the trailing ones); past that, more than the tally's
+    /// bits hold, 0 if free, else the lowest one right above a held one.
+    fn free_slot(&self, count: u32) -> (String, Vec<Value>) {
+        if count <= 64 {
+            return ("BIT_COUNT(c.held & ~(c.held + 1))".to_owned(), Vec::new());
+        }
         let held = |t: &str| {
             let (live, params) = self.live(t);
             (format!("{live} AND {t}.held = 1"), params)
@@ -159,17 +178,17 @@ impl MysqlEngine {
                 self.label(),
             ]
         };
-        let (free_slot, slot_params) = range.free_slot();
+        let ((free_slot, slot_params), (tally, tally_params)) = (range.free_slot(count), range.tally());
         let take = format!(
-            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label, slot) \
-             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ?, {free_slot} FROM DUAL \
-             WHERE {other_count} AND (SELECT COUNT(*) FROM dlock_queue o WHERE {live}) < ?"
+            "INSERT INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label, slot, fence) \
+             SELECT ?, ?, ?, 0, ?, {NOW} + INTERVAL ? MICROSECOND, {NOW}, ?, {free_slot}, UUID_SHORT() \
+             FROM {tally} WHERE {other_count} AND c.n < ?"
         );
         let params = [
             row(1, req.lease),
             slot_params,
+            tally_params,
             agreeing.clone(),
-            live_params,
             vec![count.to_value()],
         ]
         .concat();
@@ -236,17 +255,18 @@ impl MysqlEngine {
             return self.permit_acquire(req, count).await;
         };
         if blockers < u64::from(count) {
-            let (free_slot, slot_params) = range.free_slot();
+            let ((free_slot, slot_params), (tally, tally_params)) = (range.free_slot(count), range.tally());
             let turn = format!(
-                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label, slot) \
+                "REPLACE INTO dlock_queue (lock_key, name, owner, mode, held, expires, since, label, slot, fence) \
                  SELECT me.lock_key, me.name, me.owner, 0, 1, {NOW} + INTERVAL ? MICROSECOND, {NOW}, me.label, \
-                   {free_slot} \
-                 FROM dlock_queue me WHERE {mine} \
+                   {free_slot}, UUID_SHORT() \
+                 FROM dlock_queue me, {tally} WHERE {mine} \
                    AND (SELECT COUNT(*) FROM dlock_queue other WHERE {blocking}) < ?"
             );
             let params = [
                 vec![micros(req.lease)],
                 slot_params,
+                tally_params,
                 vec![owner(req), count.to_value()],
             ]
             .concat();
@@ -265,13 +285,13 @@ impl MysqlEngine {
         Ok(Poll::Waiting(self.wake(&range.low, look_again(ahead))))
     }
 
-    /// A fencing token, drawn once the grant committed (later grants draw
-    /// greater ones), and kept in the row for records; the grant's slot
-    /// read with it.
+    /// The grant's token and slot, read back once it committed.
     async fn drawn(&self, req: &Request) -> Result<u64, EngineError> {
-        let mut conn = self.shared.pool.get_conn().await.map_err(EngineError::failed)?;
-        let owner = req.owner.as_u128().to_be_bytes();
-        match super::sql::drawn(&mut conn, &owner).await? {
+        let read = "SELECT fence, slot FROM dlock_queue WHERE owner = ?";
+        match self
+            .first::<(Option<u64>, Option<u32>)>(read, vec![owner(req)])
+            .await?
+        {
             Some((Some(fence), slot)) => {
                 if let Some(slot) = slot {
                     let _ = Mine::of(req).slot.set(slot);
@@ -279,7 +299,7 @@ impl MysqlEngine {
                 Ok(fence)
             }
             _ => Err(EngineError::failed(
-                "the permit's row was gone before its token was drawn",
+                "the permit's row was gone before its token was read",
             )),
         }
     }

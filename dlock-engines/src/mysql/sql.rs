@@ -227,17 +227,6 @@ pub fn take_now() -> String {
 pub const CONFIRM: &str =
     "UPDATE dlock_queue SET fence = LAST_INSERT_ID(UUID_SHORT()) WHERE owner = ? AND IS_FREE_LOCK(?) = 1";
 
-/// A permit's token, drawn into its row once the grant committed, then the
-/// row's token and slot read back, in one round trip (two statements, so
-/// the owner, 16 bytes of this process's own, is written in as hex).
-pub fn draw(owner: &[u8]) -> String {
-    let owner: String = owner.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "UPDATE dlock_queue SET fence = UUID_SHORT() WHERE owner = X'{owner}'; \
-         SELECT fence, slot FROM dlock_queue WHERE owner = X'{owner}'"
-    )
-}
-
 /// Joins the queue. Params: key, name, owner, mode, liveness µs, label.
 pub fn enqueue() -> String {
     format!(
@@ -373,49 +362,20 @@ pub async fn exec(
     loop {
         match conn.exec_drop(statement, params.clone()).await {
             Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
-            Err(mysql_async::Error::Server(e)) if again(&e, &mut attempts).await => {}
+            // 1213: chosen as a deadlock victim, rolled back; 1205: lock
+            // wait timeout; 1467: InnoDB could not read the counter (seen
+            // once on MariaDB 10.11 under the full suite), nothing written.
+            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 20 => {
+                attempts += 1;
+                // Apart, and more so each time: victims retried at once
+                // meet again (16 permit requests on one semaphore
+                // deadlocked a release 9 times running).
+                let spread = (dlock_core::kit::OwnerId::random().as_u128() % 1000) as u64;
+                tokio::time::sleep(std::time::Duration::from_micros(attempts * (500 + spread))).await;
+            }
             Err(e) => return Err(EngineError::failed(e)),
         }
     }
-}
-
-/// A permit's token drawn into its row, and the row's token and slot
-/// ([`draw`]); `None` if the row is gone.
-pub async fn drawn(conn: &mut Conn, owner: &[u8]) -> Result<Option<(Option<u64>, Option<u32>)>, EngineError> {
-    let statement = draw(owner);
-    let mut attempts: u64 = 0;
-    loop {
-        let read = async {
-            let mut result = conn.query_iter(statement.as_str()).await?;
-            // The update's result, then the read's.
-            result.collect::<mysql_async::Row>().await?;
-            let row = result.collect().await?.pop();
-            result.drop_result().await?;
-            Ok::<_, mysql_async::Error>(row)
-        };
-        match read.await {
-            Ok(row) => return Ok(row),
-            Err(mysql_async::Error::Server(e)) if again(&e, &mut attempts).await => {}
-            Err(e) => return Err(EngineError::failed(e)),
-        }
-    }
-}
-
-/// Whether a statement that failed with `e` wrote nothing and may run
-/// again, after a pause: 1213, chosen as a deadlock victim, rolled back;
-/// 1205, lock wait timeout; 1467, InnoDB could not read the counter (seen
-/// once on MariaDB 10.11 under the full suite). Up to 20 times.
-async fn again(e: &mysql_async::ServerError, attempts: &mut u64) -> bool {
-    if ![1213, 1205, 1467].contains(&e.code) || *attempts >= 20 {
-        return false;
-    }
-    *attempts += 1;
-    // Apart, and more so each time: victims retried at once meet again
-    // (16 permit requests on one semaphore deadlocked a release 9 times
-    // running).
-    let spread = (dlock_core::kit::OwnerId::random().as_u128() % 1000) as u64;
-    tokio::time::sleep(std::time::Duration::from_micros(*attempts * (500 + spread))).await;
-    true
 }
 
 /// The widest readable key; longer names are hashed.
