@@ -1,6 +1,7 @@
 //! The admin page in a real headless Chromium, against a real Redis whose
 //! lock another process holds and a third waits for: what the page
-//! renders, that a lock's name stays text, and the release button.
+//! renders, that a lock's name stays text, and the release button; and a
+//! semaphore's holders, each with its slot.
 //! `ADMIN_PAGE_SCREENSHOT=1 cargo test --features admin,redis --test admin`
 //! rewrites the README's picture, docs/admin-page.png.
 
@@ -36,7 +37,7 @@ const CONFIG: &str = "ADMIN_TEST_CONFIG";
 fn config(redis: &str, label: &str) -> String {
     format!(
         "[defaults]\nclient_name = \"{label}\"\nlease = \"{}s\"\n\
-         [engines.main]\nkind = \"redis\"\nurl = \"redis://{redis}\"\nconnect_timeout = \"5s\"\n[groups.ops]\n",
+         [engines.main]\nkind = \"redis\"\nurl = \"redis://{redis}\"\nconnect_timeout = \"5s\"\n[groups.ops]\n[groups.pool]\n",
         LEASE.as_secs()
     )
 }
@@ -101,25 +102,42 @@ impl Drop for Holder {
     }
 }
 
-/// The lock's row as the page renders it: each cell's text, as shown.
+/// The first row of group `ops` as the page renders it: each cell's text,
+/// as shown.
 async fn row(browser: &Browser) -> Option<Value> {
+    row_of(browser, "ops").await
+}
+
+/// The first row of `group` as the page renders it.
+async fn row_of(browser: &Browser, group: &str) -> Option<Value> {
     let script = r#"
-        const row = document.querySelector('section[data-group="ops"] tr.lock');
+        const row = document.querySelector(`section[data-group="${arguments[0]}"] tr.lock`);
         if (!row) return null;
         const text = (name) => row.querySelector("td." + name).innerText;
         return Object.fromEntries(["name", "mode", "holder", "fence", "held", "lease", "waiters"]
             .map((name) => [name, text(name)]));
     "#;
-    let row = browser.run(script, json!([])).await;
+    let row = browser.run(script, json!([group])).await;
     (!row.is_null()).then_some(row)
 }
 
-/// Polls the rendered row until `wanted` holds of it; fails after `within`.
+/// Polls the rendered row of `ops` until `wanted` holds of it; fails
+/// after `within`.
 async fn row_until(browser: &Browser, within: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
+    row_of_until(browser, "ops", within, wanted).await
+}
+
+/// Polls the rendered row of `group` until `wanted` holds of it.
+async fn row_of_until(
+    browser: &Browser,
+    group: &str,
+    within: Duration,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + within;
     loop {
         assert_eq!(browser.alert().await, None, "the page ran a script from the data");
-        let row = row(browser).await;
+        let row = row_of(browser, group).await;
         match row {
             Some(row) if wanted(&row) => return row,
             _ if Instant::now() > deadline => panic!("the page did not show it within {within:?}: {row:?}"),
@@ -141,7 +159,10 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     let app = axum::Router::new()
         .nest(
             "/dlock",
-            Admin::new(&registry).groups(["ops"]).actions(TOKEN).router(),
+            Admin::new(&registry)
+                .groups(["ops", "pool"])
+                .actions(TOKEN)
+                .router(),
         )
         .nest("/readonly", Admin::new(&registry).groups(["ops"]).router());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -213,6 +234,36 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     assert_eq!(moved["waiters"], "", "{moved}");
     assert_eq!(message(&browser).await, format!("release ops/{NAME}: 1 hold(s)"));
     assert_eq!(browser.find_all("img").await.len(), 0);
+
+    // Two permits of a semaphore of 3, each holder on a line of its own,
+    // its fence after its slot.
+    let replicas = registry.locks("pool").semaphore("replicas", 3);
+    let mut permits = Vec::new();
+    for _ in 0..2 {
+        let replicas = replicas.clone();
+        permits.push(
+            tokio::spawn(async move { replicas.acquire().await })
+                .await
+                .expect("task")
+                .expect("permit"),
+        );
+    }
+    let fences: Vec<String> = permits
+        .iter()
+        .map(|p| format!("slot {}: {}", p.slot().expect("a slot"), p.fence()))
+        .collect();
+    let pool = row_of_until(&browser, "pool", Duration::from_secs(10), |row| {
+        row["holder"] != ""
+    })
+    .await;
+    let mut shown: Vec<&str> = pool["fence"].as_str().expect("text").lines().collect();
+    shown.sort();
+    let mut expected: Vec<&str> = fences.iter().map(String::as_str).collect();
+    expected.sort();
+    assert_eq!(shown, expected, "{pool}");
+    for permit in permits {
+        permit.release().await.expect("release");
+    }
     browser.close().await;
     drop((holder, waiter));
 }

@@ -1,5 +1,6 @@
 //! The `dlock` command as a process against a real Redis: what it shows of
-//! holds made elsewhere, and the exit codes scripts test.
+//! holds made elsewhere (a permit's slot too), and the exit codes scripts
+//! test.
 
 #![cfg(all(feature = "cli", feature = "redis"))]
 
@@ -106,6 +107,36 @@ async fn show_and_locks_tell_who_holds_and_who_waits() {
         dlock(&path, &["locks", "order", "--json"]),
     );
     assert_eq!(stdout(&everywhere), stdout(&order), "the config's one group");
+
+    // A semaphore's holders, each with its slot.
+    let pool = holding.locks("order").semaphore("pool", 2);
+    let mut permits = Vec::new();
+    for _ in 0..2 {
+        let pool = pool.clone();
+        permits.push(
+            tokio::spawn(async move { pool.acquire().await })
+                .await
+                .expect("task")
+                .expect("permit"),
+        );
+    }
+    let shown = dlock(&path, &["show", "order/pool", "--permits", "2"]);
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+    let table = stdout(&shown);
+    for permit in &permits {
+        let slot = format!("holder, slot {}", permit.slot().expect("a slot"));
+        assert!(table.contains(&slot), "{slot} in {table}");
+    }
+    let json = dlock(&path, &["show", "order/pool", "--permits", "2", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    let mut slots: Vec<u64> = (0..2)
+        .filter_map(|i| json[0]["holders"][i]["slot"].as_u64())
+        .collect();
+    slots.sort();
+    assert_eq!(slots, [0, 1], "{json}");
+    for permit in permits {
+        permit.release().await.expect("release");
+    }
 
     guard.release().await.expect("release");
     waiter.await.expect("task").expect("release");
