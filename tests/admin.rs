@@ -238,16 +238,7 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     // Two permits of a semaphore of 3, each holder on a line of its own,
     // its fence after its slot.
     let replicas = registry.locks("pool").semaphore("replicas", 3);
-    let mut permits = Vec::new();
-    for _ in 0..2 {
-        let replicas = replicas.clone();
-        permits.push(
-            tokio::spawn(async move { replicas.acquire().await })
-                .await
-                .expect("task")
-                .expect("permit"),
-        );
-    }
+    let permits = dlock_testkit::permits_held(&replicas, 2).await;
     let fences: Vec<String> = permits
         .iter()
         .map(|p| format!("slot {}: {}", p.slot().expect("a slot"), p.fence()))

@@ -110,16 +110,7 @@ async fn show_and_locks_tell_who_holds_and_who_waits() {
 
     // A semaphore's holders, each with its slot.
     let pool = holding.locks("order").semaphore("pool", 2);
-    let mut permits = Vec::new();
-    for _ in 0..2 {
-        let pool = pool.clone();
-        permits.push(
-            tokio::spawn(async move { pool.acquire().await })
-                .await
-                .expect("task")
-                .expect("permit"),
-        );
-    }
+    let permits = dlock_testkit::permits_held(&pool, 2).await;
     let shown = dlock(&path, &["show", "order/pool", "--permits", "2"]);
     assert_eq!(shown.status.code(), Some(0), "{shown:?}");
     let table = stdout(&shown);

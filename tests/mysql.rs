@@ -666,26 +666,11 @@ async fn a_grant_takes_the_lowest_free_slot_below_and_above_64_permits() {
         let semaphore = registry
             .locks("my")
             .semaphore(format!("slots-{permits}"), permits);
-        let mut held = Vec::new();
-        for _ in 0..3 {
-            let semaphore = semaphore.clone();
-            held.push(
-                tokio::spawn(async move { semaphore.acquire().await })
-                    .await
-                    .expect("task")
-                    .expect("permit"),
-            );
-        }
+        let mut held = dlock_testkit::permits_held(&semaphore, 3).await;
         let slots: Vec<Option<u32>> = held.iter().map(|g| g.slot()).collect();
         assert_eq!(slots, [Some(0), Some(1), Some(2)], "{permits} permits");
         held.remove(1).release().await.expect("release");
-        let next = {
-            let semaphore = semaphore.clone();
-            tokio::spawn(async move { semaphore.acquire().await })
-                .await
-                .expect("task")
-                .expect("permit")
-        };
+        let next = dlock_testkit::permits_held(&semaphore, 1).await.remove(0);
         assert_eq!(next.slot(), Some(1), "{permits} permits: the slot let go");
         for guard in held.into_iter().chain([next]) {
             guard.release().await.expect("release");

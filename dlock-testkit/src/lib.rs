@@ -27,7 +27,7 @@ pub mod worker_flags;
 
 use std::time::Duration;
 
-use dlock_core::{Error, Guard, Lock};
+use dlock_core::{Error, Guard, Lock, Semaphore};
 
 pub use fixture::{Breakable, Fixture, engine};
 
@@ -158,6 +158,19 @@ pub fn timed_writer(lock: Lock) -> tokio::task::JoinHandle<std::time::Instant> {
         guard.release().await.expect("release");
         at
     })
+}
+
+/// `n` permits of `semaphore`, each taken in a task of its own, as `n`
+/// holders in this process would take them: one task's second permit
+/// would be its first again.
+pub async fn permits_held(semaphore: &Semaphore, n: usize) -> Vec<Guard> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let semaphore = semaphore.clone();
+        let taken = tokio::spawn(async move { semaphore.acquire().await });
+        held.push(taken.await.expect("task").expect("permit"));
+    }
+    held
 }
 
 /// After a failover: `held` still excludes `peer` (the same lock, through
