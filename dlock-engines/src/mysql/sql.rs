@@ -21,8 +21,9 @@ use mysql_async::{Conn, Value};
 /// ticket order. `expires` is a holder's lease end, or a waiter's liveness
 /// end. `lock_key` is the name, or its hash when it would not fit the index;
 /// `name` then keeps the full name, and every lookup compares it. `fence`,
-/// `since` and `label` are for records only: NULL in rows of older dlock
-/// versions, which name their columns and never set them. `revoked`: the
+/// `since` and `label` are for records (a permit's fence is read back by
+/// its holder too): NULL in rows of older dlock versions, which name their
+/// columns and never set them. `revoked`: the
 /// holder was asked to let go (`Control::revoke`); the mark dies with the
 /// row, so the next holder never inherits it. `slot`: a permit holder's
 /// (`permits.rs`), NULL in other rows.
