@@ -256,3 +256,61 @@ async fn a_silent_server_fails_the_command_within_connect_timeout() {
         );
     }
 }
+
+/// Without a config that names an engine, the command would read an empty
+/// memory engine of its own and call a held lock free: it refuses, saying
+/// where it looked. An engine of `kind = "memory"` is asked for, and runs.
+#[test]
+fn without_an_engine_the_command_refuses_rather_than_call_a_lock_free() {
+    let here = std::env::temp_dir().join(format!("dlock-cli-nowhere-{}", std::process::id()));
+    std::fs::create_dir_all(&here).expect("a folder with no config");
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));
+        for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("DLOCK_")) {
+            command.env_remove(name);
+        }
+        command.current_dir(&here).args(args).output().expect("run dlock")
+    };
+    let out = run(&["show", "scheduler/leader"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no dlock.toml in") && stderr.contains(&*here.to_string_lossy()),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing said free");
+    let empty = config_file("no-engine", "[groups.order]\n");
+    let out = dlock(&empty, &["locks", "order"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("names no engine"));
+    let memory = config_file("memory", "[engines.mem]\nkind = \"memory\"\n");
+    assert_eq!(
+        dlock(&memory, &["locks", "order"]).status.code(),
+        Some(3),
+        "asked for"
+    );
+    let _ = std::fs::remove_dir_all(&here);
+}
+
+/// A reader that stops early (`dlock locks | head -2`) is no failure: the
+/// command keeps its exit code rather than panic (101). Its output goes to
+/// a pipe whose reading end is already closed.
+#[test]
+fn a_closed_pipe_on_stdout_is_no_panic() {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let memory = config_file("pipe", "[engines.mem]\nkind = \"memory\"\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .arg("--config")
+        .arg(&memory)
+        .args(["--json", "locks", "order"])
+        .stdout(writer)
+        .output()
+        .expect("run dlock");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

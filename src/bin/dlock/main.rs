@@ -3,6 +3,7 @@
 
 mod show;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -22,7 +23,10 @@ Exit codes:
 #[command(name = "dlock", version, after_help = EXIT_CODES)]
 struct Cli {
     /// The application's config file; `DLOCK_*` variables override it, as
-    /// in the application. Without this option, `dlock.toml` if it exists.
+    /// in the application. Without this option, `dlock.toml` if it exists,
+    /// else the `DLOCK_*` variables alone. It must name an engine: the
+    /// embedded memory engine lives in one process, and would show every
+    /// lock free.
     #[arg(long, short)]
     config: Option<PathBuf>,
     /// JSON instead of a table, for scripts.
@@ -94,7 +98,8 @@ fn main() -> ExitCode {
         Ok(Outcome::Acted(acted)) => (acted.to_string(), acted.holders() == 0),
         Err(e) => return fail(&e),
     };
-    println!("{}", shown.trim_end());
+    // A reader that stopped early (`| head`) is no failure of the command.
+    let _ = writeln!(std::io::stdout().lock(), "{}", shown.trim_end());
     if nothing_held {
         ExitCode::from(3)
     } else {
@@ -108,6 +113,22 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
         None if std::path::Path::new("dlock.toml").exists() => Config::from_file("dlock.toml")?,
         None => Config::parse("", std::env::vars())?,
     };
+    if config.engines.is_empty() {
+        let looked = match &cli.config {
+            Some(path) => format!("{} names no engine", path.display()),
+            None => {
+                let here = std::env::current_dir().map_or_else(|_| ".".into(), |d| d.display().to_string());
+                format!("no --config, no dlock.toml in {here}, and no engine in the DLOCK_* variables")
+            }
+        };
+        return Err(Error::config(
+            "engines",
+            format!(
+                "{looked}: the command would read an empty memory engine of its own and call every lock free; \
+                 give the application's config (`--config FILE`), or an engine with `kind = \"memory\"` to mean it"
+            ),
+        ));
+    }
     if let Command::Release { force: false, .. } = cli.command {
         return Err(Error::config(
             "--force",
