@@ -153,6 +153,20 @@ fn errors_name_what_is_wrong_and_exit_as_documented() {
 
     let out = dlock(&bad, &["show", "no-slash"]);
     assert_eq!(out.status.code(), Some(2));
+    // A key that cannot be one is bad usage too, not an engine's failure.
+    let memory = config_file("keys", "[engines.mem]\nkind = \"memory\"\n");
+    let long = format!("ops/{}", "n".repeat(70_000));
+    for key in ["/x", "ops/", long.as_str()] {
+        let out = dlock(&memory, &["show", key]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}: {stderr}",
+            &key[..key.len().min(20)]
+        );
+        assert!(stderr.contains("invalid lock key"), "{stderr}");
+    }
     let out = dlock(&bad, &["frobnicate"]);
     assert_eq!(out.status.code(), Some(2), "usage");
 }

@@ -188,11 +188,12 @@ fn group_and_name(lock: &str) -> Result<(&str, &str), Error> {
     })
 }
 
-/// The error on stderr, and its exit code: 2 for config, 1 for the rest.
+/// The error on stderr, and its exit code: 2 for bad usage (a key that
+/// cannot be one) or config, 1 for the rest.
 fn fail(error: &Error) -> ExitCode {
     eprintln!("dlock: {error}");
     match error {
-        Error::Config { .. } => ExitCode::from(2),
+        Error::Config { .. } | Error::InvalidKey { .. } => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }
