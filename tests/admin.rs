@@ -299,8 +299,15 @@ async fn actions_release_and_revoke_with_the_token() {
 
     let lock = registry.locks("ops").get(NAME);
     let held = lock.lock().await.expect("lock");
+    // The scheme's name in any case (RFC 7235), and only that scheme.
+    let basic = [("authorization", "Basic s3cret-operator-token")];
+    let refused = http
+        .send(http::Method::POST, &act("revoke"), &basic, String::new())
+        .await;
+    assert_eq!(refused.0, 401, "{refused:?}");
+    let lower = [("authorization", "bearer s3cret-operator-token")];
     let revoke = http
-        .send(http::Method::POST, &act("revoke"), &bearer, String::new())
+        .send(http::Method::POST, &act("revoke"), &lower, String::new())
         .await;
     let answer = json!({ "lock": format!("ops/{NAME}"), "asked": 1 });
     assert_eq!(parsed(revoke), (200, answer), "as `dlock revoke --json` prints");

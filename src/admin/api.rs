@@ -71,9 +71,11 @@ impl Shown {
     /// The lock an action is for, once the request shows the token.
     fn act_on(&self, headers: &HeaderMap, group: &str, name: String) -> Result<Lock, Failure> {
         let token = self.token.as_deref().ok_or(Failure::ActionsOff)?;
+        // The scheme's name is case-insensitive (RFC 7235); the token is not.
         let given = (headers.get(AUTHORIZATION))
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "));
+            .and_then(|value| value.split_once(' '))
+            .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token));
         // In constant time: how much of a guess matched must not show in the timing.
         match given {
             Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {}
