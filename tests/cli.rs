@@ -303,6 +303,18 @@ fn without_an_engine_the_command_refuses_rather_than_call_a_lock_free() {
         Some(3),
         "asked for"
     );
+    // `-c` after the verb, as `--json` may be.
+    let after = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["locks", "order", "-c"])
+        .arg(&memory)
+        .output()
+        .expect("run dlock");
+    assert_eq!(
+        after.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&after.stderr)
+    );
     let _ = std::fs::remove_dir_all(&here);
 }
 

@@ -27,7 +27,7 @@ struct Cli {
     /// else the `DLOCK_*` variables alone. It must name an engine: the
     /// embedded memory engine lives in one process, and would show every
     /// lock free.
-    #[arg(long, short)]
+    #[arg(long, short, global = true)]
     config: Option<PathBuf>,
     /// JSON instead of a table, for scripts.
     #[arg(long, global = true)]
@@ -60,8 +60,9 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Asks every holder of GROUP/NAME to let go; each learns it at its
-    /// next renewal, and lets go as its code decides.
+    /// Asks every holder of GROUP/NAME to let go; each hears it at once
+    /// where its engine tells holders (docs/guarantees.md says which),
+    /// else at its next renewal, and lets go as its code decides.
     Revoke {
         /// GROUP/NAME.
         lock: String,
