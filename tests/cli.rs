@@ -340,3 +340,57 @@ fn a_closed_pipe_on_stdout_is_no_panic() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Names come from applications, often from user input: in a table they
+/// cannot recolour, overwrite or split rows, or set the terminal's title,
+/// and one name of 65,000 bytes cannot flood it. JSON keeps every name
+/// exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_cannot_act_on_the_terminal_and_long_ones_are_cut() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let text = redis_config(&format!("redis://{}", server.address()));
+    let path = config_file("escapes", &text);
+    let registry = Registry::build(
+        &Config::parse(&text, []).expect("config"),
+        &dlock::engines::kinds(),
+    )
+    .await
+    .expect("registry");
+    let long = "n".repeat(65_000);
+    let names = [
+        "ansi\u{1b}[31mRED",
+        "hide\r order/db-migrate  free",
+        "new\nline",
+        "title\u{1b}]0;pwned\u{1b}\\",
+        long.as_str(),
+    ];
+    let mut held = Vec::new();
+    for name in names {
+        held.push(registry.locks("order").get(name).lock().await.expect("lock"));
+    }
+    let table = dlock(&path, &["locks", "order"]);
+    assert_eq!(table.status.code(), Some(0));
+    let shown = stdout(&table);
+    assert!(!shown.contains(['\u{1b}', '\r']), "{shown:?}");
+    assert_eq!(shown.lines().count(), 1 + names.len(), "a row each: {shown:?}");
+    assert!(shown.len() < 4_000, "{} bytes", shown.len());
+    assert!(
+        shown.contains("order/ansi\\u{1b}[31mRED") && shown.contains("order/new\\nline"),
+        "{shown}"
+    );
+    let json = dlock(&path, &["locks", "order", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    let mut exact: Vec<&str> = json
+        .as_array()
+        .expect("views")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    exact.sort();
+    let mut names = names.to_vec();
+    names.sort();
+    assert_eq!(exact, names);
+    for guard in held {
+        guard.release().await.expect("release");
+    }
+}

@@ -96,7 +96,11 @@ fn main() -> ExitCode {
             serde_json::to_string(&acted).expect("an act serializes"),
             acted.holders() == 0,
         ),
-        Ok(Outcome::Acted(acted)) => (acted.to_string(), acted.holders() == 0),
+        Ok(Outcome::Acted(acted)) => {
+            let nothing = acted.holders() == 0;
+            let lock = show::escaped(&acted.lock);
+            (Acted { lock, ..acted }.to_string(), nothing)
+        }
         Err(e) => return fail(&e),
     };
     // A reader that stopped early (`| head`) is no failure of the command.

@@ -1,5 +1,10 @@
 //! The table a person reads: one row per holder and waiter, times as how
-//! long ago and how long left.
+//! long ago and how long left. Names and labels are shown as [`escaped`]:
+//! they come from applications, often from user input, and a terminal
+//! would act on their control characters.
+
+/// The most characters of a name or label a table shows; JSON has all.
+const SHOWN: usize = 120;
 
 use std::time::{Duration, SystemTime};
 
@@ -21,9 +26,10 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
         "LEASE LEFT",
     ]);
     for view in views {
+        let name = escaped(&format!("{}/{}", view.group, view.name));
         let lock = match view.permits {
-            Some(n) => format!("{}/{} ({n} permits)", view.group, view.name),
-            None => format!("{}/{}", view.group, view.name),
+            Some(n) => format!("{name} ({n} permits)"),
+            None => name,
         };
         if view.is_free() {
             table.add_row([lock.as_str(), "free", "", "", "", "", "", ""]);
@@ -61,7 +67,35 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
 }
 
 fn text(field: &Option<String>) -> String {
-    field.clone().unwrap_or_else(|| "-".into())
+    field.as_deref().map_or_else(|| "-".into(), escaped)
+}
+
+/// `text` as a terminal may print it: control characters, a backslash and
+/// the characters that reorder or hide text written as Rust escapes
+/// (`\u{1b}`, `\n`, `\\`), and past [`SHOWN`] characters cut, with an
+/// ellipsis and how many more there are.
+pub fn escaped(text: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    let mut shown = String::new();
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(SHOWN) {
+        match c {
+            '\n' => shown.push_str("\\n"),
+            '\r' => shown.push_str("\\r"),
+            '\t' => shown.push_str("\\t"),
+            '\\' => shown.push_str("\\\\"),
+            c if hidden(c) => shown.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => shown.push(c),
+        }
+    }
+    let more = chars.count();
+    if more > 0 {
+        shown.push_str(&format!("… ({more} more characters)"));
+    }
+    shown
 }
 
 fn ago(now: SystemTime, then: SystemTime) -> String {
@@ -86,6 +120,24 @@ fn span(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_cannot_act_on_a_terminal_and_long_ones_are_cut() {
+        assert_eq!(escaped("ops/ansi\u{1b}[31mRED"), "ops/ansi\\u{1b}[31mRED");
+        assert_eq!(escaped("ops/hide\r ops/x  free"), "ops/hide\\r ops/x  free");
+        assert_eq!(escaped("ops/new\nline\t\\n"), "ops/new\\nline\\t\\\\n");
+        assert_eq!(
+            escaped("ops/title\u{1b}]0;pwned\u{1b}\\"),
+            "ops/title\\u{1b}]0;pwned\\u{1b}\\\\"
+        );
+        assert_eq!(escaped("a\u{202e}b\u{7f}\u{85}"), "a\\u{202e}b\\u{7f}\\u{85}");
+        assert_eq!(escaped("ünï/cödé"), "ünï/cödé");
+        let long = escaped(&"n".repeat(65_000));
+        assert!(
+            long.starts_with(&"n".repeat(SHOWN)) && long.ends_with("… (64880 more characters)"),
+            "{long}"
+        );
+    }
 
     #[test]
     fn spans_read_at_a_glance() {
