@@ -113,6 +113,15 @@ async fn show_and_locks_tell_who_holds_and_who_waits() {
     let permits = dlock_testkit::permits_held(&pool, 2).await;
     let shown = dlock(&path, &["show", "order/pool", "--permits", "2"]);
     assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+    // Without `--permits`, the lock of that name is free, and the held
+    // semaphore of the same name is shown beside it.
+    let unasked = dlock(&path, &["show", "order/pool"]);
+    assert_eq!(unasked.status.code(), Some(0), "{unasked:?}");
+    let beside = stdout(&unasked);
+    assert!(
+        beside.contains("order/pool (2 permits)") && beside.contains("free"),
+        "{beside}"
+    );
     let table = stdout(&shown);
     for permit in &permits {
         let slot = format!("holder, slot {}", permit.slot().expect("a slot"));

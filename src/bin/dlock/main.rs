@@ -41,7 +41,8 @@ enum Command {
     /// The locks and semaphores someone holds or waits for, in GROUP, or
     /// in every group the config names.
     Locks { group: Option<String> },
-    /// Who holds GROUP/NAME, and who waits for it.
+    /// Who holds GROUP/NAME, and who waits for it; with the lock free, a
+    /// held semaphore of that name too.
     Show {
         /// GROUP/NAME; the name may hold further slashes.
         lock: String,
@@ -159,10 +160,28 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
         Command::Show { lock, permits } => {
             let (group, name) = group_and_name(lock)?;
             let locks = registry.locks(group);
-            vec![match permits {
-                Some(n) => locks.semaphore(name, *n).inspect().await?,
-                None => locks.get(name).inspect().await?,
-            }]
+            match permits {
+                Some(n) => vec![locks.semaphore(name, *n).inspect().await?],
+                None => {
+                    let view = locks.get(name).inspect().await?;
+                    // A free lock may share its name with a held semaphore:
+                    // show that too, found in the group's listing.
+                    let mut views = vec![view];
+                    if views[0].is_free() {
+                        match locks.list().await {
+                            Ok(listed) => views.extend(
+                                listed
+                                    .into_iter()
+                                    .filter(|v| v.name == name && v.permits.is_some()),
+                            ),
+                            Err(_) => eprintln!(
+                                "dlock: the lock is free; for a semaphore of this name, say `--permits N`"
+                            ),
+                        }
+                    }
+                    views
+                }
+            }
         }
         Command::Release { lock, .. } => {
             let (group, name) = group_and_name(lock)?;
