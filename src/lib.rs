@@ -352,8 +352,8 @@ use once_cell::sync::OnceCell;
 pub use dlock_core::kit;
 pub use dlock_core::{
     Acted, Config, Election, Error, Guard, Guards, HeldLock, HolderRecord, Leader, Lock, LockKey, LockSet,
-    LockView, Locks, LostReason, Mode, Observer, Reached, Registry, Semaphore, Settings, Share, Term, Wait,
-    WaiterRecord, config, held_locks, metrics,
+    LockView, Locks, LostReason, Mode, Observer, Only, Reached, Registry, Semaphore, Settings, Share, Term,
+    Wait, WaiterRecord, config, held_locks, metrics,
 };
 pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_engines as engines;

@@ -9,6 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use dlock::{Config, Registry};
+use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::redis::redis_args;
 use dlock_testkit::server::{TestServer, free_port};
 
@@ -402,4 +403,99 @@ async fn names_cannot_act_on_the_terminal_and_long_ones_are_cut() {
     for guard in held {
         guard.release().await.expect("release");
     }
+}
+
+/// `release --force --if-fence/--if-owner` and `revoke --if-owner`, as an
+/// operator uses them: the hold `show` printed changed hands before the
+/// act, so the act finds no holder (exit 3) and the new holder keeps its
+/// lock, unasked; aimed at the new holder, it forces that one out. Against
+/// each kind of server the command is most used with.
+async fn an_aimed_act_spares_a_holder_that_came_in_since<F: Fixture>() {
+    let fixture = F::start();
+    let text = format!(
+        "[defaults]\nclient_name = \"billing 7\"\n[engines.main]\n{}\nconnect_timeout = \"5s\"\n[groups.order]\n",
+        fixture.engine_config()
+    );
+    let path = config_file(&format!("aimed-{}", F::NAME), &text);
+    let config = Config::parse(&text, []).expect("config");
+    let registry = Registry::build(&config, &dlock::engines::kinds())
+        .await
+        .expect("registry");
+    let lock = registry
+        .locks("order")
+        .get("swapped")
+        .with_lease(Duration::from_secs(3));
+    let looked = |output: &Output| -> (u64, String) {
+        let views: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+        let holder = &views[0]["holders"][0];
+        let fence = holder["fence"].as_u64().expect("a fence");
+        (fence, holder["owner"].as_str().expect("an owner").to_owned())
+    };
+
+    let first = lock.lock().await.expect("lock");
+    let (fence, owner) = looked(&dlock(&path, &["show", "order/swapped", "--json"]));
+    assert_eq!((fence, &owner), (first.fence(), &first.owner_digest()));
+    first.release().await.expect("release");
+    let next = lock.lock().await.expect("the next holder's lock");
+
+    let fence = fence.to_string();
+    for args in [
+        &["release", "--force", "order/swapped", "--if-fence", &fence][..],
+        &["release", "--force", "order/swapped", "--if-owner", &owner],
+        &["revoke", "order/swapped", "--if-owner", &owner],
+    ] {
+        let missed = dlock(&path, &[args, &["--json"]].concat());
+        assert_eq!(missed.status.code(), Some(3), "{args:?}: {missed:?}");
+        let json: serde_json::Value = serde_json::from_slice(&missed.stdout).expect("json");
+        assert_eq!(
+            json["forced_out"].as_u64().or(json["asked"].as_u64()),
+            Some(0),
+            "{args:?}"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !next.is_lost() && !next.is_revoked(),
+        "{}: the new holder was touched",
+        F::NAME
+    );
+
+    let (fence, owner) = looked(&dlock(&path, &["show", "order/swapped", "--json"]));
+    assert_eq!(fence, next.fence());
+    let fence = fence.to_string();
+    let forced = dlock(
+        &path,
+        &[
+            "release",
+            "--force",
+            "order/swapped",
+            "--if-fence",
+            &fence,
+            "--if-owner",
+            &owner,
+        ],
+    );
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
+    assert_eq!(stdout(&forced).trim(), "order/swapped: forced out 1 holder(s)");
+    let reason = tokio::time::timeout(Duration::from_secs(6), next.lost())
+        .await
+        .expect("the holder hears it");
+    assert_eq!(reason, dlock::LostReason::ForceReleased);
+}
+
+macro_rules! aimed_on {
+    ($($feature:literal $test:ident $fixture:ty,)*) => {$(
+        #[cfg(feature = $feature)]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            an_aimed_act_spares_a_holder_that_came_in_since::<$fixture>().await;
+        }
+    )*};
+}
+
+aimed_on! {
+    "redis" an_aimed_act_on_redis dlock_testkit::fixtures::redis::Redis,
+    "postgres" an_aimed_act_on_postgres dlock_testkit::fixtures::postgres::Postgres,
+    "etcd" an_aimed_act_on_etcd dlock_testkit::fixtures::etcd::Etcd,
+    "zookeeper" an_aimed_act_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
 }

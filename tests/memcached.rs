@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use dlock::engines::memcached::{MemcachedConfig, MemcachedEngine};
 use dlock::kit::ClientSettings;
 use dlock::kit::{Control, Engine, Inspect, Kind, Lifecycle, Poll, Renewal, Request};
-use dlock::{Error, LockKey, Mode};
+use dlock::{Error, LockKey, Mode, Only};
 use dlock_testkit::fixtures::memcached::Memcached;
 use dlock_testkit::server::free_port;
 use dlock_testkit::{Breakable, Fixture, assert_unreachable_is_a_clear_error, engine};
@@ -162,7 +162,13 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
     };
     let (left, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
     assert_eq!(flags, 0);
-    assert_eq!(control(&*engine).revoke(&key).await.expect("revoke"), 1);
+    assert_eq!(
+        control(&*engine)
+            .revoke(&key, &Only::any())
+            .await
+            .expect("revoke"),
+        1
+    );
     let (left_after, flags) = left_and_flags(&fixture, "dlock:mc:ctl").await;
     assert!(
         flags == 1 && left_after <= left,
@@ -173,14 +179,17 @@ async fn revoke_flags_the_item_and_force_release_leaves_a_tombstone_that_ends_wi
         assert_eq!(left_and_flags(&fixture, "dlock:mc:ctl").await.1, 1);
     }
     assert_eq!(
-        control(&*engine).revoke(&key).await.expect("revoke"),
+        control(&*engine)
+            .revoke(&key, &Only::any())
+            .await
+            .expect("revoke"),
         1,
         "asked again"
     );
 
     assert_eq!(
         control(&*engine)
-            .force_release(&key)
+            .force_release(&key, &Only::any())
             .await
             .expect("force release"),
         1

@@ -261,3 +261,32 @@ async fn timeouts_renewals_and_loss_are_counted() {
     assert_eq!(recorded.event("lost"), 1);
     assert_eq!(recorded.gauge("dlock_held"), 0.0);
 }
+
+/// Each force release and revocation made from this process is counted
+/// in `dlock_operator_acts_total`, by group, engine and act; one that
+/// reached nobody too, since someone acted.
+#[tokio::test(flavor = "current_thread")]
+async fn acts_on_holders_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    let mut recorded = Recorded::new(recorder.snapshotter());
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let (registry, _) = registry();
+    let lock = registry.locks("order").get("stuck");
+    let _guard = lock.lock().await.expect("lock");
+    lock.revoke().await.expect("revoke");
+    lock.force_release().await.expect("force release");
+    lock.force_release().await.expect("a second, on a free lock");
+
+    let mut acts = |act: &str| -> u64 {
+        let wanted = [("group", "order"), ("engine", "mem"), ("act", act)];
+        let found = recorded.read().matching("dlock_operator_acts_total", &wanted);
+        found
+            .map(|value| match value {
+                DebugValue::Counter(n) => *n,
+                other => panic!("not a counter: {other:?}"),
+            })
+            .sum()
+    };
+    assert_eq!(acts("revocation"), 1);
+    assert_eq!(acts("force release"), 2);
+}

@@ -443,7 +443,13 @@ async fn an_older_record_table_gets_the_revoked_column() {
     assert_eq!(server.psql(column), "1", "the column was not added");
     let req = request("older");
     assert!(matches!(engine.acquire(&req).await, Ok(Poll::Held(_))));
-    assert_eq!(control(&*engine).revoke(&req.key).await.expect("revoke"), 1);
+    assert_eq!(
+        control(&*engine)
+            .revoke(&req.key, &dlock::Only::any())
+            .await
+            .expect("revoke"),
+        1
+    );
     assert_eq!(
         engine.renew(&req).await.expect("renew"),
         dlock::kit::Renewal::Revoked

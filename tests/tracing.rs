@@ -345,3 +345,47 @@ async fn failed_renewals_and_the_loss_are_warnings_in_the_hold_span() {
     faults.set_cut(false);
     assert!(guard.release().await.is_err(), "a lost hold released cleanly");
 }
+
+/// Every act on holders is an audit event at warn, target `dlock::audit`:
+/// the lock, what was done, the holds it was for as the records showed
+/// them (label, fence, owner digest, never the owner id), how many it
+/// reached, and who acted.
+#[tokio::test(flavor = "current_thread")]
+async fn an_act_on_holders_is_an_audit_event_naming_the_hold_and_who_acted() {
+    let (seen, _subscriber) = capture();
+    let (registry, _) = registry();
+    let lock = registry.locks("traced").get("stuck");
+    let guard = lock.lock().await.expect("lock");
+    let operator = lock.clone().by("ann on call");
+    assert_eq!(operator.revoke().await.expect("revoke"), 1);
+    let only = dlock::Only::fence(guard.fence());
+    assert_eq!(operator.force_release_only(&only).await.expect("force"), 1);
+
+    let acts = seen.events("an operator acted on holders");
+    let [asked, forced] = &acts[..] else {
+        panic!("not two audit events: {acts:?}");
+    };
+    for (event, act) in [(asked, "revocation"), (forced, "force release")] {
+        assert_eq!(
+            (event.level, event.target.as_str()),
+            (Level::WARN, "dlock::audit")
+        );
+        let f = &event.fields;
+        assert_eq!(
+            (field(f, "group"), field(f, "lock"), field(f, "act")),
+            ("traced", "stuck", act)
+        );
+        assert_eq!(field(f, "by"), "ann on call");
+        assert_eq!(field(f, "reached"), "1");
+        let holders = field(f, "holders");
+        assert!(holders.contains(&format!("fence {}", guard.fence())), "{holders}");
+        assert!(holders.contains(&guard.owner_digest()), "{holders}");
+        let long_hex = f.values().any(|v| {
+            v.split(|c: char| !c.is_ascii_hexdigit())
+                .any(|run| run.len() >= 32)
+        });
+        assert!(!long_hex, "an owner id in {f:?}");
+    }
+    assert_eq!(field(&forced.fields, "only"), format!("fence {}", guard.fence()));
+    assert_eq!(field(&asked.fields, "only"), "every hold");
+}

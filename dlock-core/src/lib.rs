@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod acquire;
+mod audit;
 pub mod config;
 mod election;
 mod error;
@@ -41,5 +42,5 @@ pub use key::{LockKey, MAX_GROUP_LEN, MAX_NAME_LEN};
 pub use lock::{Lock, Locks, Semaphore};
 pub use lock_set::{Guards, LockSet};
 pub use mode::Mode;
-pub use records::{Acted, HolderRecord, LockView, Reached, WaiterRecord};
+pub use records::{Acted, HolderRecord, LockView, Only, Reached, WaiterRecord};
 pub use registry::Registry;

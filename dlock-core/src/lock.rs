@@ -11,7 +11,7 @@ use crate::config::{Settings, Wait};
 use crate::hold::Limits;
 use crate::kit::{Kind, within};
 use crate::registry::{Group, Registry};
-use crate::{Error, Guard, LockKey, LockView, Mode};
+use crate::{Error, Guard, LockKey, LockView, Mode, Only, audit};
 
 impl Registry {
     /// The lock family of `group`, on the engine its config routes it to.
@@ -72,6 +72,7 @@ impl Locks {
             wait: self.group.settings.wait,
             kind: Kind::Lock,
             limits: Limits::default(),
+            operator: None,
             group: self.group.clone(),
         }
     }
@@ -150,6 +151,8 @@ pub struct Lock {
     /// A lock's, a [`Semaphore`]'s or an [`Election`](crate::Election)'s.
     pub(crate) kind: Kind,
     limits: Limits,
+    /// Who acts on holders through this handle, for the audit trail.
+    operator: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -161,6 +164,16 @@ impl Lock {
     /// The lock's name within its group.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The configured name of the engine this lock is on.
+    pub(crate) fn engine_name(&self) -> &str {
+        &self.group.engine_name
+    }
+
+    /// Who acts through this handle, if [`by`](Self::by) named someone.
+    pub(crate) fn operator(&self) -> Option<&str> {
+        self.operator.as_deref()
     }
 
     /// Uses `lease` instead of the group's configured lease.
@@ -283,6 +296,11 @@ impl Lock {
     /// before, so storage that checks tokens refuses the old holder's
     /// writes. Answers how many holds it ended (0: the lock was free).
     ///
+    /// Every act on holders is an audit event: a `tracing` warning (target
+    /// `dlock::audit`) naming the lock, the holds the act was for as the
+    /// records showed them just before, and who acted ([`by`](Self::by)),
+    /// and a count in the metric `dlock_operator_acts_total`.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), dlock::Error> {
@@ -295,7 +313,33 @@ impl Lock {
     /// # }
     /// ```
     pub async fn force_release(&self) -> Result<u32, Error> {
-        self.act(Act::ForceRelease).await
+        self.force_release_only(&Only::any()).await
+    }
+
+    /// Ends the holds of this lock that `only` admits, as
+    /// [`force_release`](Self::force_release) ends them all: the one an
+    /// operator looked at, by the fence or owner digest its record showed.
+    /// The engine checks it against each hold on the server as it ends it,
+    /// so if the lock changed hands since, the new holder keeps it and this
+    /// answers 0. `Error::Unsupported` for a fence on an engine whose
+    /// records show none.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), dlock::Error> {
+    /// let lock = dlock::lock("report", "stuck");
+    /// let wedged = lock.lock().await?;
+    /// let seen = wedged.fence();
+    /// drop(wedged);
+    /// let next = lock.lock().await?;
+    /// // The hold that was looked at is gone: the next holder keeps its own.
+    /// assert_eq!(lock.force_release_only(&dlock::Only::fence(seen)).await?, 0);
+    /// assert_eq!(lock.force_release_only(&dlock::Only::fence(next.fence())).await?, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn force_release_only(&self, only: &Only) -> Result<u32, Error> {
+        self.act(Act::ForceRelease, only).await
     }
 
     /// Asks every holder of this lock to let go: each learns it at its next
@@ -304,27 +348,48 @@ impl Lock {
     /// from a holder that does not comply. Answers how many holders were
     /// asked (0: the lock was free).
     pub async fn revoke(&self) -> Result<u32, Error> {
-        self.act(Act::Revoke).await
+        self.revoke_only(&Only::any()).await
     }
 
-    /// An operator's act on this lock's holders, if the engine can do it.
-    async fn act(&self, act: Act) -> Result<u32, Error> {
+    /// Asks the holders of this lock that `only` admits to let go, as
+    /// [`revoke`](Self::revoke) asks them all.
+    pub async fn revoke_only(&self, only: &Only) -> Result<u32, Error> {
+        self.act(Act::Revoke, only).await
+    }
+
+    /// Names who acts on holders through this handle, in the audit trail
+    /// of [`force_release`](Self::force_release) and
+    /// [`revoke`](Self::revoke): the `dlock` command says its user and
+    /// host, the admin page its own name. By default, this process's label.
+    pub fn by(mut self, operator: impl Into<Arc<str>>) -> Self {
+        self.operator = Some(operator.into());
+        self
+    }
+
+    /// An operator's act on this lock's holders, if the engine can do it,
+    /// with its audit event.
+    async fn act(&self, act: Act, only: &Only) -> Result<u32, Error> {
         let group = &self.group;
-        let what = match act {
-            Act::ForceRelease => "force release",
-            Act::Revoke => "revocation",
-        };
-        let control = group.facet(what, |f| f.control)?;
+        let control = group.facet(act.what(), |f| f.control)?;
+        if only.fence.is_some() && !group.capabilities.fence_in_records {
+            return Err(group.unsupported(format!("{} by fence: its records show no fence", act.what())));
+        }
         let key = LockKey::new(group.name.clone(), self.name.clone())?;
+        let until = Instant::now() + group.settings.call_timeout;
+        let seen = match group.engine.facets().inspect {
+            Some(inspect) => within(until, inspect.inspect(&key, None)).await.ok(),
+            None => None,
+        };
         let call = async {
             match act {
-                Act::ForceRelease => control.force_release(&key).await,
-                Act::Revoke => control.revoke(&key).await,
+                Act::ForceRelease => control.force_release(&key, only).await,
+                Act::Revoke => control.revoke(&key, only).await,
             }
         };
-        let until = Instant::now() + group.settings.call_timeout;
         let done = within(until, call).await;
-        done.map_err(|error| group.engine_error_at(key, None, error))
+        let reached = done.map_err(|error| group.engine_error_at(key, None, error))?;
+        audit::acted(self, act.what(), only, seen.as_ref(), reached);
+        Ok(reached)
     }
 
     /// Where this lock comes in a [`LockSet`](crate::LockSet)'s one order.
@@ -343,6 +408,15 @@ impl Lock {
 enum Act {
     ForceRelease,
     Revoke,
+}
+
+impl Act {
+    fn what(self) -> &'static str {
+        match self {
+            Act::ForceRelease => "force release",
+            Act::Revoke => "revocation",
+        }
+    }
 }
 
 /// A semaphore: at most `permits` holders at once, across processes, each

@@ -9,6 +9,7 @@
 //! | `dlock_release_seconds` | histogram | the release call |
 //! | `dlock_held` | gauge | holds open in this process |
 //! | `dlock_waiting` | gauge | requests waiting in this process |
+//! | `dlock_operator_acts_total` | counter | `group`, `engine`, `act`: force releases and revocations made from this process |
 //!
 //! A semaphore's permits are recorded under the same names with `mode` =
 //! `permit` and one more label, `permits`: the semaphore's count ([`Series`]).
@@ -36,6 +37,9 @@ pub const RELEASE_SECONDS: &str = "dlock_release_seconds";
 pub const HELD: &str = "dlock_held";
 /// Gauge: requests waiting in this process.
 pub const WAITING: &str = "dlock_waiting";
+/// Counter of operators' acts on holders made from this process, labelled
+/// `act` = `force release` or `revocation`.
+pub const OPERATOR_ACTS: &str = "dlock_operator_acts_total";
 
 /// The `event` label of `dlock_events_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -271,4 +275,8 @@ pub fn describe() {
     metrics::describe_histogram!(RELEASE_SECONDS, Unit::Seconds, "Time spent releasing");
     metrics::describe_gauge!(HELD, "Locks held by this process");
     metrics::describe_gauge!(WAITING, "Lock requests waiting in this process");
+    metrics::describe_counter!(
+        OPERATOR_ACTS,
+        "Force releases and revocations made from this process, by `act`"
+    );
 }

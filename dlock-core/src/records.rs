@@ -97,6 +97,71 @@ pub struct WaiterRecord {
     pub owner: Option<String>,
 }
 
+/// Which holds an operator's act is for: those whose record shows this
+/// fence, this owner digest, or both. The engine checks it on the server,
+/// against the hold it acts on, so a hold that changed hands since the
+/// operator looked is left alone. [`Only::any`] is every hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Only {
+    /// The hold's fencing token, as its record shows it.
+    pub fence: Option<u64>,
+    /// The owner digest of the hold's record ([`OwnerId::digest`]).
+    pub owner: Option<String>,
+}
+
+impl Only {
+    /// Every hold.
+    pub fn any() -> Self {
+        Only::default()
+    }
+
+    /// The hold with this fencing token.
+    pub fn fence(fence: u64) -> Self {
+        Only {
+            fence: Some(fence),
+            owner: None,
+        }
+    }
+
+    /// The hold of this owner digest.
+    pub fn owner(digest: impl Into<String>) -> Self {
+        Only {
+            fence: None,
+            owner: Some(digest.into()),
+        }
+    }
+
+    /// Whether every hold is meant.
+    pub fn is_any(&self) -> bool {
+        self.fence.is_none() && self.owner.is_none()
+    }
+
+    /// Whether a hold with the fence `fence` and the owner digest `owner`
+    /// (each `None` where unknown: such a hold is admitted only by a
+    /// condition that does not ask for it) is one of these.
+    pub fn admits(&self, fence: Option<u64>, owner: Option<&str>) -> bool {
+        let fenced = self.fence.is_none_or(|wanted| fence == Some(wanted));
+        fenced && self.owner.as_deref().is_none_or(|wanted| owner == Some(wanted))
+    }
+
+    /// Whether the hold `record` shows is one of these.
+    pub fn admits_record(&self, record: &HolderRecord) -> bool {
+        self.admits(record.fence, record.owner.as_deref())
+    }
+}
+
+impl std::fmt::Display for Only {
+    /// `fence 1234`, `owner 0a1b2c3d`, both, or `every hold`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.fence, &self.owner) {
+            (None, None) => f.write_str("every hold"),
+            (Some(fence), None) => write!(f, "fence {fence}"),
+            (None, Some(owner)) => write!(f, "owner {owner}"),
+            (Some(fence), Some(owner)) => write!(f, "fence {fence} of owner {owner}"),
+        }
+    }
+}
+
 /// What an operator's act on a lock did, as the `dlock` command
 /// (`--json`) prints it and the admin page answers it:
 /// `{"lock": "order/42", "forced_out": 1}`, or `"asked"` for a revocation.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{Engine, EngineError, Lifecycle, Renewal, Request};
-use crate::{LockKey, LockView};
+use crate::{LockKey, LockView, Only};
 
 /// The facets an engine offers: each `Some(self)` where it implements the
 /// facet's trait, `None` by default, so a facet added to the kit later is
@@ -21,8 +21,8 @@ use crate::{LockKey, LockView};
 /// # #[dlock::kit::async_trait]
 /// # impl dlock::kit::Control for Mine {
 /// #     async fn forced_out(&self, _: &dlock::kit::Request) -> Result<bool, dlock::kit::EngineError> { Ok(false) }
-/// #     async fn force_release(&self, _: &dlock::LockKey) -> Result<u32, dlock::kit::EngineError> { Ok(0) }
-/// #     async fn revoke(&self, _: &dlock::LockKey) -> Result<u32, dlock::kit::EngineError> { Ok(0) }
+/// #     async fn force_release(&self, _: &dlock::LockKey, _: &dlock::Only) -> Result<u32, dlock::kit::EngineError> { Ok(0) }
+/// #     async fn revoke(&self, _: &dlock::LockKey, _: &dlock::Only) -> Result<u32, dlock::kit::EngineError> { Ok(0) }
 /// # }
 /// # impl Mine { fn facets(&self) -> Facets<'_> {
 /// Facets { control: Some(self), ..Facets::default() }
@@ -95,17 +95,20 @@ pub trait Control: Send + Sync {
     /// Asked only after a hold turned out gone, so it may cost a round trip.
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError>;
 
-    /// Ends every hold of the lock `key` on the server, so that its next
-    /// waiter gets in, and leaves word for each holder that it was forced
-    /// out, for as long as its lease would have run. The lock's fencing
-    /// token goes on from where it was: the next holder's is greater than
-    /// every one given before. Answers how many holds it ended.
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError>;
+    /// Ends the holds of the lock `key` that `only` admits, on the server,
+    /// so that its next waiter gets in, and leaves word for each holder
+    /// that it was forced out, for as long as its lease would have run.
+    /// Each hold is ended only while it is the hold that was admitted (its
+    /// owner id, and its fence where the records show fences), checked on
+    /// the server: a holder that came in since is left alone. The lock's
+    /// fencing token goes on from where it was: the next holder's is
+    /// greater than every one given before. Answers how many holds it ended.
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError>;
 
-    /// Asks every holder of the lock `key` to let go: each one's next
-    /// [`renew`](super::Lifecycle::renew) answers [`Renewal::Revoked`]. Answers how
-    /// many holders were asked.
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError>;
+    /// Asks the holders of the lock `key` that `only` admits to let go: each
+    /// one's next [`renew`](super::Lifecycle::renew) answers
+    /// [`Renewal::Revoked`]. Answers how many holders were asked.
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError>;
 }
 
 /// A hold can be let go while the server keeps others out a while longer:

@@ -10,7 +10,7 @@ use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Facets, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
     LostSignal, Poll, Renewal, Request, RevokedSignal, Semaphores, async_trait,
 };
-use dlock_core::{LockKey, LockView};
+use dlock_core::{LockKey, LockView, Only};
 
 /// The fault wrapper: an [`Engine`] that passes every call to `inner`
 /// unless told to fail it; see the module docs.
@@ -266,17 +266,17 @@ impl Control for Faults {
         self.answer(answer).await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         self.reach()?;
         self.slow().await;
-        let answer = self.wrapped(|f| f.control)?.force_release(key).await;
+        let answer = self.wrapped(|f| f.control)?.force_release(key, only).await;
         self.answer(answer).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         self.reach()?;
         self.slow().await;
-        let answer = self.wrapped(|f| f.control)?.revoke(key).await;
+        let answer = self.wrapped(|f| f.control)?.revoke(key, only).await;
         self.answer(answer).await
     }
 }

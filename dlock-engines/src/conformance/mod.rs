@@ -319,6 +319,7 @@ macro_rules! conformance_suite {
             records_never_show_an_owner_id [Records],
             list_shows_a_groups_held_locks [Listed],
             force_release_fences_out_the_old_holder [ForceRelease],
+            force_release_only_ends_the_hold_looked_at [ForceRelease, Records],
             revoke_asks_holders_to_let_go [Revoke],
             hold_at_least_keeps_others_out_after_the_release [HoldAtLeast],
             hold_at_most_ends_the_hold_and_frees_the_lock [],

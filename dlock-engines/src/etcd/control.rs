@@ -18,11 +18,12 @@
 
 use std::sync::Arc;
 
+use dlock_core::Only;
 use dlock_core::kit::{EngineError, RevokedSignal};
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse};
 
 use super::queue;
-use super::records::contenders;
+use super::records::{admits, contenders};
 use super::session::Session;
 use super::watches::Watches;
 
@@ -56,12 +57,12 @@ pub(crate) fn is_revoked(value: &[u8]) -> bool {
     value.ends_with(REVOKED)
 }
 
-/// The holders of the lock whose keys are under `prefix`.
-async fn holders(session: &Session, prefix: &str) -> Result<Vec<KeyValue>, EngineError> {
+/// The holders of the lock whose keys are under `prefix` that `only` admits.
+async fn holders(session: &Session, prefix: &str, only: &Only) -> Result<Vec<KeyValue>, EngineError> {
     let kvs = contenders(session, prefix).await?;
     let holding = queue::holding(&kvs, None);
     let holders = kvs.into_iter().zip(holding).filter(|(_, holds)| *holds);
-    Ok(holders.map(|(kv, _)| kv).collect())
+    Ok(holders.map(|(kv, _)| kv).filter(|kv| admits(only, kv)).collect())
 }
 
 /// Runs each of `guarded`, a key's check and its change, in as few round
@@ -83,11 +84,12 @@ fn as_created(kv: &KeyValue) -> Compare {
     Compare::create_revision(kv.key(), CompareOp::Equal, kv.create_revision())
 }
 
-/// Deletes the holders' keys of the lock under `prefix`; answers how many
-/// it deleted. A reply lost and the call retried undercounts: the keys
-/// deleted the first time are gone when it checks again.
-pub(crate) async fn force_release(session: &Session, prefix: &str) -> Result<u32, EngineError> {
-    let holders = holders(session, prefix).await?;
+/// Deletes the keys of the holders of the lock under `prefix` that `only`
+/// admits, each while it is the key that was read (its create revision);
+/// answers how many it deleted. A reply lost and the call retried
+/// undercounts: the keys deleted the first time are gone when it checks again.
+pub(crate) async fn force_release(session: &Session, prefix: &str, only: &Only) -> Result<u32, EngineError> {
+    let holders = holders(session, prefix, only).await?;
     let deletes = holders.iter().map(|kv| {
         Txn::new()
             .when([as_created(kv)])
@@ -97,12 +99,12 @@ pub(crate) async fn force_release(session: &Session, prefix: &str) -> Result<u32
     Ok(deleted.into_iter().filter(|&d| d).count() as u32)
 }
 
-/// Marks the holders of the lock under `prefix` as revoked; answers how
-/// many are marked, by this call or an earlier one. Each mark checks that
-/// the key was not rewritten since it was read; one that was is read and
-/// marked again.
-pub(crate) async fn revoke(session: &Session, prefix: &str) -> Result<u32, EngineError> {
-    let mut holders = holders(session, prefix).await?;
+/// Marks the holders of the lock under `prefix` that `only` admits as
+/// revoked; answers how many are marked, by this call or an earlier one.
+/// Each mark checks that the key was not rewritten since it was read; one
+/// that was is read and marked again.
+pub(crate) async fn revoke(session: &Session, prefix: &str, only: &Only) -> Result<u32, EngineError> {
+    let mut holders = holders(session, prefix, only).await?;
     let mut asked = 0;
     for _ in 0..ATTEMPTS {
         let (marked, unmarked): (Vec<_>, Vec<_>) = holders.into_iter().partition(|kv| is_revoked(kv.value()));

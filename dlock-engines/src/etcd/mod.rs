@@ -97,7 +97,7 @@ use dlock_core::kit::{
     Inspect, Lifecycle, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores,
     async_trait,
 };
-use dlock_core::{LockKey, LockView, Mode};
+use dlock_core::{LockKey, LockView, Mode, Only};
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,
@@ -980,14 +980,14 @@ impl Control for EtcdEngine {
         }
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let session = self.live().await?;
-        control::force_release(&session, &self.prefix_of(key, None)).await
+        control::force_release(&session, &self.prefix_of(key, None), only).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let session = self.live().await?;
-        control::revoke(&session, &self.prefix_of(key, None)).await
+        control::revoke(&session, &self.prefix_of(key, None), only).await
     }
 }
 

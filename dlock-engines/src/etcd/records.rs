@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{EngineError, OwnerId, percent_unescape};
-use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, Only, WaiterRecord};
 use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 
 use super::handoff::first_line;
@@ -130,6 +130,15 @@ pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<V
         listed(root, group, lock, kvs, slots::of_holders(&slots, taken))
     });
     Ok(views.collect())
+}
+
+/// Whether the holder whose key is `kv` is one `only` admits, by its fence
+/// (the key's create revision) and the owner its line names.
+pub(crate) fn admits(only: &Only, kv: &KeyValue) -> bool {
+    only.admits(
+        Some(kv.create_revision() as u64),
+        Line::read(kv.value()).owner.as_deref(),
+    )
 }
 
 /// What a key's first line says of its request. A field is `None` for a

@@ -12,8 +12,8 @@
 //! Fences need nothing: every grant takes the next value of the one
 //! counter, so the holder after a forced one gets a greater token.
 
-use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, OwnerId, Request};
+use dlock_core::{LockKey, Only};
 
 use super::wire::Reply;
 use super::{MemcachedEngine, item_key, owner_of};
@@ -72,13 +72,22 @@ where
     ))
 }
 
-/// Two round trips: a read, then the tombstone and the delete.
-pub(super) async fn force_release(engine: &MemcachedEngine, key: &LockKey) -> Result<u32, EngineError> {
+/// Two round trips: a read, then the tombstone and the delete, if `only`
+/// admits the holder (its owner; no record shows a fence). The delete
+/// checks the item's CAS, so a holder that came in since is left alone.
+pub(super) async fn force_release(
+    engine: &MemcachedEngine,
+    key: &LockKey,
+    only: &Only,
+) -> Result<u32, EngineError> {
     let item = &item_key(key);
     on_holder(engine, item, move |found| async move {
         let Some(owner) = owner_of(&found.value) else {
             return Err(EngineError::failed("memcached: a lock item dlock did not write"));
         };
+        if !only.admits(None, Some(&owner.digest())) {
+            return Ok(Some(0));
+        }
         // The word first: a holder never finds its item gone without it.
         let tomb = tombstone(key, owner);
         let mut command = format!("ms {tomb} {} T{}\r\n", found.value.len(), found.ttl).into_bytes();
@@ -95,10 +104,14 @@ pub(super) async fn force_release(engine: &MemcachedEngine, key: &LockKey) -> Re
     .await
 }
 
-/// Two round trips: a read, then the flags set.
-pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey) -> Result<u32, EngineError> {
+/// Two round trips: a read, then the flags set, if `only` admits the
+/// holder; the set checks the item's CAS.
+pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
     let item = &item_key(key);
     on_holder(engine, item, move |found| async move {
+        if !only.admits(None, owner_of(&found.value).map(OwnerId::digest).as_deref()) {
+            return Ok(Some(0));
+        }
         if found.revoked {
             return Ok(Some(1));
         }

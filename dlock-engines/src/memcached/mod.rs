@@ -93,7 +93,7 @@ use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
     Lifecycle, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape,
 };
-use dlock_core::{LockKey, LockView};
+use dlock_core::{LockKey, LockView, Only};
 
 use permits::Permits;
 use wire::{Pool, Reply};
@@ -466,12 +466,12 @@ impl Control for MemcachedEngine {
         control::forced_out(self, req).await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        control::force_release(self, key).await
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        control::force_release(self, key, only).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        control::revoke(self, key).await
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        control::revoke(self, key, only).await
     }
 }
 

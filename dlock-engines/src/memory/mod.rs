@@ -11,7 +11,7 @@ use dlock_core::kit::{
     KeyHashing, Lifecycle, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken,
     async_trait, process_label,
 };
-use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, Only, WaiterRecord};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 
@@ -546,7 +546,7 @@ impl Control for MemoryEngine {
         Ok(forced.get(&req.owner).is_some_and(|until| *until > now))
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let mut locks = self.locks();
         let Locks { by_key, forced, .. } = &mut *locks;
         let now = Instant::now();
@@ -555,12 +555,11 @@ impl Control for MemoryEngine {
             return Ok(0);
         };
         state.expire(now);
-        let ended: Vec<Holder> = state
-            .writer
-            .take()
-            .into_iter()
-            .chain(state.shared.drain(..))
-            .collect();
+        let admitted = |h: &Holder| only.admits(Some(h.fence), Some(&h.owner.digest()));
+        let mut ended: Vec<Holder> = state.writer.take_if(|h| admitted(h)).into_iter().collect();
+        let (out, kept): (Vec<Holder>, _) = state.shared.drain(..).partition(|h| admitted(h));
+        ended.extend(out);
+        state.shared = kept;
         forced.extend(ended.iter().map(|h| (h.owner, h.expires)));
         state.wake_ready();
         if state.is_idle() {
@@ -569,14 +568,15 @@ impl Control for MemoryEngine {
         Ok(ended.len() as u32)
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let mut locks = self.locks();
         let Some(state) = locks.by_key.get_mut(&(key.clone(), false)) else {
             return Ok(0);
         };
         state.expire(Instant::now());
         let holders = state.writer.iter_mut().chain(state.shared.iter_mut());
-        Ok(holders.map(|h| h.revoked = true).count() as u32)
+        let admitted = holders.filter(|h| only.admits(Some(h.fence), Some(&h.owner.digest())));
+        Ok(admitted.map(|h| h.revoked = true).count() as u32)
     }
 }
 

@@ -15,8 +15,8 @@
 //! pruning word that has expired: the holder, finding at its next renewal
 //! that its row or session is gone, asks there why (`forced_out`).
 
-use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
+use dlock_core::{LockKey, Only};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Conn, Pool, Value};
 
@@ -30,40 +30,51 @@ struct GateHold {
     conn: u64,
     owner: String,
     lease_micros: u64,
+    fence: u64,
 }
 
-/// Marks every holder of `key` revoked: two round trips (three if its gate
-/// is held with no record yet), and one more per kind of hold found.
-pub(super) async fn revoke(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
+/// A hold through the table, as its row tells.
+struct RowHold {
+    owner: Vec<u8>,
+    left_micros: i64,
+    fence: u64,
+}
+
+/// Marks the holders of `key` that `only` admits revoked: two round trips
+/// (three if its gate is held with no record yet), and one more per kind of
+/// hold found. Each mark names its hold's owner, so a hold that came in
+/// since is not marked.
+pub(super) async fn revoke(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
     let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
-    let gated = gate_hold(&mut conn, key).await?.is_some();
-    if gated {
-        sql::exec(&mut conn, sql::REVOKE_GATE, vec![gate::name(key).to_value()]).await?;
+    let (gated, rows) = holds(&mut conn, key, only).await?;
+    if let Some(hold) = &gated {
+        let params = vec![gate::name(key).to_value(), hold.owner.to_value()];
+        sql::exec(&mut conn, sql::REVOKE_GATE, params).await?;
     }
-    let rows = row_holds(&mut conn, key).await?;
     if !rows.is_empty() {
-        let (lock_key, name) = key_and_name(key);
-        sql::exec(
-            &mut conn,
-            &sql::revoke(),
-            vec![lock_key.to_value(), name.to_value()],
-        )
-        .await?;
+        let owners: Vec<Value> = rows.iter().map(|row| row.owner.to_value()).collect();
+        sql::exec(&mut conn, &sql::revoke(owners.len()), owners).await?;
     }
-    Ok(u32::from(gated) + rows.len() as u32)
+    Ok(u32::from(gated.is_some()) + rows.len() as u32)
 }
 
-/// Forces every holder of `key` out: two round trips to find them (three
-/// if its gate is held with no record yet), then two to leave word and
-/// one per kind of hold found to end them. The holds ended.
-pub(super) async fn force_release(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
+/// Forces the holders of `key` that `only` admits out: two round trips to
+/// find them (three if its gate is held with no record yet), then two to
+/// leave word and one per kind of hold found to end them. The holds ended.
+/// A row is ended by its owner id, so a hold that came in since is left
+/// alone; a gate's session is ended by its id, one round trip after it was
+/// read, and holds nothing else.
+pub(super) async fn force_release(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
     let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
-    let gated = gate_hold(&mut conn, key).await?;
-    let rows = row_holds(&mut conn, key).await?;
+    let (gated, rows) = holds(&mut conn, key, only).await?;
     let lock_key = key_and_name(key).0;
     let mut word = Vec::new();
-    for (owner, left) in &rows {
-        word.extend([lock_key.to_value(), digest(owner).to_value(), left.to_value()]);
+    for row in &rows {
+        word.extend([
+            lock_key.to_value(),
+            digest(&row.owner).to_value(),
+            row.left_micros.to_value(),
+        ]);
     }
     if let Some(hold) = &gated {
         word.extend([
@@ -79,8 +90,7 @@ pub(super) async fn force_release(pool: &Pool, key: &LockKey) -> Result<u32, Eng
     sql::exec(&mut conn, &sql::force(word.len() / 3), word).await?;
     let mut ended = 0;
     if !rows.is_empty() {
-        let owners = rows.into_iter().map(|(owner, _)| owner.to_value());
-        let owners: Vec<Value> = owners.collect();
+        let owners: Vec<Value> = rows.into_iter().map(|row| row.owner.to_value()).collect();
         ended += sql::exec(&mut conn, &sql::end_holds(owners.len()), owners)
             .await?
             .0;
@@ -94,6 +104,19 @@ pub(super) async fn force_release(pool: &Pool, key: &LockKey) -> Result<u32, Eng
         }
     }
     Ok(ended as u32)
+}
+
+/// The holds of `key` that `only` admits: its gate's, and its rows'.
+async fn holds(
+    conn: &mut Conn,
+    key: &LockKey,
+    only: &Only,
+) -> Result<(Option<GateHold>, Vec<RowHold>), EngineError> {
+    let gated = gate_hold(conn, key).await?;
+    let gated = gated.filter(|hold| only.admits(Some(hold.fence), Some(&hold.owner)));
+    let mut rows = row_holds(conn, key).await?;
+    rows.retain(|row| only.admits(Some(row.fence), digest(&row.owner).as_deref()));
+    Ok((gated, rows))
 }
 
 /// Whether `req`'s hold was forced out: one round trip.
@@ -114,17 +137,18 @@ async fn gate_hold(conn: &mut Conn, key: &LockKey) -> Result<Option<GateHold>, E
     let gate = gate::name(key);
     let mut waited = false;
     loop {
-        type Columns = (Option<u64>, Option<u64>, Option<String>, Option<u64>);
+        type Columns = (Option<u64>, Option<u64>, Option<String>, Option<u64>, Option<u64>);
         let row: Option<Columns> = conn
             .exec_first(sql::GATE_HOLD, (&gate, &gate))
             .await
             .map_err(EngineError::failed)?;
         match row {
-            Some((Some(_), Some(conn), Some(owner), Some(lease_micros))) => {
+            Some((Some(_), Some(conn), Some(owner), Some(lease_micros), Some(fence))) => {
                 return Ok(Some(GateHold {
                     conn,
                     owner,
                     lease_micros,
+                    fence,
                 }));
             }
             Some((Some(_), ..)) if !waited => {
@@ -136,11 +160,17 @@ async fn gate_hold(conn: &mut Conn, key: &LockKey) -> Result<Option<GateHold>, E
     }
 }
 
-/// The live holds of `key` through the table: each owner id, and the µs
-/// left of its lease.
-async fn row_holds(conn: &mut Conn, key: &LockKey) -> Result<Vec<(Vec<u8>, i64)>, EngineError> {
+/// The live holds of `key` through the table.
+async fn row_holds(conn: &mut Conn, key: &LockKey) -> Result<Vec<RowHold>, EngineError> {
     let (lock_key, name) = key_and_name(key);
-    conn.exec(sql::holds(), (lock_key, name))
+    let rows: Vec<(Vec<u8>, i64, u64)> = conn
+        .exec(sql::holds(), (lock_key, name))
         .await
-        .map_err(EngineError::failed)
+        .map_err(EngineError::failed)?;
+    let holds = rows.into_iter().map(|(owner, left_micros, fence)| RowHold {
+        owner,
+        left_micros,
+        fence,
+    });
+    Ok(holds.collect())
 }

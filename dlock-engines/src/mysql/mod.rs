@@ -109,7 +109,7 @@ use dlock_core::kit::{
     Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
     Lifecycle, List, LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait,
 };
-use dlock_core::{LockKey, LockView, Mode};
+use dlock_core::{LockKey, LockView, Mode, Only};
 use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Pool, Value};
 
@@ -652,13 +652,13 @@ impl Control for MysqlEngine {
         control::forced_out(&self.shared.pool, req).await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        let forced = control::force_release(&self.shared.pool, key).await?;
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        let forced = control::force_release(&self.shared.pool, key, only).await?;
         self.shared.waiting.wake(&key_and_name(key).0);
         Ok(forced)
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        control::revoke(&self.shared.pool, key).await
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        control::revoke(&self.shared.pool, key, only).await
     }
 }

@@ -279,29 +279,31 @@ pub fn extend() -> String {
     )
 }
 
-/// Marks a lock's live holds revoked. Params: key, name.
-pub fn revoke() -> String {
+/// Marks the live holds of `n` owners revoked. Params: the owner ids.
+pub fn revoke(n: usize) -> String {
     format!(
-        "UPDATE dlock_queue SET revoked = 1 WHERE lock_key = ? AND name <=> ? AND held = 1 AND expires > {NOW}"
+        "UPDATE dlock_queue SET revoked = 1 WHERE held = 1 AND expires > {NOW} AND owner IN ({})",
+        vec!["?"; n].join(", ")
     )
 }
 
-/// Marks a gate hold's record revoked, if its session holds the gate.
-/// Param: gate.
+/// Marks a gate hold's record revoked, if its session holds the gate and
+/// it is still the owner's. Params: gate, owner digest.
 pub const REVOKE_GATE: &str =
-    "UPDATE dlock_gates SET revoked = 1 WHERE gate = ? AND conn = IS_USED_LOCK(gate)";
+    "UPDATE dlock_gates SET revoked = 1 WHERE gate = ? AND conn = IS_USED_LOCK(gate) AND owner = ?";
 
-/// A lock's live holds: owner, and µs until the lease ends. Params: key, name.
+/// A lock's live holds: owner, µs until the lease ends, and fence. Params:
+/// key, name.
 pub fn holds() -> String {
     format!(
-        "SELECT owner, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires) FROM dlock_queue \
+        "SELECT owner, TIMESTAMPDIFF(MICROSECOND, {NOW}, expires), fence FROM dlock_queue \
          WHERE lock_key = ? AND name <=> ? AND held = 1 AND expires > {NOW}"
     )
 }
 
-/// The session holding a gate, and the owner digest and lease µs of the
-/// hold's record if it wrote one. Params: gate, gate.
-pub const GATE_HOLD: &str = "SELECT IS_USED_LOCK(?), g.conn, g.owner, g.lease FROM (SELECT 1) one \
+/// The session holding a gate, and the owner digest, lease µs and fence of
+/// the hold's record if it wrote one. Params: gate, gate.
+pub const GATE_HOLD: &str = "SELECT IS_USED_LOCK(?), g.conn, g.owner, g.lease, g.fence FROM (SELECT 1) one \
      LEFT JOIN dlock_gates g ON g.gate = ? AND g.conn = IS_USED_LOCK(g.gate)";
 
 /// Removes word of holds forced out whose lease has ended.

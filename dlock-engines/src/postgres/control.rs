@@ -15,26 +15,27 @@
 //! waited for, as records are. A hold with no row even then (another
 //! client's) is neither asked nor forced out.
 
-use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
+use dlock_core::{LockKey, Only};
 use tokio_postgres::Statement;
 
 use super::advisory_key;
 use super::pool::Pool;
 use super::sql::Statements;
 
-/// Marks every holder of `key` revoked: one round trip, two if a hold is
-/// too young to have its row.
-pub(super) async fn revoke(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
-    each_holder(pool, key, |s| &s.revoke).await
+/// Marks the holders of `key` that `only` admits revoked: one round trip,
+/// two if a hold is too young to have its row.
+pub(super) async fn revoke(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+    each_holder(pool, key, only, |s| &s.revoke).await
 }
 
-/// Forces every holder of `key` out: a round trip to leave word (two if a
-/// hold is too young to have its row), one to end the sessions that hold
-/// nothing else. The holds forced out, whether ended now or at their
-/// holder's next renewal.
-pub(super) async fn force_release(pool: &Pool, key: &LockKey) -> Result<u32, EngineError> {
-    let forced = each_holder(pool, key, |s| &s.force).await?;
+/// Forces the holders of `key` that `only` admits out: a round trip to
+/// leave word (two if a hold is too young to have its row), one to end the
+/// sessions that hold nothing else. The holds forced out, whether ended
+/// now or at their holder's next renewal. Each statement picks holds by
+/// their rows as it runs, so a hold that came in since is not admitted.
+pub(super) async fn force_release(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+    let forced = each_holder(pool, key, only, |s| &s.force).await?;
     if forced > 0 {
         pool.one(|s| &s.end_forced, &[&advisory_key(key)]).await?;
     }
@@ -48,18 +49,21 @@ pub(super) async fn forced_out(pool: &Pool, req: &Request) -> Result<bool, Engin
 }
 
 /// Runs `pick`'s statement, which does its work on each holder of `key`
-/// with a row and answers how many, and how many holders there are; once
-/// more after [`RECORD_WAIT`] if some had no row. It must be harmless to
-/// run twice.
+/// with a row that `only` admits and answers how many, and how many
+/// holders there are; once more after [`RECORD_WAIT`] if some had no row
+/// and every hold was meant (a hold with no row yet was never shown, so
+/// no fence or owner names it). It must be harmless to run twice.
 async fn each_holder(
     pool: &Pool,
     key: &LockKey,
+    only: &Only,
     pick: fn(&Statements) -> &Statement,
 ) -> Result<u32, EngineError> {
     let key = advisory_key(key);
-    let mut waited = false;
+    let fence = only.fence.map(|fence| fence as i64);
+    let mut waited = !only.is_any();
     loop {
-        let row = pool.one(pick, &[&key]).await?;
+        let row = pool.one(pick, &[&key, &fence, &only.owner]).await?;
         let (done, holders): (i64, i64) = (row.get(0), row.get(1));
         if done < holders && !waited {
             waited = true;

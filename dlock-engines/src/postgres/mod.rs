@@ -115,7 +115,7 @@ use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, Lifecycle, List,
     LostSignal, Poll, Renewal, Request, Semaphores, async_trait,
 };
-use dlock_core::{LockKey, LockView, Mode};
+use dlock_core::{LockKey, LockView, Mode, Only};
 
 use conn::{Conn, Ping};
 use permits::Permits;
@@ -411,12 +411,12 @@ impl Control for PostgresEngine {
         control::forced_out(&self.pool, req).await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        control::force_release(&self.pool, key).await
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        control::force_release(&self.pool, key, only).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        control::revoke(&self.pool, key).await
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        control::revoke(&self.pool, key, only).await
     }
 }
 

@@ -71,11 +71,12 @@ pub(super) struct Statements {
     pub inspect: Statement,
     /// Every hold and wait with a row of group `$1`.
     pub list: Statement,
-    /// Marks the rows of the holds of key `$1` revoked: how many, and how
-    /// many holds the key has (those with no row yet are not marked).
+    /// Marks the rows of the holds of key `$1` revoked, those [`ONLY`]
+    /// admits: how many, and how many holds the key has (those with no row
+    /// yet are not marked).
     pub revoke: Statement,
-    /// Leaves word for each holder of key `$1` that it is forced out,
-    /// until its lease would end, and prunes word that has expired: how
+    /// Leaves word for each holder of key `$1` that [`ONLY`] admits that it
+    /// is forced out, until its lease would end, and prunes word that has expired: how
     /// many, and how many holds the key has. A holder learns it at its
     /// next renewal, and lets go then, unless `end_forced` ends its session.
     pub force: Statement,
@@ -93,6 +94,10 @@ pub(super) struct Statements {
 const ADVISORY: &str = "(SELECT (classid::int8 << 32) | objid::int8 AS key, pid, granted, mode, waitstart \
      FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 \
      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS l";
+
+/// The holds an operator's act is for, by row `h`: with fence `$2`, and
+/// owner digest `$3`, where each is given.
+const ONLY: &str = "AND ($2::int8 IS NULL OR h.fence = $2) AND ($3::text IS NULL OR h.owner = $3)";
 
 /// How many sessions hold key `$1`.
 const HOLDERS: &str = "(SELECT count(*) FROM (SELECT (classid::int8 << 32) | objid::int8 AS key \
@@ -209,7 +214,7 @@ impl Statements {
             format!(
                 "WITH asked AS (UPDATE {holds} AS h SET revoked = true FROM {ADVISORY} \
                  WHERE l.key = h.key AND l.pid = h.pid AND l.granted AND h.key = $1 \
-                 AND h.fence IS NOT NULL RETURNING 1) \
+                 AND h.fence IS NOT NULL {ONLY} RETURNING 1) \
                  SELECT (SELECT count(*) FROM asked), {HOLDERS}"
             ),
             // Word of an earlier force on this key is left to the next
@@ -217,7 +222,7 @@ impl Statements {
             format!(
                 "WITH held AS (SELECT h.owner, h.lease FROM {ADVISORY} \
                  JOIN {holds} AS h ON h.key = l.key AND h.pid = l.pid \
-                 WHERE l.key = $1 AND l.granted AND h.fence IS NOT NULL), \
+                 WHERE l.key = $1 AND l.granted AND h.fence IS NOT NULL {ONLY}), \
                  told AS (INSERT INTO {forced} (key, owner, until) \
                  SELECT $1, owner, clock_timestamp() + lease * interval '1 millisecond' FROM held \
                  ON CONFLICT (key, owner) DO NOTHING), \

@@ -139,7 +139,7 @@ use dlock_core::kit::{
     Lifecycle, List, LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake,
     async_trait,
 };
-use dlock_core::{LockKey, LockView};
+use dlock_core::{LockKey, LockView, Only};
 use redis::Script;
 
 use connection::{Connection, Target};
@@ -399,9 +399,21 @@ impl RedisEngine {
 
     /// Forces out the holders of lock `key`, or asks them to let go
     /// (`how`): control.lua.
-    async fn control(&self, key: &LockKey, how: &str) -> Result<u32, EngineError> {
+    /// An operator's act, `how`, on the holders of `key` that `only`
+    /// admits: all of them in one script, or those a read of the records
+    /// admits, named to the script, which acts on each only while it is
+    /// still the hold that was read (its owner id and fence).
+    async fn control(&self, key: &LockKey, how: &str, only: &Only) -> Result<u32, EngineError> {
         let gate = keys::record(key, false);
-        self.eval(&self.scripts.control, &gate, ("", how))
+        let mut named = Vec::new();
+        if !only.is_any() {
+            let read = self.records(&[&gate]).await?.pop();
+            named = read.map_or_else(Vec::new, |reply| records::admitted(&reply, only));
+            if named.is_empty() {
+                return Ok(0);
+            }
+        }
+        self.eval(&self.scripts.control, &gate, ("", how, named))
             .await
             .map_err(EngineError::failed)
     }
@@ -686,12 +698,12 @@ impl Control for RedisEngine {
         self.run(&self.scripts.forced, &gate, req, &[] as &[&str]).await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "force").await
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        self.control(key, "force", only).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "revoke").await
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        self.control(key, "revoke", only).await
     }
 }
 

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::OwnerId;
-use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, Only, WaiterRecord};
 
 /// What the script returns: a semaphore's count, and `(role, mode, owner,
 /// fence, since, ends, label, slot)` per record.
@@ -110,6 +110,19 @@ fn lone_writer(gate: &str, deadline: u64, labels: &HashMap<String, String>) -> H
 
 /// What holders' and waiters' records share: the label, the grant or
 /// request time, and the owner id's digest (the id goes no further).
+/// The holders in `reply` that `only` admits, each as control.lua takes
+/// them: `<owner id> <fence in hex>`.
+pub(crate) fn admitted(reply: &Reply, only: &Only) -> Vec<String> {
+    let holders = reply.1.iter().filter(|entry| entry.0 == "h");
+    let admitted = holders.filter(|(_, _, owner, fence, ..)| {
+        let digest = u128::from_str_radix(owner, 16).map(|id| OwnerId::from_u128(id).digest());
+        only.admits(hex(fence), digest.ok().as_deref())
+    });
+    admitted
+        .map(|(_, _, owner, fence, ..)| format!("{owner} {fence}"))
+        .collect()
+}
+
 fn common(
     labels: &HashMap<String, String>,
     owner: &str,

@@ -72,7 +72,7 @@ use dlock_core::kit::{
     Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
     LostSignal, Poll, Renewal, Request, Semaphores, async_trait,
 };
-use dlock_core::{BoxError, LockKey, LockView};
+use dlock_core::{BoxError, LockKey, LockView, Only};
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -184,9 +184,24 @@ impl RedLockEngine {
     /// Forces out the holder of lock `key` on every master, or asks it to
     /// let go (`how`): 1 if any master had a hold, as a majority's answers
     /// tell.
-    async fn control(&self, key: &LockKey, how: &str) -> Result<u32, EngineError> {
+    /// An operator's act, `how`, on the hold of `key` if `only` admits it:
+    /// on every master's copy, or, for a hold `only` names, on each copy
+    /// that is still that owner's, as a read of the majority found it.
+    async fn control(&self, key: &LockKey, how: &str, only: &Only) -> Result<u32, EngineError> {
+        let mut owner = String::new();
+        if !only.is_any() {
+            let replies = self.replies(key, None).await?;
+            match records::admitted(&replies, self.quorum, only) {
+                Some(admitted) => owner = admitted.to_owned(),
+                None => return Ok(0),
+            }
+        }
         let answers = self
-            .on_all(Call::Script(&self.scripts.control), &[&keys::prefix(key)], &[how])
+            .on_all(
+                Call::Script(&self.scripts.control),
+                &[&keys::prefix(key)],
+                &[how, &owner],
+            )
             .await;
         let held = answers.iter().any(|a| matches!(a, Ok(1)));
         match self.unreachable(answers) {
@@ -566,6 +581,16 @@ impl Inspect for RedLockEngine {
 
     /// Every master's copies at once; a hold shows where a majority agree.
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
+        let read_at = SystemTime::now();
+        let replies = self.replies(key, permits).await?;
+        Ok(records::view(key, permits, &replies, self.quorum, read_at))
+    }
+}
+
+impl RedLockEngine {
+    /// Every master's copies of the lock `key`, or with `permits` of the
+    /// semaphore, read at once; an error if fewer than a majority answer.
+    async fn replies(&self, key: &LockKey, permits: Option<u32>) -> Result<Vec<records::Reply>, EngineError> {
         let (record, stem) = match permits {
             Some(_) => {
                 let keys = permits::Keys::of(key);
@@ -573,7 +598,6 @@ impl Inspect for RedLockEngine {
             }
             None => (keys::prefix(key), String::new()),
         };
-        let read_at = SystemTime::now();
         let replies = futures_util::future::join_all(
             self.masters
                 .iter()
@@ -586,7 +610,7 @@ impl Inspect for RedLockEngine {
                 self.quorum
             )));
         }
-        Ok(records::view(key, permits, &replies, self.quorum, read_at))
+        Ok(replies)
     }
 }
 
@@ -639,12 +663,12 @@ impl Control for RedLockEngine {
         Ok(answers.iter().any(|a| matches!(a, Ok(1))))
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "force").await
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        self.control(key, "force", only).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.control(key, "revoke").await
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        self.control(key, "revoke", only).await
     }
 }
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::OwnerId;
-use dlock_core::{HolderRecord, LockKey, LockView, Mode};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, Only};
 
 use super::permits::per_slot;
 
@@ -31,7 +31,7 @@ pub(super) fn view(
     let holders = (0..slots)
         .filter_map(|slot| {
             let copies = replies.iter().flatten().filter_map(|r| copy(r, slot as usize));
-            let mut holder = hold(copies.collect(), quorum, read_at)?;
+            let (_, mut holder) = hold(copies.collect(), quorum, read_at)?;
             holder.slot = count.map(|_| slot);
             if let (Some(count), Some(token)) = (count, holder.fence) {
                 holder.fence = Some(per_slot(token, slot, count));
@@ -55,11 +55,20 @@ fn copy(reply: &[String], slot: usize) -> Option<(&str, u64)> {
     (!value.is_empty()).then_some((value.as_str(), ttl))
 }
 
-/// The hold a majority of copies agree on: its owner's, with the token a
+/// The owner id (in hex) of the hold of a lock a majority of masters agree
+/// on in `replies`, if `only` admits it.
+pub(super) fn admitted<'r>(replies: &'r [Reply], quorum: usize, only: &Only) -> Option<&'r str> {
+    let copies = replies.iter().flatten().filter_map(|r| copy(r, 0));
+    let (owner, holder) = hold(copies.collect(), quorum, SystemTime::now())?;
+    only.admits_record(&holder).then_some(owner)
+}
+
+/// The hold a majority of copies agree on: its owner id, and its record:
+/// its owner's, with the token a
 /// majority of them name (the quorum's, as granted or written back; see
 /// `token`), and a lease that ends when the last copy of that majority
 /// does.
-fn hold(copies: Vec<(&str, u64)>, quorum: usize, read_at: SystemTime) -> Option<HolderRecord> {
+fn hold(copies: Vec<(&str, u64)>, quorum: usize, read_at: SystemTime) -> Option<(&str, HolderRecord)> {
     let owner = agreed(copies.iter().map(|(value, _)| value.get(..32)).collect(), quorum)??;
     let mine: Vec<(Vec<&str>, u64)> = copies
         .iter()
@@ -73,7 +82,7 @@ fn hold(copies: Vec<(&str, u64)>, quorum: usize, read_at: SystemTime) -> Option<
     let fence = agreed(tokens.collect(), quorum).flatten();
     let mut ttls: Vec<u64> = mine.iter().map(|(_, ttl)| *ttl).collect();
     ttls.sort_unstable_by(|a, b| b.cmp(a));
-    Some(HolderRecord {
+    let record = HolderRecord {
         label: field(3).filter(|l| !l.is_empty()).map(str::to_owned),
         mode: Mode::Write,
         // 0: a hold taken without the fence.
@@ -88,7 +97,8 @@ fn hold(copies: Vec<(&str, u64)>, quorum: usize, read_at: SystemTime) -> Option<
             .ok()
             .map(|id| OwnerId::from_u128(id).digest()),
         ..HolderRecord::default()
-    })
+    };
+    Some((owner, record))
 }
 
 /// The value at least `quorum` of `values` have.

@@ -32,13 +32,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dlock_core::LockKey;
 use dlock_core::kit::{EngineError, Renewal, Request, RevokedSignal};
+use dlock_core::{LockKey, Only};
 use tokio::sync::Notify;
 use zookeeper_client::{Error as ZkError, EventType, Stat};
 
-use super::inspect::read_children;
-use super::records::REVOKE;
+use super::inspect::{gather, read_children};
+use super::records::{self, REVOKE};
 use super::session::{self, Session};
 use super::{ZooKeeperEngine, nodes};
 
@@ -92,29 +92,46 @@ impl ZooKeeperEngine {
         Ok(Some(stat))
     }
 
-    /// Deletes the holding nodes of the lock `key`; how many it deleted.
-    pub(super) async fn force_out(&self, key: &LockKey) -> Result<u32, EngineError> {
+    /// Deletes the holding nodes of the lock `key` that `only` admits; how
+    /// many it deleted. A node's name is never used again, so deleting it
+    /// by its path touches only the hold that was read.
+    pub(super) async fn force_out(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let session = self.sessions.live().await?;
-        let holding = self.holding(&session, key).await?;
+        let holding = self.holding(&session, key, only).await?;
         on_each(&session, &holding, |node| session.client.delete(node, None)).await
     }
 
     /// Writes Curator's revoke message over the holding nodes of the lock
-    /// `key`; how many it reached.
-    pub(super) async fn ask_to_let_go(&self, key: &LockKey) -> Result<u32, EngineError> {
+    /// `key` that `only` admits; how many it reached.
+    pub(super) async fn ask_to_let_go(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let session = self.sessions.live().await?;
-        let holding = self.holding(&session, key).await?;
+        let holding = self.holding(&session, key, only).await?;
         on_each(&session, &holding, |node| {
             session.client.set_data(node, REVOKE, None)
         })
         .await
     }
 
-    /// The paths of the lock `key`'s holding nodes, after a sync: a hold
-    /// taken through another ensemble member shows.
-    async fn holding(&self, session: &Session, key: &LockKey) -> Result<Vec<String>, EngineError> {
+    /// The paths of the lock `key`'s holding nodes that `only` admits,
+    /// after a sync: a hold taken through another ensemble member shows.
+    /// Every hold needs the names alone; some, their records too.
+    async fn holding(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        only: &Only,
+    ) -> Result<Vec<String>, EngineError> {
         let path = key.path(&self.root);
-        let children = read_children(session, Some(&path), std::slice::from_ref(&path))
+        let dirs = std::slice::from_ref(&path);
+        if !only.is_any() {
+            let found = gather(session, Some(&path), dirs)
+                .await?
+                .pop()
+                .unwrap_or_default();
+            let admitted = records::admitted(key, &found, only).into_iter();
+            return Ok(admitted.map(|name| format!("{path}/{name}")).collect());
+        }
+        let children = read_children(session, Some(&path), dirs)
             .await?
             .pop()
             .unwrap_or_default();

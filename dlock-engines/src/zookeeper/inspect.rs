@@ -113,7 +113,7 @@ fn semaphore_dirs(path: &str) -> [String; 2] {
 
 /// The nodes under each of `dirs`, in two waves: the children of all, then
 /// every child's data and stat. A node gone in between is left out.
-async fn gather(
+pub(super) async fn gather(
     session: &Session,
     sync: Option<&str>,
     dirs: &[String],

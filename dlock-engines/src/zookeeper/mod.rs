@@ -105,7 +105,7 @@ use dlock_core::kit::{
     Lifecycle, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake,
     Woken, async_trait,
 };
-use dlock_core::{LockKey, LockView};
+use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use zookeeper_client::{
@@ -731,12 +731,12 @@ impl Control for ZooKeeperEngine {
         self.node_deleted(req).await
     }
 
-    async fn force_release(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.force_out(key).await
+    async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        self.force_out(key, only).await
     }
 
-    async fn revoke(&self, key: &LockKey) -> Result<u32, EngineError> {
-        self.ask_to_let_go(key).await
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        self.ask_to_let_go(key, only).await
     }
 }
 

@@ -30,7 +30,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use dlock_core::{HolderRecord, LockKey, LockView, Mode, WaiterRecord};
+use dlock_core::{HolderRecord, LockKey, LockView, Mode, Only, WaiterRecord};
 use zookeeper_client::Stat;
 
 use super::nodes;
@@ -135,6 +135,16 @@ pub(super) fn lock_view(key: &LockKey, found: &[Found]) -> LockView {
         }
     }
     view
+}
+
+/// The names of the holding nodes among `found`, a lock's, whose records
+/// `only` admits.
+pub(super) fn admitted<'f>(key: &LockKey, found: &'f [Found], only: &Only) -> Vec<&'f str> {
+    let names: Vec<String> = found.iter().map(|f| f.name.clone()).collect();
+    let held = nodes::line(&names).into_iter().filter(|place| place.held);
+    let records = lock_view(key, found).holders;
+    let pairs = held.zip(records).filter(|(_, record)| only.admits_record(record));
+    pairs.map(|(place, _)| found[place.at].name.as_str()).collect()
 }
 
 /// A `LeaderLatch` participant's id, dlock's label, as its label: text

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dlock::{Acted, Config, Error, LockView, Reached, Registry};
+use dlock::{Acted, Config, Error, LockView, Only, Reached, Registry};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -16,7 +16,8 @@ Exit codes:
   1  an engine could not answer (unreachable, or it cannot do what was asked)
   2  bad usage or bad config
   3  nothing held: `show` found the lock free, `locks` found no lock held,
-     `release` and `revoke` found no holder";
+     `release` and `revoke` found no holder (with --if-fence or --if-owner:
+     none with that fence or owner, so whoever holds now was left alone)";
 
 /// Who holds which lock, who waits, since when; and letting a stuck lock go.
 #[derive(Parser)]
@@ -60,6 +61,8 @@ enum Command {
         /// Required: this takes the lock from a holder that may be alive.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        only: Aim,
     },
     /// Asks every holder of GROUP/NAME to let go; each hears it at once
     /// where its engine tells holders (docs/guarantees.md says which),
@@ -67,7 +70,31 @@ enum Command {
     Revoke {
         /// GROUP/NAME.
         lock: String,
+        #[command(flatten)]
+        only: Aim,
     },
+}
+
+/// The hold an act is for, as `show` printed it. The engine checks it as
+/// it acts: if the lock changed hands since, the new holder keeps it and
+/// the command finds no holder (exit 3).
+#[derive(clap::Args)]
+struct Aim {
+    /// Only the hold with this fencing token.
+    #[arg(long, value_name = "FENCE")]
+    if_fence: Option<u64>,
+    /// Only the hold of this owner digest (8 hex digits).
+    #[arg(long, value_name = "DIGEST")]
+    if_owner: Option<String>,
+}
+
+impl Aim {
+    fn only(&self) -> Only {
+        Only {
+            fence: self.if_fence,
+            owner: self.if_owner.clone(),
+        }
+    }
 }
 
 /// What a command found or did.
@@ -183,17 +210,19 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
                 }
             }
         }
-        Command::Release { lock, .. } => {
+        Command::Release { lock, only, .. } => {
             let (group, name) = group_and_name(lock)?;
-            let reached = Reached::ForcedOut(registry.locks(group).get(name).force_release().await?);
+            let target = registry.locks(group).get(name).by(operator());
+            let reached = Reached::ForcedOut(target.force_release_only(&only.only()).await?);
             return Ok(Outcome::Acted(Acted {
                 lock: lock.clone(),
                 reached,
             }));
         }
-        Command::Revoke { lock } => {
+        Command::Revoke { lock, only } => {
             let (group, name) = group_and_name(lock)?;
-            let reached = Reached::Asked(registry.locks(group).get(name).revoke().await?);
+            let target = registry.locks(group).get(name).by(operator());
+            let reached = Reached::Asked(target.revoke_only(&only.only()).await?);
             return Ok(Outcome::Acted(Acted {
                 lock: lock.clone(),
                 reached,
@@ -201,6 +230,13 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
     };
     Ok(Outcome::Views(views))
+}
+
+/// Who acts, for the audit trail: the user, and this command's host and pid.
+fn operator() -> String {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME"));
+    let user = user.unwrap_or_else(|_| "someone".to_owned());
+    format!("{user} with the dlock command at {}", dlock::kit::process_label())
 }
 
 fn group_and_name(lock: &str) -> Result<(&str, &str), Error> {

@@ -1,9 +1,9 @@
 //! The control cases: an operator forces a lock free, or asks its holders
-//! to let go, from another client.
+//! to let go, from another client: all of them, or the one it looked at.
 
 use std::time::Duration;
 
-use dlock_core::{Error, LostReason, Mode};
+use dlock_core::{Error, HolderRecord, LostReason, Mode, Only};
 use tokio::time::Instant;
 
 use super::{SETTLE, in_a_task_of_its_own, within};
@@ -101,4 +101,77 @@ pub async fn revoke_asks_holders_to_let_go(h: &Harness) {
         }
     }
     assert_eq!(h.peer_lock("revoked").revoke().await.expect("revoke"), 0);
+}
+
+/// An operator forces out the hold it looked at, by the fence or the owner
+/// digest its record showed, and no other: a holder that came in between
+/// the look and the act keeps its lock, and is not asked to let go either;
+/// forced out by its own, it learns it was released by force. Of two
+/// readers, the one named goes and the other stays. A fence, on an engine
+/// whose records show none, is a typed error.
+pub async fn force_release_only_ends_the_hold_looked_at(h: &Harness) {
+    let peer = h.peer_lock("aimed");
+    let first = h.lock("aimed").lock().await.expect("lock");
+    let seen = holder(h, "aimed").await;
+    assert_eq!(seen.owner, Some(first.owner_digest()));
+    first.release().await.expect("release");
+    let next = h.lock("aimed").lock().await.expect("the next holder's lock");
+    let now = holder(h, "aimed").await;
+    assert_eq!(now.owner, Some(next.owner_digest()));
+
+    let mut stale = vec![Only::owner(seen.owner.clone().expect("a dlock hold's owner"))];
+    stale.extend(seen.fence.map(Only::fence));
+    for only in &stale {
+        assert_eq!(
+            peer.force_release_only(only).await.expect("force release"),
+            0,
+            "{only}"
+        );
+        assert_eq!(peer.revoke_only(only).await.expect("revoke"), 0, "{only}");
+    }
+    if !h.capabilities().fence_in_records {
+        let refused = peer.force_release_only(&Only::fence(next.fence())).await;
+        assert!(matches!(refused, Err(Error::Unsupported { .. })), "{refused:?}");
+    }
+    // Kept: renewed past a third of its lease, neither lost nor asked.
+    tokio::time::sleep(SETTINGS.lease * 2 / 3).await;
+    assert!(
+        !next.is_lost() && !next.is_revoked(),
+        "the next holder was touched"
+    );
+    assert_eq!(holder(h, "aimed").await.owner, now.owner);
+
+    let mine = Only {
+        fence: now.fence,
+        owner: now.owner,
+    };
+    assert_eq!(peer.force_release_only(&mine).await.expect("force release"), 1);
+    let reason = within(SETTINGS.lease * 2, "the holder's loss", next.lost()).await;
+    assert_eq!(reason, LostReason::ForceReleased);
+    assert!(next.release().await.is_err(), "released after it was forced out");
+
+    if h.capabilities().read {
+        let other = h.peer_lock("aimed");
+        let named = h.lock("aimed").read().await.expect("read");
+        let kept = in_a_task_of_its_own(async move { other.read().await }).await;
+        let view = peer.inspect().await.expect("inspect");
+        assert_eq!(view.holders.len(), 2, "{view:?}");
+        let only = Only::owner(named.owner_digest());
+        assert_eq!(peer.force_release_only(&only).await.expect("force release"), 1);
+        let reason = within(SETTINGS.lease * 2, "the named reader's loss", named.lost()).await;
+        assert_eq!(reason, LostReason::ForceReleased);
+        assert!(!kept.is_lost(), "the other reader lost its hold");
+        let view = peer.inspect().await.expect("inspect");
+        let owners: Vec<_> = view.holders.iter().map(|r| r.owner.clone()).collect();
+        assert_eq!(owners, [Some(kept.owner_digest())]);
+        kept.release().await.expect("the other reader's release");
+        let _ = named.release().await;
+    }
+}
+
+/// The one holder of `name`, as an operator sees it.
+async fn holder(h: &Harness, name: &str) -> HolderRecord {
+    let view = h.peer_lock(name).inspect().await.expect("inspect");
+    let [holder] = <[HolderRecord; 1]>::try_from(view.holders).expect("one holder");
+    holder
 }

@@ -7,22 +7,44 @@
 -- lock's channel `:c`, which holders past their first renewal hear.
 -- ARGV[1]  empty: the caller holds nothing
 -- ARGV[2]  "force" or "revoke"
+-- ARGV[3..] the holds to act on, each `<owner id> <fence in hex>`, acted on
+--          only while the owner holds with that fence; none: every hold
 -- returns  how many holders were forced out or asked
 -- helpers --
 local time = redis.call('TIME')
 local now_ms = millis(time)
 local holder, deadline, last, crowded = read_gate(now_ms)
 local queue, readers, pending, settle, _, _, _, pass_on = crowd()
+
+local only
+if #ARGV > 2 then
+  only = {}
+  for i = 3, #ARGV do
+    local owner, fence = string.match(ARGV[i], '^(%S+) (%x+)$')
+    only[owner] = tonumber(fence, 16)
+  end
+end
+local function admitted(owner, fence)
+  return not only or (fence ~= nil and only[owner] == fence)
+end
+
+local writer = holder and admitted(string.sub(holder, 1, 32), last)
 local live = {}
 if crowded then
-  live = redis.call('ZRANGEBYSCORE', readers, '(' .. now_ms, '+inf', 'WITHSCORES')
+  local all = redis.call('ZRANGEBYSCORE', readers, '(' .. now_ms, '+inf', 'WITHSCORES')
+  for i = 1, #all, 2 do
+    local fence = string.match(redis.call('HGET', info, all[i]) or '', '^(%x+) ')
+    if admitted(all[i], fence and tonumber(fence, 16)) then
+      live[#live + 1], live[#live + 2] = all[i], all[i + 1]
+    end
+  end
 end
-if not holder and #live == 0 then
+if not writer and #live == 0 then
   return 0
 end
 
 local noted, mark, longest = p .. ':o', ARGV[2] == 'force' and 'f:' or 'r:', 0
-if holder then
+if writer then
   redis.call('HSET', noted, mark .. string.sub(holder, 1, 32), 1)
   longest = deadline - now_ms
 end
@@ -33,7 +55,7 @@ end
 if redis.call('PTTL', noted) < longest then
   redis.call('PEXPIRE', noted, longest)
 end
-local count = (holder and 1 or 0) + #live / 2
+local count = (writer and 1 or 0) + #live / 2
 redis.call(publish, p .. ':c', ARGV[2])
 if ARGV[2] == 'revoke' then
   return count
@@ -47,6 +69,9 @@ for i = 1, #live, 2 do
   redis.call('ZREM', readers, live[i])
   redis.call('HDEL', info, live[i])
 end
-holder, deadline, last = pass_on(nil, deadline, last, time, now_ms)
+if writer then
+  holder = nil
+end
+holder, deadline, last = pass_on(holder, deadline, last, time, now_ms)
 settle(holder, deadline, last, now_ms)
 return count

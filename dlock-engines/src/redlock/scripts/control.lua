@@ -4,9 +4,10 @@
 -- here: what its renewal (renew.lua) or its question after a failed one
 -- (forced.lua) reads. The fence counter is left as it is.
 -- KEYS[1]  the lock key; ARGV[1] "force" or "revoke"
+-- ARGV[2]  the owner id whose hold to act on; empty: whoever holds here
 -- returns  1 if a hold was here, else 0
 local value = redis.call('GET', KEYS[1])
-if not value then
+if not value or (ARGV[2] ~= '' and string.sub(value, 1, 32) ~= ARGV[2]) then
   return 0
 end
 local noted, ttl = KEYS[1] .. ':o', redis.call('PTTL', KEYS[1])
