@@ -499,3 +499,68 @@ aimed_on! {
     "etcd" an_aimed_act_on_etcd dlock_testkit::fixtures::etcd::Etcd,
     "zookeeper" an_aimed_act_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
 }
+
+/// After a process crashed holding many locks: `release --force` with
+/// `--label` and `--prefix` forces out exactly the holds they pick, each
+/// only while it is the hold that was listed; `--dry-run` shows them and
+/// forces none; the same process's other locks and another process's
+/// locks stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_release_forces_out_exactly_the_holds_it_picks() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let url = format!("redis://{}", server.address());
+    let config_of = |label: &str| redis_config(&url).replace("billing 7", label);
+    let path = config_file("bulk", &config_of("operator"));
+    let kinds = dlock::engines::kinds();
+    let crashed = Config::parse(&config_of("worker 3"), []).expect("config");
+    let crashed = Registry::build(&crashed, &kinds).await.expect("registry");
+    let other = Config::parse(&config_of("worker 4"), []).expect("config");
+    let other = Registry::build(&other, &kinds).await.expect("registry");
+    let lease = Duration::from_secs(30);
+    let take = |registry: &Registry, names: Vec<String>| {
+        let locks = registry.locks("order");
+        let takes = names.into_iter().map(move |name| {
+            let lock = locks.get(name).with_lease(lease);
+            async move { lock.lock().await.expect("lock") }
+        });
+        futures_util::future::join_all(takes)
+    };
+    let jobs = take(&crashed, (0..300).map(|i| format!("job/{i}")).collect()).await;
+    let reports = take(&crashed, (0..10).map(|i| format!("report/{i}")).collect()).await;
+    let others = take(&other, (300..305).map(|i| format!("job/{i}")).collect()).await;
+    let picked = [
+        "release", "--force", "order", "--label", "worker 3", "--prefix", "job/",
+    ];
+
+    let dry = dlock(&path, &[&picked[..], &["--dry-run", "--json"]].concat());
+    assert_eq!(dry.status.code(), Some(0), "{dry:?}");
+    let views: Vec<serde_json::Value> = serde_json::from_slice(&dry.stdout).expect("json");
+    assert_eq!(views.len(), 300);
+    assert!(views.iter().all(|v| v["holders"][0]["label"] == "worker 3"));
+    assert!(jobs.iter().all(|g| !g.is_lost()), "a dry run forced a holder out");
+
+    let forced = dlock(&path, &picked);
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
+    let printed = stdout(&forced);
+    assert_eq!(printed.lines().count(), 301, "{printed}");
+    assert_eq!(
+        printed.lines().last(),
+        Some("forced out 300 holder(s) of 300 lock(s)")
+    );
+    let listed = crashed.locks("order").list().await.expect("list");
+    let mut held: Vec<&str> = listed.iter().map(|v| v.name.as_str()).collect();
+    held.sort_unstable();
+    let mut kept: Vec<String> = (0..10).map(|i| format!("report/{i}")).collect();
+    kept.extend((300..305).map(|i| format!("job/{i}")));
+    kept.sort_unstable();
+    assert_eq!(held, kept);
+
+    let again = dlock(&path, &picked);
+    assert_eq!(again.status.code(), Some(3), "nothing left to pick: {again:?}");
+    let mixed = dlock(
+        &path,
+        &["release", "--force", "order", "--label", "x", "--if-fence", "1"],
+    );
+    assert_eq!(mixed.status.code(), Some(2), "{mixed:?}");
+    drop((jobs, reports, others));
+}

@@ -1,12 +1,14 @@
 //! `dlock`: who holds which lock and who waits, from the command line,
 //! through the config file and `DLOCK_*` variables the application reads.
 
+mod bulk;
 mod show;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use bulk::Bulk;
 use clap::{Parser, Subcommand};
 use dlock::{Acted, Config, Error, LockView, Only, Reached, Registry};
 
@@ -54,15 +56,19 @@ enum Command {
     /// Ends every hold of GROUP/NAME on the server so its next waiter gets
     /// in. Each old holder learns it at its next renewal; the next
     /// holder's fencing token is greater, so storage that checks tokens
-    /// refuses the old holder's writes.
+    /// refuses the old holder's writes. With --label, --owner or --prefix,
+    /// the holds they pick, in GROUP or every group the config names, each
+    /// only while it is the hold that was listed.
     Release {
-        /// GROUP/NAME.
-        lock: String,
+        /// GROUP/NAME; with --label, --owner or --prefix, GROUP or nothing.
+        lock: Option<String>,
         /// Required: this takes the lock from a holder that may be alive.
         #[arg(long)]
         force: bool,
         #[command(flatten)]
         only: Aim,
+        #[command(flatten)]
+        bulk: Bulk,
     },
     /// Asks every holder of GROUP/NAME to let go; each hears it at once
     /// where its engine tells holders (docs/guarantees.md says which),
@@ -102,6 +108,8 @@ enum Outcome {
     Views(Vec<LockView>),
     /// How many holders a force release or revocation reached.
     Acted(Acted),
+    /// What each act of a bulk release reached, or why it failed.
+    Acts(Vec<Result<Acted, Error>>),
 }
 
 fn main() -> ExitCode {
@@ -129,6 +137,7 @@ fn main() -> ExitCode {
             let lock = show::escaped(&acted.lock);
             (Acted { lock, ..acted }.to_string(), nothing)
         }
+        Ok(Outcome::Acts(acts)) => return bulk::report(acts, cli.json),
         Err(e) => return fail(&e),
     };
     // A reader that stopped early (`| head`) is no failure of the command.
@@ -167,6 +176,20 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
             "--force",
             "`release` takes the lock from a holder that may be alive: say `release --force`",
         ));
+    }
+    if let Command::Release { bulk, only, .. } = &cli.command {
+        if bulk.dry_run && !bulk.is_asked() {
+            return Err(Error::config(
+                "--dry-run",
+                "shows what --label, --owner or --prefix would pick: give one",
+            ));
+        }
+        if bulk.is_asked() && (only.if_fence.is_some() || only.if_owner.is_some()) {
+            return Err(Error::config(
+                "--if-fence",
+                "--if-fence and --if-owner aim at one lock's hold; --label, --owner and --prefix pick many",
+            ));
+        }
     }
     let registry = Registry::build(&config, &dlock::engines::kinds()).await?;
     let views = match &cli.command {
@@ -210,7 +233,33 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
                 }
             }
         }
+        Command::Release { lock, bulk, .. } if bulk.is_asked() => {
+            let groups: Vec<&str> = match lock {
+                Some(group) if group.contains('/') => {
+                    return Err(Error::config(
+                        "GROUP",
+                        format!(
+                            "`{group}`: with --label, --owner or --prefix, give a group alone, or none for all"
+                        ),
+                    ));
+                }
+                Some(group) => vec![group],
+                None => config.groups.keys().map(String::as_str).collect(),
+            };
+            let mut listed = Vec::new();
+            for group in groups {
+                listed.extend(registry.locks(group).list().await?);
+            }
+            let picked = bulk.picked(listed);
+            if bulk.dry_run {
+                return Ok(Outcome::Views(picked));
+            }
+            return Ok(Outcome::Acts(bulk::release(&registry, picked, &operator()).await));
+        }
         Command::Release { lock, only, .. } => {
+            let lock = lock
+                .as_ref()
+                .ok_or_else(|| Error::config("GROUP/NAME", "say which lock to release"))?;
             let (group, name) = group_and_name(lock)?;
             let target = registry.locks(group).get(name).by(operator());
             let reached = Reached::ForcedOut(target.force_release_only(&only.only()).await?);
