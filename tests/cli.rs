@@ -564,3 +564,145 @@ async fn a_bulk_release_forces_out_exactly_the_holds_it_picks() {
     assert_eq!(mixed.status.code(), Some(2), "{mixed:?}");
     drop((jobs, reports, others));
 }
+
+/// Lines of JSON a command prints as it goes, read on a thread of their own.
+struct Following {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl Following {
+    fn start(config: &Path, args: &[&str]) -> Following {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dlock"))
+            .arg("--config")
+            .arg(config)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run dlock");
+        let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(out).map_while(Result::ok) {
+                let _ = sender.send(serde_json::from_str(&line).expect("a line of JSON"));
+            }
+        });
+        Following { child, lines }
+    }
+
+    /// The next line, within seconds, or the test fails rather than hangs.
+    fn next(&mut self) -> serde_json::Value {
+        match self.lines.recv_timeout(Duration::from_secs(15)) {
+            Ok(line) => line,
+            Err(e) => {
+                let _ = self.child.kill();
+                panic!("no line in time ({e}); the command: {:?}", self.child.try_wait());
+            }
+        }
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `dlock watch GROUP` prints a line per hold and wait as it begins and
+/// ends; `dlock leader` says who leads, and with `--watch` each change.
+async fn watch_and_leader_follow_the_changes<F: Fixture>() {
+    let fixture = F::start();
+    let text = format!(
+        "[defaults]\nclient_name = \"billing 7\"\n[engines.main]\n{}\nconnect_timeout = \"5s\"\n[groups.order]\n",
+        fixture.engine_config()
+    );
+    let path = config_file(&format!("watch-{}", F::NAME), &text);
+    let config = Config::parse(&text, []).expect("config");
+    let registry = Registry::build(&config, &dlock::engines::kinds())
+        .await
+        .expect("registry");
+    // The waiter as another process would be: one of this process's would
+    // wait behind the holder here, not on the server.
+    let waiting = Registry::build(&config, &dlock::engines::kinds())
+        .await
+        .expect("registry");
+    let lock = registry
+        .locks("order")
+        .get("watched")
+        .with_lease(Duration::from_secs(3));
+
+    let mut watching = Following::start(&path, &["watch", "order", "--json", "--every", "100"]);
+    let first = lock.lock().await.expect("lock");
+    let taken = watching.next();
+    assert_eq!(
+        (&taken["event"], &taken["lock"]),
+        (&"taken".into(), &"order/watched".into()),
+        "{taken}"
+    );
+    assert_eq!(taken["owner"], first.owner_digest());
+    assert_eq!(taken["fence"], first.fence());
+    let waiter = tokio::spawn({
+        let lock = waiting
+            .locks("order")
+            .get("watched")
+            .with_lease(Duration::from_secs(3));
+        async move { lock.lock().await.expect("the waiter's lock") }
+    });
+    let queued = watching.next();
+    assert_eq!(queued["event"], "waiting", "{queued}");
+    let first_owner = first.owner_digest();
+    first.release().await.expect("release");
+    let (released, handed) = (watching.next(), watching.next());
+    assert_eq!(
+        (&released["event"], &released["owner"]),
+        (&"released".into(), &first_owner.into())
+    );
+    let next = waiter.await.expect("the waiter");
+    assert_eq!(
+        (&handed["event"], &handed["owner"]),
+        (&"taken".into(), &next.owner_digest().into())
+    );
+    next.release().await.expect("release");
+    assert_eq!(watching.next()["event"], "released");
+    drop(watching);
+
+    let nobody = dlock(&path, &["leader", "order/lead"]);
+    assert_eq!(nobody.status.code(), Some(3), "{nobody:?}");
+    assert_eq!(stdout(&nobody).trim(), "order/lead: nobody leads");
+    let election = registry.locks("order").election("lead");
+    let term = election.campaign().await.expect("campaign");
+    let leads = dlock(&path, &["leader", "order/lead", "--json"]);
+    assert_eq!(leads.status.code(), Some(0), "{leads:?}");
+    let json: serde_json::Value = serde_json::from_slice(&leads.stdout).expect("json");
+    assert_eq!(
+        (&json["leader"], &json["term"]),
+        (&"billing 7".into(), &term.number().into())
+    );
+    let mut following = Following::start(&path, &["leader", "order/lead", "--watch", "--json"]);
+    assert_eq!(following.next()["term"], term.number());
+    let old = term.number();
+    term.resign().await.expect("resign");
+    assert_eq!(following.next()["leader"], serde_json::Value::Null);
+    let term = election.campaign().await.expect("campaign again");
+    let led = following.next();
+    assert!(led["term"].as_u64().expect("a term") > old, "{led}");
+    assert_eq!(led["term"], term.number());
+}
+
+macro_rules! followed_on {
+    ($($feature:literal $test:ident $fixture:ty,)*) => {$(
+        #[cfg(feature = $feature)]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            watch_and_leader_follow_the_changes::<$fixture>().await;
+        }
+    )*};
+}
+
+followed_on! {
+    "redis" watch_and_leader_on_redis dlock_testkit::fixtures::redis::Redis,
+    "postgres" watch_and_leader_on_postgres dlock_testkit::fixtures::postgres::Postgres,
+    "etcd" watch_and_leader_on_etcd dlock_testkit::fixtures::etcd::Etcd,
+    "zookeeper" watch_and_leader_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
+}

@@ -2,7 +2,9 @@
 //! through the config file and `DLOCK_*` variables the application reads.
 
 mod bulk;
+mod leader;
 mod show;
+mod watch;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -70,6 +72,30 @@ enum Command {
         #[command(flatten)]
         bulk: Bulk,
     },
+    /// Each change to GROUP's locks and semaphores, or to GROUP/NAME, as
+    /// it happens, until interrupted: taken, released (or forced out),
+    /// expired, waiting, gave up; the holds and waits there now first. Found
+    /// by reading the records every --every ms.
+    Watch {
+        /// GROUP, or GROUP/NAME.
+        target: String,
+        /// With GROUP/NAME: its semaphore of this many permits.
+        #[arg(long)]
+        permits: Option<u32>,
+        /// Milliseconds between reads of the records.
+        #[arg(long, value_name = "MS", default_value_t = 250)]
+        every: u64,
+    },
+    /// Who leads the election GROUP/NAME, as `etcdctl elect -l` answers:
+    /// the leader's value or label, its term and since when; exit 3 if
+    /// nobody leads. With --watch, each change of leader after, until
+    /// interrupted.
+    Leader {
+        /// GROUP/NAME.
+        election: String,
+        #[arg(long)]
+        watch: bool,
+    },
     /// Asks every holder of GROUP/NAME to let go; each hears it at once
     /// where its engine tells holders (docs/guarantees.md says which),
     /// else at its next renewal, and lets go as its code decides.
@@ -110,6 +136,8 @@ enum Outcome {
     Acted(Acted),
     /// What each act of a bulk release reached, or why it failed.
     Acts(Vec<Result<Acted, Error>>),
+    /// A command that printed as it went, and how it ended.
+    Printed(ExitCode),
 }
 
 fn main() -> ExitCode {
@@ -138,6 +166,7 @@ fn main() -> ExitCode {
             (Acted { lock, ..acted }.to_string(), nothing)
         }
         Ok(Outcome::Acts(acts)) => return bulk::report(acts, cli.json),
+        Ok(Outcome::Printed(code)) => return code,
         Err(e) => return fail(&e),
     };
     // A reader that stopped early (`| head`) is no failure of the command.
@@ -267,6 +296,23 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
                 lock: lock.clone(),
                 reached,
             }));
+        }
+        Command::Watch {
+            target,
+            permits,
+            every,
+        } => {
+            let every = std::time::Duration::from_millis(*every);
+            return watch::run(&registry, target, *permits, every, cli.json)
+                .await
+                .map(Outcome::Printed);
+        }
+        Command::Leader { election, watch } => {
+            let (group, name) = group_and_name(election)?;
+            let election = registry.locks(group).election(name);
+            return leader::run(&election, *watch, cli.json)
+                .await
+                .map(Outcome::Printed);
         }
         Command::Revoke { lock, only } => {
             let (group, name) = group_and_name(lock)?;
