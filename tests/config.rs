@@ -345,3 +345,46 @@ async fn the_global_registry_is_initialised_once() {
     assert_eq!(field, "init");
     std::fs::remove_file(path).ok();
 }
+
+/// An error is one line, and a key one slip away from a known one (a
+/// letter added, dropped, changed, or two swapped) is given the one meant:
+/// in the defaults, a group, and an engine's own and shared settings.
+#[tokio::test]
+async fn a_misspelt_key_is_one_line_naming_the_key_meant() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "[defaults]\nleese = \"1s\"",
+            "defaults.leese",
+            "did you mean `lease`?",
+        ),
+        (
+            "[groups.g]\nwiat = \"1s\"",
+            "groups.g.wiat",
+            "did you mean `wait`?",
+        ),
+        (
+            "[engines.main]\nkind = \"redis\"\nulr = \"redis://127.0.0.1:1\"",
+            "engines.main.ulr",
+            "did you mean `url`?",
+        ),
+        (
+            "[engines.main]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nconect_timeout = \"1s\"",
+            "engines.main.conect_timeout",
+            "did you mean `connect_timeout`?",
+        ),
+        (
+            "[groups.g]\nlease = \"abc\"",
+            "groups.g.lease",
+            "write a duration like",
+        ),
+    ];
+    #[cfg(feature = "redis")]
+    fails_naming_the_field(cases).await;
+    #[cfg(not(feature = "redis"))]
+    fails_naming_the_field(&cases[..2]).await;
+    for (text, ..) in cases {
+        if let Err(error) = parse(text) {
+            assert!(!error.to_string().contains('\n'), "{error:?}");
+        }
+    }
+}

@@ -30,6 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use crate::Error;
+use crate::typo::with_suggestion;
 
 /// Shortest lease accepted: engines with millisecond expiry need some margin.
 /// (`dlock-macros` checks the attribute's `lease` against the same value.)
@@ -458,7 +459,9 @@ fn from_table<T: DeserializeOwned>(table: toml::Table, prefix: &str) -> Result<T
             (pre, ".") => pre.to_owned(),
             (pre, p) => format!("{pre}.{p}"),
         };
-        let mut message = e.into_inner().to_string();
+        // The message alone: the error's display adds the path again, on
+        // a line of its own.
+        let mut message = with_suggestion(e.into_inner().message().to_owned(), &[]);
         if message.contains("duration") {
             message.push_str("; write a duration like \"30s\", \"250ms\" or \"1m 30s\"");
         }

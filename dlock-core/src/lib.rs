@@ -32,6 +32,7 @@ pub mod registry;
 mod run_on;
 mod secret;
 mod trace;
+mod typo;
 mod watchdog;
 
 pub use config::{Config, MIN_LEASE, Settings, Wait};

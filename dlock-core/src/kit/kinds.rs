@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use super::{ClientSettings, Credentials, Engine, TlsFiles};
 use crate::Error;
 use crate::config::EngineConfig;
+use crate::typo::{field_names, typo_of, with_suggestion};
 
 type Built = Pin<Box<dyn Future<Output = Result<Arc<dyn Engine>, Error>> + Send>>;
 type Build = dyn Fn(&str, &EngineConfig) -> Built + Send + Sync;
@@ -140,7 +141,13 @@ fn shared_field_at_fault(name: &str, config: &EngineConfig, error: Error) -> Err
     }
     let quoted = |prefix: &str| Some(message.strip_prefix(prefix)?.split('`').next()?.to_owned());
     if let Some(unknown) = quoted("unknown field `") {
-        return Error::config(format!("{field}.{unknown}"), message.clone());
+        let shared = [
+            field_names::<ClientSettings>(),
+            field_names::<Credentials>(),
+            field_names::<TlsFiles>(),
+        ];
+        let message = with_suggestion(message.clone(), &shared.concat());
+        return Error::config(format!("{field}.{unknown}"), message);
     }
     if let Some(missing) = quoted("missing field `") {
         let typo = config.settings.keys().find(|key| typo_of(key, &missing));
@@ -156,38 +163,4 @@ fn shared_field_at_fault(name: &str, config: &EngineConfig, error: Error) -> Err
     shared
         .or_else(|| config.settings::<TlsFiles>(name).err())
         .unwrap_or(error)
-}
-
-/// Whether `key` is `word` with one letter added, dropped or changed.
-fn typo_of(key: &str, word: &str) -> bool {
-    let (key, word): (Vec<char>, Vec<char>) = (key.chars().collect(), word.chars().collect());
-    let (short, long) = if key.len() <= word.len() {
-        (&key, &word)
-    } else {
-        (&word, &key)
-    };
-    if key == word || long.len() - short.len() > 1 {
-        return false;
-    }
-    // Past the first difference, the rest must match: after the changed
-    // letter, or after the one the longer has in addition.
-    let same = short.iter().zip(long.iter()).take_while(|(a, b)| a == b).count();
-    let rest = if short.len() == long.len() { same + 1 } else { same };
-    short.get(rest..) == long.get(same + 1..)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::typo_of;
-
-    #[test]
-    fn a_typo_is_one_letter_added_dropped_or_changed() {
-        assert!(typo_of("conect", "connect"));
-        assert!(typo_of("connnect", "connect"));
-        assert!(typo_of("cinnect", "connect"));
-        assert!(typo_of("ur", "url"));
-        assert!(!typo_of("connect", "connect"));
-        assert!(!typo_of("cnect", "connect"));
-        assert!(!typo_of("root", "url"));
-    }
 }
