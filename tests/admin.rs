@@ -146,28 +146,78 @@ async fn row_of_until(
     }
 }
 
+/// A real Redis, a registry on it (groups `ops` and `pool`), and the
+/// admin routes `mount` makes of it, served on loopback.
+struct Site {
+    redis: TestServer,
+    registry: Registry,
+    /// `http://127.0.0.1:<port>`.
+    url: String,
+}
+
+impl Site {
+    async fn start(mount: impl FnOnce(&Registry) -> axum::Router) -> Site {
+        let redis = TestServer::start("redis-server", |port| redis_args(port, &[]));
+        let text = config(&redis.address(), "admin page");
+        let registry = Registry::build(
+            &Config::parse(&text, []).expect("config"),
+            &dlock::engines::kinds(),
+        )
+        .await
+        .expect("registry");
+        let app = mount(&registry);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Site { redis, registry, url }
+    }
+}
+
+/// Mounted as the docs say, with `nest_service` (axum's `nest` routes
+/// `/dlock` alone), the page answers at `/dlock` and `/dlock/` and reads
+/// its API from either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_answers_with_and_without_a_trailing_slash() {
+    let site = Site::start(|registry| {
+        let admin = Admin::new(registry).groups(["ops"]);
+        axum::Router::new().nest_service("/dlock", admin.router())
+    })
+    .await;
+    let held = site
+        .registry
+        .locks("ops")
+        .get("order-42")
+        .lock()
+        .await
+        .expect("lock");
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    for path in ["/dlock/", "/dlock"] {
+        browser.goto(&format!("{}{path}", site.url)).await;
+        row_until(&browser, Duration::from_secs(10), |row| row["name"] == "order-42").await;
+    }
+    browser.close().await;
+    held.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
-    let redis = TestServer::start("redis-server", |port| redis_args(port, &[]));
-    let text = config(&redis.address(), "admin page");
-    let registry = Registry::build(
-        &Config::parse(&text, []).expect("config"),
-        &dlock::engines::kinds(),
-    )
-    .await
-    .expect("registry");
-    let app = axum::Router::new()
-        .nest(
-            "/dlock",
-            Admin::new(&registry)
-                .groups(["ops", "pool"])
-                .actions(TOKEN)
-                .router(),
-        )
-        .nest("/readonly", Admin::new(&registry).groups(["ops"]).router());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let site = format!("http://{}", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let Site {
+        redis,
+        registry,
+        url: site,
+    } = Site::start(|registry| {
+        axum::Router::new()
+            .nest_service(
+                "/dlock",
+                Admin::new(registry)
+                    .groups(["ops", "pool"])
+                    .actions(TOKEN)
+                    .router(),
+            )
+            .nest_service("/readonly", Admin::new(registry).groups(["ops"]).router())
+    })
+    .await;
 
     let holder = Holder::start("holder", config(&redis.address(), "holder 1"));
     holder.holds("holder", Duration::from_secs(30));

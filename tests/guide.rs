@@ -189,7 +189,7 @@ fn the_readme_and_the_crate_docs_configure_alike_and_validly() {
 
 /// What the README's sketches call that is not dlock's: the user's own
 /// code, axum's and the standard library's.
-const NOT_DLOCKS: &[&str] = &["nest", "send_due", "to_string", "unwrap"];
+const NOT_DLOCKS: &[&str] = &["nest_service", "send_due", "to_string", "unwrap"];
 
 #[test]
 fn the_readmes_sketches_call_only_what_dlock_has() {

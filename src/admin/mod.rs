@@ -4,11 +4,14 @@
 //! ```no_run
 //! # async fn serve() -> std::io::Result<()> {
 //! let admin = dlock::admin::Admin::new(dlock::registry()).groups(["order", "stock"]);
-//! let app = axum::Router::new().nest("/dlock", admin.router());
+//! let app = axum::Router::new().nest_service("/dlock", admin.router());
 //! # let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
 //! # axum::serve(listener, app).await
 //! # }
 //! ```
+//!
+//! Mounted with `nest_service`, the page answers at `/dlock` and `/dlock/`;
+//! axum's `nest` would route `/dlock` alone.
 //!
 //! Relative to where it is mounted:
 //!
@@ -92,7 +95,7 @@ impl<'r> Admin<'r> {
         self
     }
 
-    /// The routes, to mount with [`Router::nest`] (or merge at the root).
+    /// The routes, to mount with [`Router::nest_service`] (or merge at the root).
     pub fn router<S>(&self) -> Router<S>
     where
         S: Clone + Send + Sync + 'static,

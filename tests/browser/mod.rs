@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -34,18 +35,29 @@ const CHROMIUM_FLAGS: [&str; 10] = [
 /// The key under which WebDriver names an element.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+/// Held by each running chromedriver: one browser at a time, since two
+/// side by side on a small machine would slow each other's pages, and the
+/// refresh's time is measured against a bound.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// A chromedriver on a free loopback port, with a fresh Chromium profile;
 /// it and the browsers it started are killed when dropped.
 pub struct Chromedriver {
     child: Child,
     url: String,
     profile: PathBuf,
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl Chromedriver {
-    /// Starts chromedriver and returns once its `/status` says it is ready
-    /// for a session, not merely listening.
+    /// Waits for the other tests' browsers to close, starts chromedriver
+    /// and returns once its `/status` says it is ready for a session, not
+    /// merely listening.
     pub fn start() -> Self {
+        // A test that failed with its browser open left the lock poisoned, not taken.
+        let turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let dir = std::env::temp_dir().join(format!("dlock-admin-chromium-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -71,6 +83,7 @@ impl Chromedriver {
             child,
             url: format!("http://127.0.0.1:{}", port.get()),
             profile: dir.join("profile"),
+            _turn: turn,
         }
     }
 }
