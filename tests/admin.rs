@@ -248,7 +248,7 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
 
     // Without the token, or with another, nothing is released.
     let http = Http::default();
-    let release = format!("{site}/dlock/api/locks/ops/{}/release", encode(NAME));
+    let release = format!("{site}/dlock/api/locks/ops/release?name={}", encode(NAME));
     let post = |headers: &'static [(&'static str, &'static str)]| {
         http.send(http::Method::POST, &release, headers, String::new())
     };
@@ -315,6 +315,58 @@ async fn message(browser: &Browser) -> String {
     said.await.as_str().expect("text").to_owned()
 }
 
+/// Polls the page's message until it says `wanted`; fails after `within`.
+async fn message_until(browser: &Browser, within: Duration, wanted: &str) {
+    let deadline = Instant::now() + within;
+    loop {
+        let said = message(browser).await;
+        if said == wanted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page said {said:?}, not {wanted:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The names `.` and `..` are released from the page: in a path segment,
+/// the browser would have rewritten them (`/ops/./release` to `/ops/release`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_releases_the_names_dot_and_dot_dot() {
+    let site = Site::start(|registry| {
+        let admin = Admin::new(registry).groups(["ops"]).actions(TOKEN);
+        axum::Router::new().nest_service("/dlock", admin.router())
+    })
+    .await;
+    let locks = site.registry.locks("ops");
+    let mut held = Vec::new();
+    for name in [".", ".."] {
+        held.push(locks.get(name).lock().await.expect("lock"));
+    }
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    browser.type_into("#token", TOKEN).await;
+    for name in [".", ".."] {
+        // Sorted by name: the one to release is first.
+        row_until(&browser, Duration::from_secs(10), |row| row["name"] == name).await;
+        let first = r#"section[data-group="ops"] tr.lock:first-child button.release"#;
+        browser.click(first).await;
+        message_until(
+            &browser,
+            Duration::from_secs(10),
+            &format!("release ops/{name}: 1 hold(s)"),
+        )
+        .await;
+        let view = locks.get(name).inspect().await.expect("inspect");
+        assert!(view.holders.is_empty(), "{view:?}");
+    }
+    browser.close().await;
+    drop(held);
+}
+
 /// An answer's status and its body as JSON, whatever the order of its keys.
 fn parsed((status, body): (u16, String)) -> (u16, serde_json::Value) {
     (status, serde_json::from_str(&body).expect("a JSON answer"))
@@ -345,7 +397,7 @@ async fn actions_release_and_revoke_with_the_token() {
         Http::default(),
         [("authorization", "Bearer s3cret-operator-token")],
     );
-    let act = |action: &str| format!("{site}/api/locks/ops/{}/{action}", encode(NAME));
+    let act = |action: &str| format!("{site}/api/locks/ops/{action}?name={}", encode(NAME));
 
     let lock = registry.locks("ops").get(NAME);
     let held = lock.lock().await.expect("lock");
@@ -385,7 +437,7 @@ async fn actions_release_and_revoke_with_the_token() {
     let next = next.expect("lock");
     assert!(next.fence() > held.fence(), "a greater fence for the next holder");
 
-    let shown = format!("{site}/api/locks/ops/{}", encode(NAME));
+    let shown = format!("{site}/api/locks/ops/lock?name={}", encode(NAME));
     let (status, view) = http.send(http::Method::GET, &shown, &[], String::new()).await;
     assert_eq!(status, 200, "{view}");
     let view: Value = serde_json::from_str(&view).expect("json");
@@ -395,9 +447,7 @@ async fn actions_release_and_revoke_with_the_token() {
     );
 }
 
-/// A path segment, percent-encoded as the page's `encodeURIComponent` does.
-fn encode(segment: &str) -> String {
-    form_urlencoded::byte_serialize(segment.as_bytes())
-        .collect::<String>()
-        .replace('+', "%20")
+/// A query's value, percent-encoded as the page's `URLSearchParams` does.
+fn encode(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }

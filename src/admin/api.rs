@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
@@ -85,6 +86,12 @@ impl Shown {
     }
 }
 
+/// `?name=`: the lock a route is for.
+#[derive(Deserialize)]
+pub(super) struct Named {
+    name: String,
+}
+
 /// `GET /api`: the groups to show and whether the page offers the actions.
 pub(super) async fn overview(State(shown): State<Arc<Shown>>) -> Json<Value> {
     Json(json!({
@@ -101,18 +108,20 @@ pub(super) async fn list(
     Ok(Json(shown.locks(&group)?.list().await?))
 }
 
-/// `GET /api/locks/{group}/{name}`.
+/// `GET /api/locks/{group}/lock?name=`.
 pub(super) async fn show(
     State(shown): State<Arc<Shown>>,
-    Path((group, name)): Path<(String, String)>,
+    Path(group): Path<String>,
+    Query(Named { name }): Query<Named>,
 ) -> Result<Json<LockView>, Failure> {
     Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
 }
 
-/// `POST /api/locks/{group}/{name}/release`: the holds ended ([`Acted`]).
+/// `POST /api/locks/{group}/release?name=`: the holds ended ([`Acted`]).
 pub(super) async fn release(
     State(shown): State<Arc<Shown>>,
-    Path((group, name)): Path<(String, String)>,
+    Path(group): Path<String>,
+    Query(Named { name }): Query<Named>,
     headers: HeaderMap,
 ) -> Result<Json<Acted>, Failure> {
     let lock = shown.act_on(&headers, &group, name)?;
@@ -121,10 +130,11 @@ pub(super) async fn release(
     Ok(Json(Acted { lock, reached }))
 }
 
-/// `POST /api/locks/{group}/{name}/revoke`: the holders asked ([`Acted`]).
+/// `POST /api/locks/{group}/revoke?name=`: the holders asked ([`Acted`]).
 pub(super) async fn revoke(
     State(shown): State<Arc<Shown>>,
-    Path((group, name)): Path<(String, String)>,
+    Path(group): Path<String>,
+    Query(Named { name }): Query<Named>,
     headers: HeaderMap,
 ) -> Result<Json<Acted>, Failure> {
     let lock = shown.act_on(&headers, &group, name)?;

@@ -20,11 +20,12 @@
 //! | `GET /` | the page: a table per group, refreshed every second |
 //! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
 //! | `GET /api/locks/{group}` | the group's held locks, the JSON of `dlock locks GROUP --json` |
-//! | `GET /api/locks/{group}/{name}` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
-//! | `POST /api/locks/{group}/{name}/release` | [`Lock::force_release`](crate::Lock::force_release), with [`Admin::actions`] only |
-//! | `POST /api/locks/{group}/{name}/revoke` | [`Lock::revoke`](crate::Lock::revoke), with [`Admin::actions`] only |
+//! | `GET /api/locks/{group}/lock?name=NAME` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
+//! | `POST /api/locks/{group}/release?name=NAME` | [`Lock::force_release`](crate::Lock::force_release), with [`Admin::actions`] only |
+//! | `POST /api/locks/{group}/revoke?name=NAME` | [`Lock::revoke`](crate::Lock::revoke), with [`Admin::actions`] only |
 //!
-//! A name holding `/` goes in one path segment, percent-encoded. A group
+//! A lock's name goes in the query, percent-encoded, never in the path: a
+//! browser rewrites the path segments `.` and `..`, names like any other. A group
 //! not given to [`Admin::groups`] is 404. A failing engine is 502 with the
 //! error's text (which names the engine and its address, never a secret),
 //! an engine lacking the records or the action 501.
@@ -111,9 +112,9 @@ impl<'r> Admin<'r> {
             .route("/", get(page::page))
             .route("/api", get(api::overview))
             .route("/api/locks/{group}", get(api::list))
-            .route("/api/locks/{group}/{name}", get(api::show))
-            .route("/api/locks/{group}/{name}/release", post(api::release))
-            .route("/api/locks/{group}/{name}/revoke", post(api::revoke))
+            .route("/api/locks/{group}/lock", get(api::show))
+            .route("/api/locks/{group}/release", post(api::release))
+            .route("/api/locks/{group}/revoke", post(api::revoke))
             .with_state(Arc::new(shown))
     }
 }
