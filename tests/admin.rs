@@ -309,6 +309,55 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     drop((holder, waiter));
 }
 
+/// A 65,000-byte name keeps its row as tall as a short name's: one line
+/// of its first 120 characters and its length, the whole name in the
+/// cell's title. (Whole, it made a cell 22,000 px tall.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_name_keeps_its_row_one_line_tall() {
+    let site = Site::start(|registry| {
+        let admin = Admin::new(registry).groups(["ops"]);
+        axum::Router::new().nest_service("/dlock", admin.router())
+    })
+    .await;
+    let long = "n".repeat(65_000);
+    let locks = site.registry.locks("ops");
+    let mut held = Vec::new();
+    for name in [long.as_str(), "short"] {
+        held.push(locks.get(name).lock().await.expect("lock"));
+    }
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    let script = r#"
+        return [...document.querySelectorAll("tr.lock")].map((tr) => {
+            const cell = tr.querySelector("td.name");
+            return { height: tr.getBoundingClientRect().height, text: cell.innerText, title: cell.title };
+        });
+    "#;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rows = loop {
+        let rows = browser.run(script, json!([])).await;
+        if rows.as_array().is_some_and(|rows| rows.len() == 2) {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "not both rows shown: {rows}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    // Sorted by name: the long one first.
+    let (cut, short) = (&rows[0], &rows[1]);
+    assert_eq!(
+        cut["height"], short["height"],
+        "the long name's row, then the short one's"
+    );
+    let text = cut["text"].as_str().expect("text");
+    let expected = format!("{}… (65000 characters)", &long[..120]);
+    assert!(text == expected, "shown: {text:.300}");
+    assert!(cut["title"] == long.as_str(), "the whole name on hover");
+    assert_eq!(short["text"], "short");
+    browser.close().await;
+    drop(held);
+}
+
 /// What the page last said about an action.
 async fn message(browser: &Browser) -> String {
     let said = browser.run("return document.getElementById('message').innerText", json!([]));
