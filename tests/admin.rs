@@ -358,6 +358,89 @@ async fn a_long_name_keeps_its_row_one_line_tall() {
     drop(held);
 }
 
+/// What the page shows of group `ops`'s state: whether its rows are stale,
+/// what its error line says and its title (the first failure's time), its
+/// rows, and the colour of its first row's text.
+async fn state(browser: &Browser) -> Value {
+    let script = r#"
+        const section = document.querySelector('section[data-group="ops"]');
+        const error = section.querySelector(".error");
+        const row = section.querySelector("tr.lock");
+        return {
+            stale: section.classList.contains("stale"),
+            error: error.innerText,
+            since: error.title,
+            rows: section.querySelectorAll("tr.lock").length,
+            color: row && getComputedStyle(row.querySelector("td.held")).color,
+            updated: document.getElementById("updated").innerText,
+        };
+    "#;
+    browser.run(script, json!([])).await
+}
+
+/// Polls [`state`] until `wanted` holds of it; fails after `within`.
+async fn state_until(browser: &Browser, within: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let state = state(browser).await;
+        if wanted(&state) {
+            return state;
+        }
+        assert!(Instant::now() < deadline, "not shown within {within:?}: {state}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// With Redis down, the group says its engine is unreachable and since
+/// when, and keeps its last rows greyed; with Redis back on its port, the
+/// page is live again. (It had kept the rows frozen, looking live.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_engine_greys_the_rows_and_says_since_when() {
+    let mut site = Site::start(|registry| {
+        let admin = Admin::new(registry).groups(["ops"]);
+        axum::Router::new().nest_service("/dlock", admin.router())
+    })
+    .await;
+    let held = (site.registry.locks("ops").get("order-42").lock())
+        .await
+        .expect("lock");
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    let live = state_until(&browser, Duration::from_secs(10), |s| s["rows"] == 1).await;
+    assert_eq!(
+        (&live["stale"], &live["error"]),
+        (&json!(false), &json!("")),
+        "{live}"
+    );
+
+    site.redis.kill();
+    let down = state_until(&browser, Duration::from_secs(30), |s| s["stale"] == true).await;
+    let error = down["error"].as_str().expect("text");
+    assert!(error.starts_with("engine unreachable since "), "{down}");
+    assert!(error.contains("(rows as last seen at "), "{down}");
+    assert_eq!(down["rows"], 1, "the last rows stay: {down}");
+    assert_ne!(down["color"], live["color"], "greyed: {down}");
+    // Two refreshes later, still the time of the first failure.
+    let mut later = down.clone();
+    for _ in 0..2 {
+        let updated = later["updated"].clone();
+        later = state_until(&browser, Duration::from_secs(30), |s| s["updated"] != updated).await;
+    }
+    assert_eq!(
+        (&later["stale"], &later["since"]),
+        (&json!(true), &down["since"]),
+        "{later}"
+    );
+
+    site.redis.restart();
+    // The restarted Redis kept nothing: the lock is gone with it.
+    let back = state_until(&browser, Duration::from_secs(30), |s| s["stale"] == false).await;
+    assert_eq!((&back["error"], &back["rows"]), (&json!(""), &json!(0)), "{back}");
+    browser.close().await;
+    drop(held);
+}
+
 /// What the page last said about an action.
 async fn message(browser: &Browser) -> String {
     let said = browser.run("return document.getElementById('message').innerText", json!([]));
