@@ -34,10 +34,13 @@ const LEASE: Duration = Duration::from_secs(5);
 const ROLE: &str = "ADMIN_TEST_ROLE";
 const CONFIG: &str = "ADMIN_TEST_CONFIG";
 
+/// Groups `ops` and `pool`, and `bulk`, whose locks the tests take by the
+/// hundred and keep for their length: its lease needs no renewing.
 fn config(redis: &str, label: &str) -> String {
     format!(
         "[defaults]\nclient_name = \"{label}\"\nlease = \"{}s\"\n\
-         [engines.main]\nkind = \"redis\"\nurl = \"redis://{redis}\"\nconnect_timeout = \"5s\"\n[groups.ops]\n[groups.pool]\n",
+         [engines.main]\nkind = \"redis\"\nurl = \"redis://{redis}\"\nconnect_timeout = \"5s\"\n\
+         [groups.ops]\n[groups.pool]\n[groups.bulk]\nlease = \"10m\"\n",
         LEASE.as_secs()
     )
 }
@@ -146,7 +149,7 @@ async fn row_of_until(
     }
 }
 
-/// A real Redis, a registry on it (groups `ops` and `pool`), and the
+/// A real Redis, a registry on it ([`config`]'s groups), and the
 /// admin routes `mount` makes of it, served on loopback.
 struct Site {
     redis: TestServer,
@@ -358,11 +361,27 @@ async fn a_long_name_keeps_its_row_one_line_tall() {
     drop(held);
 }
 
+/// Runs `script` in the page until `wanted` holds of what it returns;
+/// fails after `within`.
+async fn until(browser: &Browser, script: &str, within: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let seen = browser.run(script, json!([])).await;
+        if wanted(&seen) {
+            return seen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not shown within {within:?}: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// What the page shows of group `ops`'s state: whether its rows are stale,
 /// what its error line says and its title (the first failure's time), its
 /// rows, and the colour of its first row's text.
-async fn state(browser: &Browser) -> Value {
-    let script = r#"
+const STATE: &str = r#"
         const section = document.querySelector('section[data-group="ops"]');
         const error = section.querySelector(".error");
         const row = section.querySelector("tr.lock");
@@ -375,20 +394,10 @@ async fn state(browser: &Browser) -> Value {
             updated: document.getElementById("updated").innerText,
         };
     "#;
-    browser.run(script, json!([])).await
-}
 
-/// Polls [`state`] until `wanted` holds of it; fails after `within`.
+/// Polls [`STATE`] until `wanted` holds of it; fails after `within`.
 async fn state_until(browser: &Browser, within: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
-        let state = state(browser).await;
-        if wanted(&state) {
-            return state;
-        }
-        assert!(Instant::now() < deadline, "not shown within {within:?}: {state}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(browser, STATE, within, wanted).await
 }
 
 /// With Redis down, the group says its engine is unreachable and since
@@ -439,6 +448,151 @@ async fn an_unreachable_engine_greys_the_rows_and_says_since_when() {
     assert_eq!((&back["error"], &back["rows"]), (&json!(""), &json!(0)), "{back}");
     browser.close().await;
     drop(held);
+}
+
+/// Takes the locks of group `bulk` named `names`, 50 at a time, each in
+/// one of 50 tasks: thousands one after another would take a while.
+async fn hold_all(registry: &Registry, names: &[String]) -> Vec<dlock::Guard> {
+    let names: std::sync::Arc<[String]> = names.into();
+    let tasks: Vec<_> = (0..50)
+        .map(|first| {
+            let (locks, names) = (registry.locks("bulk"), names.clone());
+            tokio::spawn(async move {
+                let mut held = Vec::new();
+                for name in names.iter().skip(first).step_by(50) {
+                    held.push(locks.get(name.as_str()).lock().await.expect("lock"));
+                }
+                held
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for task in tasks {
+        held.extend(task.await.expect("task"));
+    }
+    held
+}
+
+/// What the page shows of group `bulk`: its counts, range and buttons, and
+/// its rows' names.
+const BULK: &str = r#"
+    const section = document.querySelector('section[data-group="bulk"]');
+    const names = [...section.querySelectorAll("tr.lock td.name")].map((td) => td.innerText);
+    const text = (selector) => section.querySelector(selector).innerText;
+    return {
+        counts: text(".counts"),
+        range: text(".range"),
+        previous: !section.querySelector("button.previous").disabled,
+        next: !section.querySelector("button.next").disabled,
+        rows: names.length,
+        first: names[0],
+        last: names[names.length - 1],
+        filtered: performance.getEntriesByType("resource").some((e) => e.name.includes("contains=-24")),
+    };
+"#;
+
+/// A group of 250 locks, a semaphore sharing the 100th's name, and a
+/// waiter: the page counts them, shows them 100 at a time, with the
+/// semaphore on the page of the lock of its name, and filters them on the
+/// server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_counts_pages_and_filters_a_group() {
+    let site = Site::start(|registry| {
+        let admin = Admin::new(registry).groups(["bulk"]);
+        axum::Router::new().nest_service("/dlock", admin.router())
+    })
+    .await;
+    let names: Vec<String> = (0..250).map(|i| format!("job-{i:03}")).collect();
+    let held = hold_all(&site.registry, &names).await;
+    let semaphore = site.registry.locks("bulk").semaphore("job-099", 2);
+    let permit = semaphore.acquire().await.expect("permit");
+    // Another registry's waiter, as another process's would be.
+    let text = config(&site.redis.address(), "waiter");
+    let other = Registry::build(
+        &Config::parse(&text, []).expect("config"),
+        &dlock::engines::kinds(),
+    )
+    .await
+    .expect("registry");
+    let waiter = tokio::spawn(async move { other.locks("bulk").get("job-000").lock().await });
+
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    let within = Duration::from_secs(10);
+    let first = until(&browser, BULK, within, |s| s["counts"] == "251 held, 1 waiting").await;
+    assert_eq!(
+        first,
+        json!({ "counts": "251 held, 1 waiting", "range": "1–101 of 251", "previous": false, "next": true,
+                "rows": 101, "first": "job-000", "last": "job-099 (2 permits)", "filtered": false })
+    );
+    let next = r#"section[data-group="bulk"] button.next"#;
+    browser.click(next).await;
+    let second = until(&browser, BULK, within, |s| s["range"] == "102–201 of 251").await;
+    assert_eq!(
+        (&second["first"], &second["last"], &second["previous"]),
+        (&json!("job-100"), &json!("job-199"), &json!(true))
+    );
+    browser.click(next).await;
+    let last = until(&browser, BULK, within, |s| s["range"] == "202–251 of 251").await;
+    assert_eq!(
+        (&last["first"], &last["rows"], &last["next"]),
+        (&json!("job-200"), &json!(50), &json!(false))
+    );
+    browser
+        .click(r#"section[data-group="bulk"] button.previous"#)
+        .await;
+    let back = until(&browser, BULK, within, |s| s["range"] == "102–201 of 251").await;
+    assert_eq!(back["first"], "job-100");
+
+    // The filter starts again from the first page, and its counts are its own.
+    browser
+        .type_into(r#"section[data-group="bulk"] input.filter"#, "-24")
+        .await;
+    let filtered = until(&browser, BULK, within, |s| s["range"] == "1–10 of 10").await;
+    assert_eq!(
+        (
+            &filtered["counts"],
+            &filtered["first"],
+            &filtered["last"],
+            &filtered["previous"],
+            &filtered["filtered"]
+        ),
+        (
+            &json!("10 held, 0 waiting"),
+            &json!("job-240"),
+            &json!("job-249"),
+            &json!(false),
+            &json!(true)
+        )
+    );
+
+    // Through the API: a page of one ends with every view of its name.
+    let page = format!("{}/dlock/api/locks/bulk?after=job-098&limit=1", site.url);
+    let (status, page) = Http::default().get(&page).await;
+    assert_eq!(status, 200, "{page}");
+    let page: Value = serde_json::from_str(&page).expect("json");
+    let views: Vec<_> = (page["locks"].as_array().expect("locks").iter())
+        .map(|view| (view["name"].as_str(), view["permits"].as_u64()))
+        .collect();
+    assert_eq!(
+        views,
+        [(Some("job-099"), None), (Some("job-099"), Some(2))],
+        "{page}"
+    );
+    assert_eq!(
+        (
+            &page["before"],
+            &page["total"],
+            &page["held"],
+            &page["waiting"],
+            &page["more"]
+        ),
+        (&json!(99), &json!(251), &json!(251), &json!(1), &json!(true))
+    );
+    browser.close().await;
+    waiter.abort();
+    drop((held, permit));
 }
 
 /// What the page last said about an action.

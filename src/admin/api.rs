@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
 use super::Shown;
+use super::listing::{Listing, Page};
 use crate::{Acted, Error, Lock, LockView, Locks, Reached};
 
 /// Why a request got no view.
@@ -100,12 +101,14 @@ pub(super) async fn overview(State(shown): State<Arc<Shown>>) -> Json<Value> {
     }))
 }
 
-/// `GET /api/locks/{group}`.
+/// `GET /api/locks/{group}?contains=&after=&limit=`: a page of the
+/// group's listing. The engine lists the whole group; the page is cut here.
 pub(super) async fn list(
     State(shown): State<Arc<Shown>>,
     Path(group): Path<String>,
-) -> Result<Json<Vec<LockView>>, Failure> {
-    Ok(Json(shown.locks(&group)?.list().await?))
+    Query(page): Query<Page>,
+) -> Result<Json<Listing>, Failure> {
+    Ok(Json(page.of(shown.locks(&group)?.list().await?)))
 }
 
 /// `GET /api/locks/{group}/lock?name=`.

@@ -19,13 +19,25 @@
 //! |---|---|
 //! | `GET /` | the page: a table per group, refreshed every second |
 //! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
-//! | `GET /api/locks/{group}` | the group's held locks, the JSON of `dlock locks GROUP --json` |
+//! | `GET /api/locks/{group}` | a page of the group's listing (below) |
 //! | `GET /api/locks/{group}/lock?name=NAME` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
 //! | `POST /api/locks/{group}/release?name=NAME` | [`Lock::force_release`](crate::Lock::force_release), with [`Admin::actions`] only |
 //! | `POST /api/locks/{group}/revoke?name=NAME` | [`Lock::revoke`](crate::Lock::revoke), with [`Admin::actions`] only |
 //!
 //! A lock's name goes in the query, percent-encoded, never in the path: a
-//! browser rewrites the path segments `.` and `..`, names like any other. A group
+//! browser rewrites the path segments `.` and `..`, names like any other.
+//!
+//! The listing comes a page at a time, sorted by name, each view as
+//! `dlock locks GROUP --json` prints it:
+//! `{"locks": [...], "before": 0, "total": 10000, "held": 9998, "waiting": 3, "more": true}`.
+//! `?contains=TEXT` keeps the names holding `TEXT`, and the counts are of
+//! those: `total` views, `held` of them held by someone, `waiting` requests
+//! waiting for them. `?limit=N` takes `N` views (100 unless given, at most
+//! 1000), and any more of its last name, which a lock and semaphores may
+//! share; `?after=NAME` starts past `NAME`, the last of the page before.
+//! `before` counts the views before the page; `more` says one follows.
+//!
+//! A group
 //! not given to [`Admin::groups`] is 404. A failing engine is 502 with the
 //! error's text (which names the engine and its address, never a secret),
 //! an engine lacking the records or the action 501.
@@ -43,6 +55,7 @@
 //! browser release a lock.
 
 mod api;
+mod listing;
 mod page;
 
 use std::collections::BTreeMap;
