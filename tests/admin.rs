@@ -117,7 +117,7 @@ async fn row_of(browser: &Browser, group: &str) -> Option<Value> {
         const row = document.querySelector(`section[data-group="${arguments[0]}"] tr.lock`);
         if (!row) return null;
         const text = (name) => row.querySelector("td." + name).innerText;
-        return Object.fromEntries(["name", "mode", "holder", "fence", "held", "lease", "waiters"]
+        return Object.fromEntries(["name", "mode", "holder", "owner", "fence", "held", "lease", "waiters"]
             .map((name) => [name, text(name)]));
     "#;
     let row = browser.run(script, json!([group])).await;
@@ -232,8 +232,14 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     let shown = row_until(&browser, Duration::from_secs(30), |row| row["waiters"] != "").await;
     assert_eq!(shown["name"], NAME, "the name as text: {shown}");
     assert_eq!(
-        (&shown["mode"], &shown["holder"], &shown["waiters"]),
-        (&json!("write"), &json!("holder 1"), &json!("1. waiter 2 (write)")),
+        (&shown["mode"], &shown["holder"]),
+        (&json!("write"), &json!("holder 1")),
+        "{shown}"
+    );
+    assert!(
+        shown["waiters"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("1. waiter 2 (write) for ") && w.ends_with('s')),
         "{shown}"
     );
     assert!(
@@ -249,8 +255,38 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     assert_eq!(browser.find_all("img").await.len(), 0, "an <img> was injected");
     assert_eq!(browser.alert().await, None, "the page ran the name's script");
 
-    // Without the token, or with another, nothing is released.
+    // The owner's digest, and on hover the times the engine told, as the API
+    // answers them. A renewal moves the lease's end: read both until they agree.
     let http = Http::default();
+    let view = format!("{site}/dlock/api/locks/ops/lock?name={}", encode(NAME));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = http.get(&view).await;
+        assert_eq!(status, 200, "{answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("json");
+        let (holder, waiter) = (&answer["holders"][0], &answer["waiters"][0]);
+        let told = json!([
+            holder["owner"],
+            holder["since"],
+            holder["lease_ends"],
+            waiter["since"]
+        ]);
+        assert!(
+            told.as_array().expect("list").iter().all(|v| !v.is_null()),
+            "{answer}"
+        );
+        let shown = browser.run(TIMES, json!([])).await;
+        if shown == told {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page shows {shown}, the API {told}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Without the token, or with another, nothing is released.
     let release = format!("{site}/dlock/api/locks/ops/release?name={}", encode(NAME));
     let post = |headers: &'static [(&'static str, &'static str)]| {
         http.send(http::Method::POST, &release, headers, String::new())
@@ -370,10 +406,7 @@ async fn until(browser: &Browser, script: &str, within: Duration, wanted: impl F
         if wanted(&seen) {
             return seen;
         }
-        assert!(
-            Instant::now() < deadline,
-            "not shown within {within:?}: {seen}"
-        );
+        assert!(Instant::now() < deadline, "not shown within {within:?}: {seen}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -594,6 +627,14 @@ async fn the_page_counts_pages_and_filters_a_group() {
     waiter.abort();
     drop((held, permit));
 }
+
+/// The owner's digest in the first row of `ops`, and the times its holder's
+/// and waiter's lines show on hover, as milliseconds since the epoch.
+const TIMES: &str = r#"
+    const row = document.querySelector('section[data-group="ops"] tr.lock');
+    const when = (name) => Date.parse(row.querySelector(`td.${name} div`).title);
+    return [row.querySelector("td.owner").innerText, when("held"), when("lease"), when("waiters")];
+"#;
 
 /// What the page last said about an action.
 async fn message(browser: &Browser) -> String {
