@@ -636,6 +636,79 @@ const TIMES: &str = r#"
     return [row.querySelector("td.owner").innerText, when("held"), when("lease"), when("waiters")];
 "#;
 
+/// What the page measures of its refreshes from now on, in `window.measured`:
+/// each refresh's main-thread work (parsing the listing and rendering it),
+/// each listing's bytes over the wire and its body's, and every task that
+/// held the main thread over 50 ms, whatever it was.
+const MEASURE: &str = r#"
+    const measured = (window.measured = { renders: [], transfers: [], bodies: [], tasks: [] });
+    new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) if (e.name === "dlock render") measured.renders.push(e.duration);
+    }).observe({ type: "measure" });
+    new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) {
+            if (!e.name.includes("/api/locks/")) continue;
+            measured.transfers.push(e.transferSize);
+            measured.bodies.push(e.encodedBodySize);
+        }
+    }).observe({ type: "resource" });
+    new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) measured.tasks.push(e.duration);
+    }).observe({ type: "longtask" });
+"#;
+
+/// A group of 10,000 held locks, measured in Chromium over five refreshes:
+/// each blocks the main thread at most 50 ms and moves at most 100 KB, the
+/// issue's bounds. (Listing the whole group, a refresh had held it 360 to
+/// 590 ms here and moved 2.2 MB.)
+/// `--nocapture` prints the figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_of_ten_thousand_locks_is_light() {
+    let site = Site::start(|registry| {
+        let admin = Admin::new(registry).groups(["bulk"]);
+        axum::Router::new().nest_service("/dlock", admin.router())
+    })
+    .await;
+    let names: Vec<String> = (0..10_000).map(|i| format!("job-{i:05}")).collect();
+    let held = hold_all(&site.registry, &names).await;
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    let rows = "return document.querySelectorAll('tr.lock').length";
+    until(&browser, rows, Duration::from_secs(30), |rows| rows != 0).await;
+    browser.run(MEASURE, json!([])).await;
+    let refreshes = |m: &Value| m["renders"].as_array().is_some_and(|r| r.len() >= 5);
+    let measured = until(
+        &browser,
+        "return window.measured",
+        Duration::from_secs(60),
+        refreshes,
+    )
+    .await;
+    let figures = |key: &str| -> Vec<f64> {
+        (measured[key].as_array().expect("figures").iter())
+            .map(|figure| figure.as_f64().expect("a number"))
+            .collect()
+    };
+    let (renders, transfers, tasks) = (figures("renders"), figures("transfers"), figures("tasks"));
+    println!(
+        "10,000 locks, per refresh: main thread {renders:.1?} ms; {transfers:?} bytes moved ({:?} the body's); \
+         tasks over 50 ms: {tasks:?}",
+        figures("bodies")
+    );
+    assert!(
+        renders.iter().all(|&ms| ms <= 50.0),
+        "main thread, ms: {renders:?}"
+    );
+    assert!(tasks.is_empty(), "tasks over 50 ms: {tasks:?}");
+    assert!(
+        !transfers.is_empty() && transfers.iter().all(|&bytes| bytes <= 100_000.0),
+        "bytes: {transfers:?}"
+    );
+    browser.close().await;
+    drop(held);
+}
+
 /// What the page last said about an action.
 async fn message(browser: &Browser) -> String {
     let said = browser.run("return document.getElementById('message').innerText", json!([]));
