@@ -17,7 +17,7 @@
 //!
 //! | route | answers |
 //! |---|---|
-//! | `GET /` | the page: a table per group, refreshed every second |
+//! | `GET /` | the page: a table per group, a page of it at a time, refreshed every second |
 //! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
 //! | `GET /api/locks/{group}` | a page of the group's listing (below) |
 //! | `GET /api/locks/{group}/lock?name=NAME` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
@@ -35,12 +35,14 @@
 //! waiting for them. `?limit=N` takes `N` views (100 unless given, at most
 //! 1000), and any more of its last name, which a lock and semaphores may
 //! share; `?after=NAME` starts past `NAME`, the last of the page before.
-//! `before` counts the views before the page; `more` says one follows.
+//! `before` counts the views before the page; `more` says one follows. The
+//! page is cut from the engine's listing of the whole group: the browser
+//! receives one page, the engine is still read in full.
 //!
-//! A group
-//! not given to [`Admin::groups`] is 404. A failing engine is 502 with the
-//! error's text (which names the engine and its address, never a secret),
-//! an engine lacking the records or the action 501.
+//! A group not given to [`Admin::groups`] is 404. A failing engine is 502
+//! with the error's text (which names the engine and its address, never a
+//! secret), an engine lacking the records or the action 501; the page then
+//! keeps the group's last rows, greyed, and says since when it fails.
 //!
 //! The page shows every name and label as text, never as markup: both come
 //! from whoever takes locks. Owner ids never leave the process; the views
