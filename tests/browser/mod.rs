@@ -29,7 +29,7 @@ const CHROMIUM_FLAGS: [&str; 10] = [
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1180,420",
+    "--window-size=1280,480",
 ];
 
 /// The key under which WebDriver names an element.
