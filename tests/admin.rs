@@ -352,11 +352,12 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
 
 /// A 65,000-byte name keeps its row as tall as a short name's: one line
 /// of its first 120 characters and its length, the whole name in the
-/// cell's title. (Whole, it made a cell 22,000 px tall.)
+/// cell's title. (Whole, it made a cell 22,000 px tall.) Released from the
+/// page, it is cut in the message too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_name_keeps_its_row_one_line_tall() {
     let site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["ops"]);
+        let admin = Admin::new(registry).groups(["ops"]).actions(TOKEN);
         axum::Router::new().nest_service("/dlock", admin.router())
     })
     .await;
@@ -395,6 +396,12 @@ async fn a_long_name_keeps_its_row_one_line_tall() {
     assert!(text == expected, "shown: {text:.300}");
     assert!(cut["title"] == long.as_str(), "the whole name on hover");
     assert_eq!(short["text"], "short");
+
+    browser.type_into("#token", TOKEN).await;
+    let first = r#"section[data-group="ops"] tr.lock:first-child button.release"#;
+    browser.click(first).await;
+    let said = format!("release ops/{}…: 1 hold(s)", &long[..120]);
+    message_until(&browser, Duration::from_secs(10), &said).await;
     browser.close().await;
     drop(held);
 }
@@ -727,7 +734,7 @@ async fn message_until(browser: &Browser, within: Duration, wanted: &str) {
         }
         assert!(
             Instant::now() < deadline,
-            "the page said {said:?}, not {wanted:?}"
+            "the page said {said:.300}, not {wanted:.300}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
