@@ -176,6 +176,15 @@ impl Site {
         tokio::spawn(async move { axum::serve(listener, app).await });
         Site { redis, registry, url }
     }
+
+    /// A site with one admin page at `/dlock`, mounted as the docs say,
+    /// which `admin` sets up.
+    async fn dlock(admin: impl for<'r> FnOnce(Admin<'r>) -> Admin<'r>) -> Site {
+        Site::start(|registry| {
+            axum::Router::new().nest_service("/dlock", admin(Admin::new(registry)).router())
+        })
+        .await
+    }
 }
 
 /// Mounted as the docs say, with `nest_service` (axum's `nest` routes
@@ -183,11 +192,7 @@ impl Site {
 /// its API from either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_answers_with_and_without_a_trailing_slash() {
-    let site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["ops"]);
-        axum::Router::new().nest_service("/dlock", admin.router())
-    })
-    .await;
+    let site = Site::dlock(|admin| admin.groups(["ops"])).await;
     let held = site
         .registry
         .locks("ops")
@@ -350,17 +355,21 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     drop((holder, waiter));
 }
 
+/// The owner's digest in the first row of `ops`, and the times its holder's
+/// and waiter's lines show on hover, as milliseconds since the epoch.
+const TIMES: &str = r#"
+    const row = document.querySelector('section[data-group="ops"] tr.lock');
+    const when = (name) => Date.parse(row.querySelector(`td.${name} div`).title);
+    return [row.querySelector("td.owner").innerText, when("held"), when("lease"), when("waiters")];
+"#;
+
 /// A 65,000-byte name keeps its row as tall as a short name's: one line
 /// of its first 120 characters and its length, the whole name in the
 /// cell's title. (Whole, it made a cell 22,000 px tall.) Released from the
 /// page, it is cut in the message too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_name_keeps_its_row_one_line_tall() {
-    let site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["ops"]).actions(TOKEN);
-        axum::Router::new().nest_service("/dlock", admin.router())
-    })
-    .await;
+    let site = Site::dlock(|admin| admin.groups(["ops"]).actions(TOKEN)).await;
     let long = "n".repeat(65_000);
     let locks = site.registry.locks("ops");
     let mut held = Vec::new();
@@ -415,7 +424,11 @@ async fn until(browser: &Browser, script: &str, within: Duration, wanted: impl F
         if wanted(&seen) {
             return seen;
         }
-        assert!(Instant::now() < deadline, "not shown within {within:?}: {seen}");
+        assert!(
+            Instant::now() < deadline,
+            "not shown within {within:?}: {:.2000}",
+            seen.to_string()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -447,11 +460,7 @@ async fn state_until(browser: &Browser, within: Duration, wanted: impl Fn(&Value
 /// page is live again. (It had kept the rows frozen, looking live.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_engine_greys_the_rows_and_says_since_when() {
-    let mut site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["ops"]);
-        axum::Router::new().nest_service("/dlock", admin.router())
-    })
-    .await;
+    let mut site = Site::dlock(|admin| admin.groups(["ops"])).await;
     let held = (site.registry.locks("ops").get("order-42").lock())
         .await
         .expect("lock");
@@ -539,11 +548,7 @@ const BULK: &str = r#"
 /// server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_counts_pages_and_filters_a_group() {
-    let site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["bulk"]);
-        axum::Router::new().nest_service("/dlock", admin.router())
-    })
-    .await;
+    let site = Site::dlock(|admin| admin.groups(["bulk"])).await;
     let names: Vec<String> = (0..250).map(|i| format!("job-{i:03}")).collect();
     let held = hold_all(&site.registry, &names).await;
     let semaphore = site.registry.locks("bulk").semaphore("job-099", 2);
@@ -637,14 +642,6 @@ async fn the_page_counts_pages_and_filters_a_group() {
     drop((held, permit));
 }
 
-/// The owner's digest in the first row of `ops`, and the times its holder's
-/// and waiter's lines show on hover, as milliseconds since the epoch.
-const TIMES: &str = r#"
-    const row = document.querySelector('section[data-group="ops"] tr.lock');
-    const when = (name) => Date.parse(row.querySelector(`td.${name} div`).title);
-    return [row.querySelector("td.owner").innerText, when("held"), when("lease"), when("waiters")];
-"#;
-
 /// What the page measures of its refreshes from now on, in `window.measured`:
 /// each refresh's main-thread work (parsing the listing and rendering it),
 /// each listing's bytes over the wire and its body's, and every task that
@@ -673,11 +670,7 @@ const MEASURE: &str = r#"
 /// `--nocapture` prints the figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_of_ten_thousand_locks_is_light() {
-    let site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["bulk"]);
-        axum::Router::new().nest_service("/dlock", admin.router())
-    })
-    .await;
+    let site = Site::dlock(|admin| admin.groups(["bulk"])).await;
     let names: Vec<String> = (0..10_000).map(|i| format!("job-{i:05}")).collect();
     let held = hold_all(&site.registry, &names).await;
     let driver = Chromedriver::start();
@@ -726,29 +719,15 @@ async fn message(browser: &Browser) -> String {
 
 /// Polls the page's message until it says `wanted`; fails after `within`.
 async fn message_until(browser: &Browser, within: Duration, wanted: &str) {
-    let deadline = Instant::now() + within;
-    loop {
-        let said = message(browser).await;
-        if said == wanted {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the page said {said:.300}, not {wanted:.300}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let said = "return document.getElementById('message').innerText";
+    until(browser, said, within, |said| said == wanted).await;
 }
 
 /// The names `.` and `..` are released from the page: in a path segment,
 /// the browser would have rewritten them (`/ops/./release` to `/ops/release`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_releases_the_names_dot_and_dot_dot() {
-    let site = Site::start(|registry| {
-        let admin = Admin::new(registry).groups(["ops"]).actions(TOKEN);
-        axum::Router::new().nest_service("/dlock", admin.router())
-    })
-    .await;
+    let site = Site::dlock(|admin| admin.groups(["ops"]).actions(TOKEN)).await;
     let locks = site.registry.locks("ops");
     let mut held = Vec::new();
     for name in [".", ".."] {
