@@ -320,9 +320,19 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     let still = row(&browser).await.expect("the row");
     assert_eq!(still["holder"], "holder 1", "released without the token: {still}");
 
-    browser
-        .click(r#"section[data-group="ops"] tr.lock button.release"#)
-        .await;
+    // Cancelled at the confirmation, nothing is released.
+    let button = r#"section[data-group="ops"] tr.lock button.release"#;
+    browser.click(button).await;
+    let asked = confirmed(&browser, false).await;
+    assert!(
+        asked.starts_with("release ops/") && asked.contains("held by holder 1 (owner "),
+        "{asked}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let still = row(&browser).await.expect("the row");
+    assert_eq!(still["holder"], "holder 1", "released when cancelled: {still}");
+    browser.click(button).await;
+    confirmed(&browser, true).await;
     // Handed to the waiter at its next poll, shown at the page's next
     // refresh: well within a lease, which is how long a crashed holder
     // would have kept it.
@@ -409,6 +419,7 @@ async fn a_long_name_keeps_its_row_one_line_tall() {
     browser.type_into("#token", TOKEN).await;
     let first = r#"section[data-group="ops"] tr.lock:first-child button.release"#;
     browser.click(first).await;
+    confirmed(&browser, true).await;
     let said = format!("release ops/{}…: 1 hold(s)", &long[..120]);
     message_until(&browser, Duration::from_secs(10), &said).await;
     browser.close().await;
@@ -723,6 +734,81 @@ async fn message_until(browser: &Browser, within: Duration, wanted: &str) {
     until(browser, said, within, |said| said == wanted).await;
 }
 
+/// The text of the confirmation the page asks, once it shows, answered
+/// OK (`accept`) or Cancel.
+async fn confirmed(browser: &Browser, accept: bool) -> String {
+    let text = confirmation(browser).await;
+    browser.answer(accept).await;
+    text
+}
+
+/// The release button acts on the hold the page showed: the lock changes
+/// hands while the confirmation is open, and the new holder keeps it; the
+/// page says so. Clicked again, it forces out the new holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_releases_only_the_hold_it_showed() {
+    let site = Site::dlock(|admin| admin.groups(["ops"]).actions(TOKEN)).await;
+    let lock = site.registry.locks("ops").get("swapped").with_lease(LEASE);
+    let first = lock.lock().await.expect("lock");
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    browser.type_into("#token", TOKEN).await;
+    let seen = row_until(&browser, Duration::from_secs(10), |row| row["name"] == "swapped").await;
+    assert_eq!(seen["fence"], first.fence().to_string(), "{seen}");
+
+    let button = r#"section[data-group="ops"] tr.lock button.release"#;
+    browser.click(button).await;
+    let asked = Instant::now();
+    let text = confirmation(&browser).await;
+    let named = format!("owner {}, fence {}", first.owner_digest(), first.fence());
+    assert!(text.contains(&named), "{text}");
+    // Between the look and the act: the lock changes hands.
+    first.release().await.expect("release");
+    let next = lock.lock().await.expect("the next holder's lock");
+    browser.answer(true).await;
+    let said = "release ops/swapped: 0 hold(s) (it changed hands since: look again)";
+    message_until(&browser, Duration::from_secs(10), said).await;
+    assert!(!next.is_lost(), "the new holder was forced out");
+    let view = lock.inspect().await.expect("inspect");
+    assert_eq!(view.holders[0].owner, Some(next.owner_digest()));
+    assert!(
+        asked.elapsed() < LEASE,
+        "slower than a lease: the hold could have lapsed"
+    );
+
+    let fence = next.fence().to_string();
+    row_until(&browser, Duration::from_secs(10), |row| {
+        row["fence"] == fence.as_str()
+    })
+    .await;
+    browser.click(button).await;
+    confirmed(&browser, true).await;
+    message_until(
+        &browser,
+        Duration::from_secs(10),
+        "release ops/swapped: 1 hold(s)",
+    )
+    .await;
+    let reason = tokio::time::timeout(LEASE, next.lost())
+        .await
+        .expect("the holder hears it");
+    assert_eq!(reason, dlock::LostReason::ForceReleased);
+    browser.close().await;
+}
+
+/// The text of the confirmation the page asks, once it shows, left open.
+async fn confirmation(browser: &Browser) -> String {
+    let asked = Instant::now();
+    loop {
+        if let Some(text) = browser.alert().await {
+            return text;
+        }
+        assert!(asked.elapsed() < Duration::from_secs(10), "no confirmation asked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The names `.` and `..` are released from the page: in a path segment,
 /// the browser would have rewritten them (`/ops/./release` to `/ops/release`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -742,6 +828,7 @@ async fn the_page_releases_the_names_dot_and_dot_dot() {
         row_until(&browser, Duration::from_secs(10), |row| row["name"] == name).await;
         let first = r#"section[data-group="ops"] tr.lock:first-child button.release"#;
         browser.click(first).await;
+        confirmed(&browser, true).await;
         message_until(
             &browser,
             Duration::from_secs(10),

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 
 use super::Shown;
 use super::listing::{Listing, Page};
-use crate::{Acted, Error, Lock, LockView, Locks, Reached};
+use crate::{Acted, Error, Lock, LockView, Locks, Only, Reached};
 
 /// Why a request got no view.
 pub(super) enum Failure {
@@ -120,28 +120,54 @@ pub(super) async fn show(
     Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
 }
 
-/// `POST /api/locks/{group}/release?name=`: the holds ended ([`Acted`]).
+/// `?name=&if_fence=&if_owner=`: the lock an action is for, and the hold
+/// it is only for, by the fence and owner digest the page showed.
+#[derive(Deserialize)]
+pub(super) struct Aimed {
+    name: String,
+    if_fence: Option<u64>,
+    if_owner: Option<String>,
+}
+
+/// Who acts, in the audit trail.
+const OPERATOR: &str = "the admin page";
+
+/// `POST /api/locks/{group}/release?name=&if_fence=&if_owner=`: the holds
+/// ended ([`Acted`]).
 pub(super) async fn release(
     State(shown): State<Arc<Shown>>,
     Path(group): Path<String>,
-    Query(Named { name }): Query<Named>,
+    Query(aimed): Query<Aimed>,
     headers: HeaderMap,
 ) -> Result<Json<Acted>, Failure> {
-    let lock = shown.act_on(&headers, &group, name)?;
-    let reached = Reached::ForcedOut(lock.force_release().await?);
+    let (lock, only) = aimed.at(&shown, &headers, &group)?;
+    let reached = Reached::ForcedOut(lock.force_release_only(&only).await?);
     let lock = format!("{group}/{}", lock.name());
     Ok(Json(Acted { lock, reached }))
 }
 
-/// `POST /api/locks/{group}/revoke?name=`: the holders asked ([`Acted`]).
+/// `POST /api/locks/{group}/revoke?name=&if_fence=&if_owner=`: the holders
+/// asked ([`Acted`]).
 pub(super) async fn revoke(
     State(shown): State<Arc<Shown>>,
     Path(group): Path<String>,
-    Query(Named { name }): Query<Named>,
+    Query(aimed): Query<Aimed>,
     headers: HeaderMap,
 ) -> Result<Json<Acted>, Failure> {
-    let lock = shown.act_on(&headers, &group, name)?;
-    let reached = Reached::Asked(lock.revoke().await?);
+    let (lock, only) = aimed.at(&shown, &headers, &group)?;
+    let reached = Reached::Asked(lock.revoke_only(&only).await?);
     let lock = format!("{group}/{}", lock.name());
     Ok(Json(Acted { lock, reached }))
+}
+
+impl Aimed {
+    /// The lock to act on, named as the operator, and the holds to act on.
+    fn at(self, shown: &Shown, headers: &HeaderMap, group: &str) -> Result<(Lock, Only), Failure> {
+        let lock = shown.act_on(headers, group, self.name)?.by(OPERATOR);
+        let only = Only {
+            fence: self.if_fence,
+            owner: self.if_owner,
+        };
+        Ok((lock, only))
+    }
 }

@@ -21,11 +21,16 @@
 //! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
 //! | `GET /api/locks/{group}` | a page of the group's listing (below) |
 //! | `GET /api/locks/{group}/lock?name=NAME` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
-//! | `POST /api/locks/{group}/release?name=NAME` | [`Lock::force_release`](crate::Lock::force_release), with [`Admin::actions`] only |
-//! | `POST /api/locks/{group}/revoke?name=NAME` | [`Lock::revoke`](crate::Lock::revoke), with [`Admin::actions`] only |
+//! | `POST /api/locks/{group}/release?name=NAME[&if_fence=N][&if_owner=D]` | [`Lock::force_release_only`](crate::Lock::force_release_only), with [`Admin::actions`] only |
+//! | `POST /api/locks/{group}/revoke?name=NAME[&if_fence=N][&if_owner=D]` | [`Lock::revoke_only`](crate::Lock::revoke_only), with [`Admin::actions`] only |
 //!
 //! A lock's name goes in the query, percent-encoded, never in the path: a
 //! browser rewrites the path segments `.` and `..`, names like any other.
+//! An action with `if_fence` or `if_owner` reaches only the hold with that
+//! fence or owner digest, checked by the engine as it acts: the page's
+//! buttons send those of the holders they showed, after the operator
+//! confirms, so a lock that changed hands since keeps its new holder. The
+//! audit trail names the page as who acted.
 //!
 //! The listing comes a page at a time, sorted by name, each view as
 //! `dlock locks GROUP --json` prints it:

@@ -213,6 +213,13 @@ impl Browser {
         }
     }
 
+    /// Answers the prompt (`confirm`) the page has open: OK, or with
+    /// `accept` false, Cancel.
+    pub async fn answer(&self, accept: bool) {
+        let route = if accept { "/alert/accept" } else { "/alert/dismiss" };
+        self.call(http::Method::POST, route, json!({})).await;
+    }
+
     /// A PNG of the window.
     pub async fn screenshot(&self) -> Vec<u8> {
         let png = self.call(http::Method::GET, "/screenshot", Value::Null).await;
