@@ -405,19 +405,25 @@ async fn names_cannot_act_on_the_terminal_and_long_ones_are_cut() {
     }
 }
 
+/// `F`'s servers, started, and a config of them labelled `billing 7`: its
+/// file, tagged `tag`, and as parsed.
+fn served<F: Fixture>(tag: &str) -> (F, PathBuf, Config) {
+    let fixture = F::start();
+    let text = format!(
+        "[defaults]\nclient_name = \"billing 7\"\n[engines.main]\n{}\nconnect_timeout = \"5s\"\n[groups.order]\n",
+        fixture.engine_config()
+    );
+    let path = config_file(&format!("{tag}-{}", F::NAME), &text);
+    (fixture, path, Config::parse(&text, []).expect("config"))
+}
+
 /// `release --force --if-fence/--if-owner` and `revoke --if-owner`, as an
 /// operator uses them: the hold `show` printed changed hands before the
 /// act, so the act finds no holder (exit 3) and the new holder keeps its
 /// lock, unasked; aimed at the new holder, it forces that one out. Against
 /// each kind of server the command is most used with.
 async fn an_aimed_act_spares_a_holder_that_came_in_since<F: Fixture>() {
-    let fixture = F::start();
-    let text = format!(
-        "[defaults]\nclient_name = \"billing 7\"\n[engines.main]\n{}\nconnect_timeout = \"5s\"\n[groups.order]\n",
-        fixture.engine_config()
-    );
-    let path = config_file(&format!("aimed-{}", F::NAME), &text);
-    let config = Config::parse(&text, []).expect("config");
+    let (_fixture, path, config) = served::<F>("aimed");
     let registry = Registry::build(&config, &dlock::engines::kinds())
         .await
         .expect("registry");
@@ -483,17 +489,19 @@ async fn an_aimed_act_spares_a_holder_that_came_in_since<F: Fixture>() {
     assert_eq!(reason, dlock::LostReason::ForceReleased);
 }
 
-macro_rules! aimed_on {
-    ($($feature:literal $test:ident $fixture:ty,)*) => {$(
+/// A test each of `$case` against the kinds of server the command is most
+/// used with.
+macro_rules! on_servers {
+    ($case:ident: $($feature:literal $test:ident $fixture:ty,)*) => {$(
         #[cfg(feature = $feature)]
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            an_aimed_act_spares_a_holder_that_came_in_since::<$fixture>().await;
+            $case::<$fixture>().await;
         }
     )*};
 }
 
-aimed_on! {
+on_servers! { an_aimed_act_spares_a_holder_that_came_in_since:
     "redis" an_aimed_act_on_redis dlock_testkit::fixtures::redis::Redis,
     "postgres" an_aimed_act_on_postgres dlock_testkit::fixtures::postgres::Postgres,
     "etcd" an_aimed_act_on_etcd dlock_testkit::fixtures::etcd::Etcd,
@@ -612,13 +620,7 @@ impl Drop for Following {
 /// `dlock watch GROUP` prints a line per hold and wait as it begins and
 /// ends; `dlock leader` says who leads, and with `--watch` each change.
 async fn watch_and_leader_follow_the_changes<F: Fixture>() {
-    let fixture = F::start();
-    let text = format!(
-        "[defaults]\nclient_name = \"billing 7\"\n[engines.main]\n{}\nconnect_timeout = \"5s\"\n[groups.order]\n",
-        fixture.engine_config()
-    );
-    let path = config_file(&format!("watch-{}", F::NAME), &text);
-    let config = Config::parse(&text, []).expect("config");
+    let (_fixture, path, config) = served::<F>("watch");
     let registry = Registry::build(&config, &dlock::engines::kinds())
         .await
         .expect("registry");
@@ -690,17 +692,7 @@ async fn watch_and_leader_follow_the_changes<F: Fixture>() {
     assert_eq!(led["term"], term.number());
 }
 
-macro_rules! followed_on {
-    ($($feature:literal $test:ident $fixture:ty,)*) => {$(
-        #[cfg(feature = $feature)]
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $test() {
-            watch_and_leader_follow_the_changes::<$fixture>().await;
-        }
-    )*};
-}
-
-followed_on! {
+on_servers! { watch_and_leader_follow_the_changes:
     "redis" watch_and_leader_on_redis dlock_testkit::fixtures::redis::Redis,
     "postgres" watch_and_leader_on_postgres dlock_testkit::fixtures::postgres::Postgres,
     "etcd" watch_and_leader_on_etcd dlock_testkit::fixtures::etcd::Etcd,
