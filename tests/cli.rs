@@ -698,3 +698,33 @@ on_servers! { watch_and_leader_follow_the_changes:
     "etcd" watch_and_leader_on_etcd dlock_testkit::fixtures::etcd::Etcd,
     "zookeeper" watch_and_leader_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
 }
+
+/// `--permits N` aims an act at a semaphore's holders; where the engine
+/// cannot force or revoke a permit, the command says so (exit 1), naming
+/// the engine and what it lacks, and the permit stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_act_is_refused_where_the_engine_cannot_do_it() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    let text = redis_config(&format!("redis://{}", server.address()));
+    let path = config_file("permits", &text);
+    let config = Config::parse(&text, []).expect("config");
+    let registry = Registry::build(&config, &dlock::engines::kinds())
+        .await
+        .expect("registry");
+    let permit = registry
+        .locks("order")
+        .semaphore("pool", 2)
+        .acquire()
+        .await
+        .expect("permit");
+    let owner = permit.owner_digest();
+    for verb in [&["release", "--force"][..], &["revoke"]] {
+        let args = [verb, &["order/pool", "--permits", "2", "--if-owner", &owner]].concat();
+        let refused = dlock(&path, &args);
+        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("of permits") && said.contains("main"), "{said}");
+    }
+    assert!(!permit.is_lost() && !permit.is_revoked());
+    permit.release().await.expect("release");
+}

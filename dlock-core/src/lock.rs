@@ -370,24 +370,32 @@ impl Lock {
     /// with its audit event.
     async fn act(&self, act: Act, only: &Only) -> Result<u32, Error> {
         let group = &self.group;
-        let control = group.facet(act.what(), |f| f.control)?;
+        let permits = self.kind.permits();
+        let held = match permits {
+            None => Held::Lock(group.facet(act.what(), |f| f.control)?),
+            Some(n) => Held::Permits(group.facet(act.of_permits(), |f| f.permit_control)?, n),
+        };
         if only.fence.is_some() && !group.capabilities.fence_in_records {
             return Err(group.unsupported(format!("{} by fence: its records show no fence", act.what())));
         }
         let key = LockKey::new(group.name.clone(), self.name.clone())?;
         let until = Instant::now() + group.settings.call_timeout;
         let seen = match group.engine.facets().inspect {
-            Some(inspect) => within(until, inspect.inspect(&key, None)).await.ok(),
+            Some(inspect) => within(until, inspect.inspect(&key, permits)).await.ok(),
             None => None,
         };
         let call = async {
-            match act {
-                Act::ForceRelease => control.force_release(&key, only).await,
-                Act::Revoke => control.revoke(&key, only).await,
+            match (act, held) {
+                (Act::ForceRelease, Held::Lock(control)) => control.force_release(&key, only).await,
+                (Act::Revoke, Held::Lock(control)) => control.revoke(&key, only).await,
+                (Act::ForceRelease, Held::Permits(control, n)) => {
+                    control.force_release_permits(&key, n, only).await
+                }
+                (Act::Revoke, Held::Permits(control, n)) => control.revoke_permits(&key, n, only).await,
             }
         };
         let done = within(until, call).await;
-        let reached = done.map_err(|error| group.engine_error_at(key, None, error))?;
+        let reached = done.map_err(|error| group.engine_error_at(key, permits, error))?;
         audit::acted(self, act.what(), only, seen.as_ref(), reached);
         Ok(reached)
     }
@@ -410,11 +418,25 @@ enum Act {
     Revoke,
 }
 
+/// What an operator's act reaches: a lock's holds, or a semaphore's
+/// permits, of this count.
+enum Held<'e> {
+    Lock(&'e dyn crate::kit::Control),
+    Permits(&'e dyn crate::kit::PermitControl, u32),
+}
+
 impl Act {
     fn what(self) -> &'static str {
         match self {
             Act::ForceRelease => "force release",
             Act::Revoke => "revocation",
+        }
+    }
+
+    fn of_permits(self) -> &'static str {
+        match self {
+            Act::ForceRelease => "force release of permits",
+            Act::Revoke => "revocation of permits",
         }
     }
 }
@@ -499,6 +521,27 @@ impl Semaphore {
     /// Who holds permits and who waits, as [`Lock::inspect`] tells it.
     pub async fn inspect(&self) -> Result<LockView, Error> {
         self.0.inspect().await
+    }
+
+    /// Ends the permits whose holds `only` admits ([`Only::any`]: every
+    /// permit), as [`Lock::force_release_only`] ends a lock's holds: each
+    /// holder learns at its next renewal that it was released by force,
+    /// and the next waiter gets the permit. `Error::Unsupported` on an
+    /// engine without
+    /// [`Capabilities::permit_control`](crate::kit::Capabilities::permit_control).
+    pub async fn force_release_only(&self, only: &Only) -> Result<u32, Error> {
+        self.0.force_release_only(only).await
+    }
+
+    /// Asks the holders of permits that `only` admits to let go, as
+    /// [`Lock::revoke_only`] asks a lock's.
+    pub async fn revoke_only(&self, only: &Only) -> Result<u32, Error> {
+        self.0.revoke_only(only).await
+    }
+
+    /// Names who acts on holders through this handle, as [`Lock::by`].
+    pub fn by(self, operator: impl Into<Arc<str>>) -> Self {
+        Semaphore(self.0.by(operator))
     }
 
     pub(crate) fn lock(&self) -> &Lock {

@@ -72,6 +72,9 @@ pub struct Capabilities {
     pub fence_in_records: bool,
     /// The [`Control`](super::Control) facet: force release and revoke.
     pub control: bool,
+    /// The [`PermitControl`](super::PermitControl) facet: force release and
+    /// revoke of permits.
+    pub permit_control: bool,
     /// The [`HoldAtLeast`](super::HoldAtLeast) facet.
     pub hold_at_least: bool,
     /// The [`ElectionValues`](super::ElectionValues) facet.
@@ -94,6 +97,7 @@ impl Capabilities {
             inspect,
             list,
             control,
+            permit_control,
             hold_at_least,
             election_values,
         } = engine.facets();
@@ -113,6 +117,7 @@ impl Capabilities {
             },
             fence_in_records: inspect.is_some_and(|inspect| inspect.shows_fences()),
             control: control.is_some(),
+            permit_control: permit_control.is_some(),
             hold_at_least: hold_at_least.is_some(),
             election_values: election_values.is_some(),
         }
@@ -134,7 +139,7 @@ impl Capabilities {
     /// the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}{}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -155,6 +160,7 @@ impl Capabilities {
             } else {
                 "no force release, no revoke"
             },
+            if self.permit_control { " (permits too)" } else { "" },
             if self.hold_at_least {
                 "hold at least"
             } else {

@@ -40,6 +40,8 @@ pub struct Facets<'a> {
     pub list: Option<&'a dyn List>,
     /// See [`Control`].
     pub control: Option<&'a dyn Control>,
+    /// See [`PermitControl`].
+    pub permit_control: Option<&'a dyn PermitControl>,
     /// See [`HoldAtLeast`].
     pub hold_at_least: Option<&'a dyn HoldAtLeast>,
     /// See [`ElectionValues`].
@@ -109,6 +111,26 @@ pub trait Control: Send + Sync {
     /// one's next [`renew`](super::Lifecycle::renew) answers
     /// [`Renewal::Revoked`]. Answers how many holders were asked.
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError>;
+}
+
+/// An operator's hand on a semaphore's holders, as [`Control`] is on a
+/// lock's: force release and revoke, of every permit's holder or of those
+/// an [`Only`] names. A permit forced out learns it as a lock's holder
+/// does, through [`Control::forced_out`].
+#[async_trait]
+pub trait PermitControl: Send + Sync {
+    /// Ends the permits of the semaphore `key` of `count` permits that
+    /// `only` admits, each only while it is the hold that was admitted, and
+    /// leaves word for each holder that it was forced out; the next waiter
+    /// gets the permit, with a greater fence. Answers how many it ended.
+    async fn force_release_permits(&self, key: &LockKey, count: u32, only: &Only)
+    -> Result<u32, EngineError>;
+
+    /// Asks the holders of permits of the semaphore `key` of `count`
+    /// permits that `only` admits to let go: each one's next
+    /// [`renew`](super::Lifecycle::renew) answers [`Renewal::Revoked`].
+    /// Answers how many were asked.
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError>;
 }
 
 /// A hold can be let go while the server keeps others out a while longer:

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Facets, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
-    LostSignal, Poll, Renewal, Request, RevokedSignal, Semaphores, async_trait,
+    LostSignal, PermitControl, Poll, Renewal, Request, RevokedSignal, Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 
@@ -139,6 +139,7 @@ impl Engine for Faults {
             inspect,
             list,
             control,
+            permit_control,
             hold_at_least,
             election_values,
         } = self.inner.facets();
@@ -147,6 +148,7 @@ impl Engine for Faults {
             inspect: inspect.map(|_| self as _),
             list: list.map(|_| self as _),
             control: control.map(|_| self as _),
+            permit_control: permit_control.map(|_| self as _),
             hold_at_least: hold_at_least.map(|_| self as _),
             election_values: election_values.map(|_| self as _),
         }
@@ -277,6 +279,32 @@ impl Control for Faults {
         self.reach()?;
         self.slow().await;
         let answer = self.wrapped(|f| f.control)?.revoke(key, only).await;
+        self.answer(answer).await
+    }
+}
+
+#[async_trait]
+impl PermitControl for Faults {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let inner = self.wrapped(|f| f.permit_control)?;
+        let answer = inner.force_release_permits(key, count, only).await;
+        self.answer(answer).await
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let answer = self
+            .wrapped(|f| f.permit_control)?
+            .revoke_permits(key, count, only)
+            .await;
         self.answer(answer).await
     }
 }

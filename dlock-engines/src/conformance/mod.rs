@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use dlock_core::config::{Polling, Queue};
 use dlock_core::kit::{Capabilities, Engine, Expiry, Fairness, Fencing, Records};
-use dlock_core::{Election, Error, Lock, Registry, Semaphore, Settings, Wait};
+use dlock_core::{Election, Error, Lock, Only, Registry, Semaphore, Settings, Wait};
 
 pub use counter::{FencedRegister, GuardedCounter, Occupancy};
 pub use faults::Faults;
@@ -202,6 +202,15 @@ impl Harness {
                     .await;
                 Some("no force release (Unsupported checked)")
             }
+            Need::PermitControl if !capabilities.permit_control => {
+                let semaphore = self.semaphore(case, 2);
+                self.assert_unsupported(
+                    "force release of permits",
+                    semaphore.force_release_only(&Only::any()),
+                )
+                .await;
+                Some("no force release or revocation of permits (Unsupported checked)")
+            }
             Need::Revoke if !capabilities.control => {
                 let lock = self.lock(case);
                 self.assert_unsupported("revocation", lock.revoke()).await;
@@ -254,6 +263,8 @@ pub enum Need {
     ForceRelease,
     /// Asking holders to let go.
     Revoke,
+    /// Ending a permit's hold from outside, or asking its holder to let go.
+    PermitControl,
     /// Letting go while the server keeps others out a while longer.
     HoldAtLeast,
     /// Leader election: terms that only grow, shown in the records.
@@ -321,6 +332,7 @@ macro_rules! conformance_suite {
             force_release_fences_out_the_old_holder [ForceRelease],
             force_release_only_ends_the_hold_looked_at [ForceRelease, Records],
             revoke_asks_holders_to_let_go [Revoke],
+            a_permits_holder_is_asked_and_forced_out_by_its_digest [Semaphore, PermitControl],
             hold_at_least_keeps_others_out_after_the_release [HoldAtLeast],
             hold_at_most_ends_the_hold_and_frees_the_lock [],
             one_leader_at_a_time_with_rising_terms [Election],

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    KeyHashing, Lifecycle, List, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, Wake, Woken,
-    async_trait, process_label,
+    KeyHashing, Lifecycle, List, LostSignal, OwnerId, PermitControl, Poll, Renewal, Request, Semaphores,
+    Wake, Woken, async_trait, process_label,
 };
 use dlock_core::{HolderRecord, LockKey, LockView, Mode, Only, WaiterRecord};
 use tokio::sync::Notify;
@@ -408,6 +408,7 @@ impl Engine for MemoryEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             hold_at_least: Some(self),
             ..Facets::default()
         }
@@ -547,12 +548,36 @@ impl Control for MemoryEngine {
     }
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        Ok(self.force_out((key.clone(), false), only))
+    }
+
+    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+        Ok(self.ask_to_let_go((key.clone(), false), only))
+    }
+}
+
+#[async_trait]
+impl PermitControl for MemoryEngine {
+    async fn force_release_permits(&self, key: &LockKey, _: u32, only: &Only) -> Result<u32, EngineError> {
+        Ok(self.force_out((key.clone(), true), only))
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, _: u32, only: &Only) -> Result<u32, EngineError> {
+        Ok(self.ask_to_let_go((key.clone(), true), only))
+    }
+}
+
+impl MemoryEngine {
+    /// Ends the holds of the lock or semaphore `at` that `only` admits,
+    /// noting each owner forced out until its lease would have ended, and
+    /// wakes who can proceed; how many it ended.
+    fn force_out(&self, at: (LockKey, bool), only: &Only) -> u32 {
         let mut locks = self.locks();
         let Locks { by_key, forced, .. } = &mut *locks;
         let now = Instant::now();
         forced.retain(|_, until| *until > now);
-        let Some(state) = by_key.get_mut(&(key.clone(), false)) else {
-            return Ok(0);
+        let Some(state) = by_key.get_mut(&at) else {
+            return 0;
         };
         state.expire(now);
         let admitted = |h: &Holder| only.admits(Some(h.fence), Some(&h.owner.digest()));
@@ -563,20 +588,22 @@ impl Control for MemoryEngine {
         forced.extend(ended.iter().map(|h| (h.owner, h.expires)));
         state.wake_ready();
         if state.is_idle() {
-            by_key.remove(&(key.clone(), false));
+            by_key.remove(&at);
         }
-        Ok(ended.len() as u32)
+        ended.len() as u32
     }
 
-    async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+    /// Marks the holds of the lock or semaphore `at` that `only` admits as
+    /// asked to let go; how many.
+    fn ask_to_let_go(&self, at: (LockKey, bool), only: &Only) -> u32 {
         let mut locks = self.locks();
-        let Some(state) = locks.by_key.get_mut(&(key.clone(), false)) else {
-            return Ok(0);
+        let Some(state) = locks.by_key.get_mut(&at) else {
+            return 0;
         };
         state.expire(Instant::now());
         let holders = state.writer.iter_mut().chain(state.shared.iter_mut());
         let admitted = holders.filter(|h| only.admits(Some(h.fence), Some(&h.owner.digest())));
-        Ok(admitted.map(|h| h.revoked = true).count() as u32)
+        admitted.map(|h| h.revoked = true).count() as u32
     }
 }
 

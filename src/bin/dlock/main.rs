@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use bulk::Bulk;
 use clap::{Parser, Subcommand};
-use dlock::{Acted, Config, Error, LockView, Only, Reached, Registry};
+use dlock::{Acted, Config, Error, LockView, Locks, Only, Reached, Registry};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -112,6 +112,10 @@ enum Command {
 /// the command finds no holder (exit 3).
 #[derive(clap::Args)]
 struct Aim {
+    /// Act on the semaphore of NAME with this many permits, not its lock
+    /// (with --if-owner, on one permit's holder).
+    #[arg(long)]
+    permits: Option<u32>,
     /// Only the hold with this fencing token.
     #[arg(long, value_name = "FENCE")]
     if_fence: Option<u64>,
@@ -125,6 +129,28 @@ impl Aim {
         Only {
             fence: self.if_fence,
             owner: self.if_owner.clone(),
+        }
+    }
+
+    /// Forces out (`force`) or asks to let go the holds of `name` in
+    /// `locks` this aims at; how many it reached.
+    async fn act(&self, locks: &Locks, name: &str, force: bool) -> Result<u32, Error> {
+        let only = self.only();
+        match self.permits {
+            Some(n) => {
+                let semaphore = locks.semaphore(name, n).by(operator());
+                match force {
+                    true => semaphore.force_release_only(&only).await,
+                    false => semaphore.revoke_only(&only).await,
+                }
+            }
+            None => {
+                let lock = locks.get(name).by(operator());
+                match force {
+                    true => lock.force_release_only(&only).await,
+                    false => lock.revoke_only(&only).await,
+                }
+            }
         }
     }
 }
@@ -213,10 +239,10 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
                 "shows what --label, --owner or --prefix would pick: give one",
             ));
         }
-        if bulk.is_asked() && (only.if_fence.is_some() || only.if_owner.is_some()) {
+        if bulk.is_asked() && (only.if_fence.is_some() || only.if_owner.is_some() || only.permits.is_some()) {
             return Err(Error::config(
                 "--if-fence",
-                "--if-fence and --if-owner aim at one lock's hold; --label, --owner and --prefix pick many",
+                "--if-fence, --if-owner and --permits aim at one lock or semaphore; --label, --owner and --prefix pick locks' holds",
             ));
         }
     }
@@ -290,8 +316,7 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
                 .as_ref()
                 .ok_or_else(|| Error::config("GROUP/NAME", "say which lock to release"))?;
             let (group, name) = group_and_name(lock)?;
-            let target = registry.locks(group).get(name).by(operator());
-            let reached = Reached::ForcedOut(target.force_release_only(&only.only()).await?);
+            let reached = Reached::ForcedOut(only.act(&registry.locks(group), name, true).await?);
             return Ok(Outcome::Acted(Acted {
                 lock: lock.clone(),
                 reached,
@@ -316,8 +341,7 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Command::Revoke { lock, only } => {
             let (group, name) = group_and_name(lock)?;
-            let target = registry.locks(group).get(name).by(operator());
-            let reached = Reached::Asked(target.revoke_only(&only.only()).await?);
+            let reached = Reached::Asked(only.act(&registry.locks(group), name, false).await?);
             return Ok(Outcome::Acted(Acted {
                 lock: lock.clone(),
                 reached,

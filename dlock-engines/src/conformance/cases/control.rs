@@ -175,3 +175,57 @@ async fn holder(h: &Harness, name: &str) -> HolderRecord {
     let [holder] = <[HolderRecord; 1]>::try_from(view.holders).expect("one holder");
     holder
 }
+
+/// Of two permits' holders, the operator asks the one named by its owner
+/// digest to let go, then forces it out: that one hears it was asked, then
+/// that it was released by force; the other is neither asked nor touched;
+/// a waiter gets the freed permit, with a greater fence; aimed again at
+/// the permit gone, nothing is done.
+pub async fn a_permits_holder_is_asked_and_forced_out_by_its_digest(h: &Harness) {
+    let operator = h.peer_semaphore("aimed-pool", 2);
+    let named = h.semaphore("aimed-pool", 2).acquire().await.expect("a permit");
+    let peer = h.peer_semaphore("aimed-pool", 2);
+    let other = in_a_task_of_its_own(async move { peer.acquire().await }).await;
+    let only = Only::owner(named.owner_digest());
+
+    assert_eq!(operator.revoke_only(&only).await.expect("revoke"), 1);
+    within(
+        SETTINGS.lease,
+        "the named holder hearing it was asked",
+        named.revoked(),
+    )
+    .await;
+    assert!(!other.is_revoked(), "the other holder was asked too");
+
+    let waiter = h.peer_semaphore("aimed-pool", 2);
+    let waiting = tokio::spawn(async move { waiter.acquire().await.expect("the waiter's permit") });
+    tokio::time::sleep(SETTLE).await;
+    assert_eq!(
+        operator.force_release_only(&only).await.expect("force release"),
+        1
+    );
+    let next = within(Duration::from_secs(10), "the waiter's permit", waiting)
+        .await
+        .expect("waiter task");
+    if h.fenced() {
+        assert!(
+            next.fence() > named.fence(),
+            "{} is not above {}",
+            next.fence(),
+            named.fence()
+        );
+    }
+    let reason = within(SETTINGS.lease * 2, "the named holder's loss", named.lost()).await;
+    assert_eq!(reason, LostReason::ForceReleased);
+    assert!(
+        !other.is_lost() && !other.is_revoked(),
+        "the other holder was touched"
+    );
+    assert_eq!(
+        operator.force_release_only(&only).await.expect("force release"),
+        0
+    );
+    for guard in [other, next] {
+        guard.release().await.expect("release");
+    }
+}
