@@ -57,10 +57,16 @@ pub(crate) fn is_revoked(value: &[u8]) -> bool {
     value.ends_with(REVOKED)
 }
 
-/// The holders of the lock whose keys are under `prefix` that `only` admits.
-async fn holders(session: &Session, prefix: &str, only: &Only) -> Result<Vec<KeyValue>, EngineError> {
+/// The holders of the lock whose keys are under `prefix`, or with
+/// `permits` of the semaphore, that `only` admits.
+async fn holders(
+    session: &Session,
+    prefix: &str,
+    permits: Option<u32>,
+    only: &Only,
+) -> Result<Vec<KeyValue>, EngineError> {
     let kvs = contenders(session, prefix).await?;
-    let holding = queue::holding(&kvs, None);
+    let holding = queue::holding(&kvs, permits);
     let holders = kvs.into_iter().zip(holding).filter(|(_, holds)| *holds);
     Ok(holders.map(|(kv, _)| kv).filter(|kv| admits(only, kv)).collect())
 }
@@ -84,12 +90,19 @@ fn as_created(kv: &KeyValue) -> Compare {
     Compare::create_revision(kv.key(), CompareOp::Equal, kv.create_revision())
 }
 
-/// Deletes the keys of the holders of the lock under `prefix` that `only`
-/// admits, each while it is the key that was read (its create revision);
-/// answers how many it deleted. A reply lost and the call retried
-/// undercounts: the keys deleted the first time are gone when it checks again.
-pub(crate) async fn force_release(session: &Session, prefix: &str, only: &Only) -> Result<u32, EngineError> {
-    let holders = holders(session, prefix, only).await?;
+/// Deletes the keys of the holders of the lock under `prefix` (with
+/// `permits`, of the semaphore) that `only` admits, each while it is the
+/// key that was read (its create revision); answers how many it deleted. A
+/// permit's slot key is left to its lease: it names a key gone, so the
+/// slot is free. A reply lost and the call retried undercounts: the keys
+/// deleted the first time are gone when it checks again.
+pub(crate) async fn force_release(
+    session: &Session,
+    prefix: &str,
+    permits: Option<u32>,
+    only: &Only,
+) -> Result<u32, EngineError> {
+    let holders = holders(session, prefix, permits, only).await?;
     let deletes = holders.iter().map(|kv| {
         Txn::new()
             .when([as_created(kv)])
@@ -99,12 +112,17 @@ pub(crate) async fn force_release(session: &Session, prefix: &str, only: &Only) 
     Ok(deleted.into_iter().filter(|&d| d).count() as u32)
 }
 
-/// Marks the holders of the lock under `prefix` that `only` admits as
-/// revoked; answers how many are marked, by this call or an earlier one.
-/// Each mark checks that the key was not rewritten since it was read; one
-/// that was is read and marked again.
-pub(crate) async fn revoke(session: &Session, prefix: &str, only: &Only) -> Result<u32, EngineError> {
-    let mut holders = holders(session, prefix, only).await?;
+/// Marks the holders of the lock under `prefix` (with `permits`, of the
+/// semaphore) that `only` admits as revoked; answers how many are marked,
+/// by this call or an earlier one. Each mark checks that the key was not
+/// rewritten since it was read; one that was is read and marked again.
+pub(crate) async fn revoke(
+    session: &Session,
+    prefix: &str,
+    permits: Option<u32>,
+    only: &Only,
+) -> Result<u32, EngineError> {
+    let mut holders = holders(session, prefix, permits, only).await?;
     let mut asked = 0;
     for _ in 0..ATTEMPTS {
         let (marked, unmarked): (Vec<_>, Vec<_>) = holders.into_iter().partition(|kv| is_revoked(kv.value()));

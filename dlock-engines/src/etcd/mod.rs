@@ -94,8 +94,8 @@ use std::time::{Duration, SystemTime};
 use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
-    Inspect, Lifecycle, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores,
-    async_trait,
+    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
+    Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 use etcd_client::{
@@ -809,6 +809,7 @@ impl Engine for EtcdEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             hold_at_least: Some(self),
             election_values: Some(self),
             // Every facet today; one added later stays missing here until
@@ -982,12 +983,33 @@ impl Control for EtcdEngine {
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let session = self.live().await?;
-        control::force_release(&session, &self.prefix_of(key, None), only).await
+        control::force_release(&session, &self.prefix_of(key, None), None, only).await
     }
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         let session = self.live().await?;
-        control::revoke(&session, &self.prefix_of(key, None), only).await
+        control::revoke(&session, &self.prefix_of(key, None), None, only).await
+    }
+}
+
+/// A permit is a key in the semaphore's line, as a lock's hold is in the
+/// lock's: the same deletes and marks reach it.
+#[async_trait]
+impl PermitControl for EtcdEngine {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let session = self.live().await?;
+        let prefix = self.prefix_of(key, Some(count));
+        control::force_release(&session, &prefix, Some(count), only).await
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        let session = self.live().await?;
+        control::revoke(&session, &self.prefix_of(key, Some(count)), Some(count), only).await
     }
 }
 
