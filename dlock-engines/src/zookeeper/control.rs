@@ -37,7 +37,8 @@ use dlock_core::{LockKey, Only};
 use tokio::sync::Notify;
 use zookeeper_client::{Error as ZkError, EventType, Stat};
 
-use super::inspect::{gather, read_children};
+use super::inspect::{gather, read_children, semaphore_dirs};
+use super::nodes::SEMAPHORE;
 use super::records::{self, REVOKE};
 use super::session::{self, Session};
 use super::{ZooKeeperEngine, nodes};
@@ -112,6 +113,52 @@ impl ZooKeeperEngine {
         .await
     }
 
+    /// Deletes the leases of the semaphore `key` of `count` that hold
+    /// permits and that `only` admits; how many it deleted.
+    pub(super) async fn force_out_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let session = self.sessions.live().await?;
+        let leases = self.holding_leases(&session, key, count, only).await?;
+        on_each(&session, &leases, |node| session.client.delete(node, None)).await
+    }
+
+    /// Writes the revoke message over the leases of the semaphore `key` of
+    /// `count` that hold permits and that `only` admits; how many it reached.
+    pub(super) async fn ask_permits_to_let_go(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let session = self.sessions.live().await?;
+        let leases = self.holding_leases(&session, key, count, only).await?;
+        on_each(&session, &leases, |node| {
+            session.client.set_data(node, REVOKE, None)
+        })
+        .await
+    }
+
+    /// The paths of the semaphore `key`'s leases of `count` permits that
+    /// hold and that `only` admits, after a sync.
+    async fn holding_leases(
+        &self,
+        session: &Session,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<Vec<String>, EngineError> {
+        let path = format!("{}{SEMAPHORE}", key.path(&self.root));
+        let dirs = semaphore_dirs(&path);
+        let mut found = gather(session, Some(&path), &dirs).await?.into_iter();
+        let (leases, locks) = (found.next().unwrap_or_default(), found.next().unwrap_or_default());
+        let admitted = records::admitted_leases(count, leases, locks, only).into_iter();
+        Ok(admitted.map(|name| format!("{}/{name}", dirs[0])).collect())
+    }
+
     /// The paths of the lock `key`'s holding nodes that `only` admits,
     /// after a sync: a hold taken through another ensemble member shows.
     /// Every hold needs the names alone; some, their records too.
@@ -147,7 +194,7 @@ impl ZooKeeperEngine {
     /// leaves the request (see `remove`), and a downgrade renames it at
     /// once, so only someone else's delete makes this true.
     pub(super) async fn node_deleted(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some((session, path)) = self.held_node(req) else {
+        let Some((session, path)) = self.held_node(req).or_else(|| self.lease_node(req)) else {
             return Ok(false);
         };
         if session.is_ended() {

@@ -104,7 +104,7 @@ impl ZooKeeperEngine {
 }
 
 /// Where a semaphore at `path` keeps its leases and its mutex line.
-fn semaphore_dirs(path: &str) -> [String; 2] {
+pub(super) fn semaphore_dirs(path: &str) -> [String; 2] {
     [
         format!("{path}/{SEMAPHORE_LEASES}"),
         format!("{path}/{SEMAPHORE_LOCKS}"),

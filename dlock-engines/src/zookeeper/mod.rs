@@ -102,8 +102,8 @@ use std::time::Duration;
 
 use dlock_core::kit::{
     Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
-    Lifecycle, List, LostSignal, Poll, Renewal, Request, RequestState, RevokedSignal, Semaphores, Wake,
-    Woken, async_trait,
+    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
+    Semaphores, Wake, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
@@ -587,6 +587,7 @@ impl Engine for ZooKeeperEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             election_values: Some(self),
             ..Facets::default()
         }
@@ -737,6 +738,22 @@ impl Control for ZooKeeperEngine {
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         self.ask_to_let_go(key, only).await
+    }
+}
+
+#[async_trait]
+impl PermitControl for ZooKeeperEngine {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        self.force_out_permits(key, count, only).await
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        self.ask_permits_to_let_go(key, count, only).await
     }
 }
 

@@ -44,6 +44,7 @@ use dlock_core::kit::{
 use zookeeper_client::Error as ZkError;
 
 use super::nodes::{self, SEMAPHORE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, Turn};
+use super::records::REVOKE;
 use super::session::Session;
 use super::{Watching, ZooKeeperEngine, children, delete};
 
@@ -58,6 +59,8 @@ struct Permit {
     lease: Option<(String, u64)>,
     /// While waiting: the watch on the node ahead, or on the leases.
     watch: Option<Watching>,
+    /// Asked to let go: its lease's data was the revoke message once.
+    revoked: bool,
 }
 
 /// How a dlock lease's data starts; the count follows.
@@ -93,8 +96,12 @@ impl Lifecycle for Permits<'_> {
         self.engine.permit_remove(req).await.map(drop)
     }
 
-    /// Whether the lease is still there. A permit cannot be revoked: its
-    /// lease is never watched.
+    /// Whether the lease is still there, and asked to let go. A lease's
+    /// data is written at its create (version 0); a later version is an
+    /// operator's revoke message, read then, after which the holder writes
+    /// its record back (conditional on the version read), so the records
+    /// go on naming it. The lease is never watched: a revocation is heard
+    /// at the next renewal.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let Some((session, path)) = self.engine.lease_node(req) else {
             return Ok(Renewal::Gone);
@@ -102,11 +109,27 @@ impl Lifecycle for Permits<'_> {
         if session.is_ended() {
             return Ok(Renewal::Gone);
         }
-        match session.client.check_stat(&path).await {
-            Ok(found) => Ok(Renewal::from(found.is_some())),
-            Err(ZkError::SessionExpired) => Ok(Renewal::Gone),
-            Err(e) => Err(EngineError::failed(e)),
+        let revoked = self.engine.permit(req, |p| p.revoked)?;
+        let stat = match session.client.check_stat(&path).await {
+            Ok(Some(stat)) => stat,
+            Ok(None) | Err(ZkError::SessionExpired) => return Ok(Renewal::Gone),
+            Err(e) => return Err(EngineError::failed(e)),
+        };
+        if stat.version == 0 || revoked {
+            return Ok(if revoked { Renewal::Revoked } else { Renewal::Held });
         }
+        let (read, stat) = match session.client.get_data(&path).await {
+            Ok(read) => read,
+            Err(ZkError::NoNode | ZkError::SessionExpired) => return Ok(Renewal::Gone),
+            Err(e) => return Err(EngineError::failed(e)),
+        };
+        if read != REVOKE {
+            return Ok(Renewal::Held);
+        }
+        self.engine.permit(req, |p| p.revoked = true)?;
+        let record = data(self.count, &self.engine.label);
+        let _ = session.client.set_data(&path, &record, Some(stat.version)).await;
+        Ok(Renewal::Revoked)
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
@@ -147,7 +170,7 @@ impl ZooKeeperEngine {
     }
 
     /// The session and path of this request's lease, once it has one.
-    fn lease_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
+    pub(super) fn lease_node(&self, req: &Request) -> Option<(Arc<Session>, String)> {
         let (session, (lease, _)) = self
             .permit(req, |p| Some((p.session.clone(), p.lease.clone()?)))
             .ok()??;
@@ -182,6 +205,7 @@ impl ZooKeeperEngine {
             queued: Some(name),
             lease: None,
             watch: None,
+            revoked: false,
         });
         self.permit_look(req, count, listed.map(|locks| (locks, leased)))
             .await

@@ -178,12 +178,7 @@ pub(super) fn semaphore_view(
 ) -> LockView {
     leases.sort_by_key(|f| nodes::semaphore_order(&f.name, true));
     locks.sort_by_key(|f| nodes::semaphore_order(&f.name, false));
-    let head = locks.first().and_then(|f| nodes::protection(&f.name));
-    let waiting = head.filter(|_| leases.len() > count as usize);
-    let held: Vec<&Found> = leases
-        .iter()
-        .filter(|f| waiting.is_none() || nodes::protection(&f.name) != waiting)
-        .collect();
+    let held = held_leases(count, &leases, &locks);
     let holds = |f: &Found| {
         let ours = nodes::protection(&f.name);
         ours.is_some() && held.iter().any(|h| nodes::protection(&h.name) == ours)
@@ -218,6 +213,33 @@ pub(super) fn semaphore_view(
         })
         .collect();
     view
+}
+
+/// The leases, sorted, that hold permits of a semaphore of `count`, its
+/// mutex line sorted in `locks`: all but the lease the mutex holder made
+/// while every permit was taken, which waits.
+fn held_leases<'f>(count: u32, leases: &'f [Found], locks: &[Found]) -> Vec<&'f Found> {
+    let head = locks.first().and_then(|f| nodes::protection(&f.name));
+    let waiting = head.filter(|_| leases.len() > count as usize);
+    let held = leases
+        .iter()
+        .filter(|f| waiting.is_none() || nodes::protection(&f.name) != waiting);
+    held.collect()
+}
+
+/// The names of the leases that hold permits of a semaphore of `count`
+/// whose records `only` admits.
+pub(super) fn admitted_leases(
+    count: u32,
+    mut leases: Vec<Found>,
+    mut locks: Vec<Found>,
+    only: &Only,
+) -> Vec<String> {
+    leases.sort_by_key(|f| nodes::semaphore_order(&f.name, true));
+    locks.sort_by_key(|f| nodes::semaphore_order(&f.name, false));
+    let held = held_leases(count, &leases, &locks).into_iter();
+    let admitted = held.filter(|f| only.admits(Some(f.fence), permit_labels(f).1.as_deref()));
+    admitted.map(|f| f.name.clone()).collect()
 }
 
 /// A semaphore node's label and owner digest, for a dlock node.
