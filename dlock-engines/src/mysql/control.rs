@@ -1,4 +1,5 @@
-//! An operator's control of a lock: force release and revocation.
+//! An operator's control of a lock or a semaphore's permits: force release
+//! and revocation. A permit is a row, reached as a lock's row is.
 //!
 //! A hold through the table is a row: force release deletes it, and
 //! revocation marks it, for the renewal to read. A write hold taken at
@@ -21,6 +22,7 @@ use mysql_async::prelude::{Queryable, ToValue};
 use mysql_async::{Conn, Pool, Value};
 
 use super::gate;
+use super::permits::Range;
 use super::records::digest;
 use super::sql::{self, key_and_name};
 
@@ -44,9 +46,14 @@ struct RowHold {
 /// (three if its gate is held with no record yet), and one more per kind of
 /// hold found. Each mark names its hold's owner, so a hold that came in
 /// since is not marked.
-pub(super) async fn revoke(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+pub(super) async fn revoke(
+    pool: &Pool,
+    key: &LockKey,
+    permits: Option<u32>,
+    only: &Only,
+) -> Result<u32, EngineError> {
     let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
-    let (gated, rows) = holds(&mut conn, key, only).await?;
+    let (gated, rows) = holds(&mut conn, key, permits, only).await?;
     if let Some(hold) = &gated {
         let params = vec![gate::name(key).to_value(), hold.owner.to_value()];
         sql::exec(&mut conn, sql::REVOKE_GATE, params).await?;
@@ -64,9 +71,14 @@ pub(super) async fn revoke(pool: &Pool, key: &LockKey, only: &Only) -> Result<u3
 /// A row is ended by its owner id, so a hold that came in since is left
 /// alone; a gate's session is ended by its id, one round trip after it was
 /// read, and holds nothing else.
-pub(super) async fn force_release(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+pub(super) async fn force_release(
+    pool: &Pool,
+    key: &LockKey,
+    permits: Option<u32>,
+    only: &Only,
+) -> Result<u32, EngineError> {
     let mut conn = pool.get_conn().await.map_err(EngineError::failed)?;
-    let (gated, rows) = holds(&mut conn, key, only).await?;
+    let (gated, rows) = holds(&mut conn, key, permits, only).await?;
     let lock_key = key_and_name(key).0;
     let mut word = Vec::new();
     for row in &rows {
@@ -106,15 +118,21 @@ pub(super) async fn force_release(pool: &Pool, key: &LockKey, only: &Only) -> Re
     Ok(ended as u32)
 }
 
-/// The holds of `key` that `only` admits: its gate's, and its rows'.
+/// The holds that `only` admits of the lock `key`, its gate's and its
+/// rows', or with `permits`, of the semaphore's rows (a semaphore has no
+/// gate).
 async fn holds(
     conn: &mut Conn,
     key: &LockKey,
+    permits: Option<u32>,
     only: &Only,
 ) -> Result<(Option<GateHold>, Vec<RowHold>), EngineError> {
-    let gated = gate_hold(conn, key).await?;
+    let gated = match permits {
+        None => gate_hold(conn, key).await?,
+        Some(_) => None,
+    };
     let gated = gated.filter(|hold| only.admits(Some(hold.fence), Some(&hold.owner)));
-    let mut rows = row_holds(conn, key).await?;
+    let mut rows = row_holds(conn, key, permits).await?;
     rows.retain(|row| only.admits(Some(row.fence), digest(&row.owner).as_deref()));
     Ok((gated, rows))
 }
@@ -160,9 +178,20 @@ async fn gate_hold(conn: &mut Conn, key: &LockKey) -> Result<Option<GateHold>, E
     }
 }
 
-/// The live holds of `key` through the table.
-async fn row_holds(conn: &mut Conn, key: &LockKey) -> Result<Vec<RowHold>, EngineError> {
-    let (lock_key, name) = key_and_name(key);
+/// The live holds through the table of the lock `key`, or with `permits`
+/// of the semaphore's rows of that count.
+async fn row_holds(
+    conn: &mut Conn,
+    key: &LockKey,
+    permits: Option<u32>,
+) -> Result<Vec<RowHold>, EngineError> {
+    let (lock_key, name) = match permits {
+        None => key_and_name(key),
+        Some(count) => {
+            let range = Range::of(key, count);
+            (range.key, range.name)
+        }
+    };
     let rows: Vec<(Vec<u8>, i64, u64)> = conn
         .exec(sql::holds(), (lock_key, name))
         .await

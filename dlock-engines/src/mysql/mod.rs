@@ -107,7 +107,8 @@ use std::time::{Duration, Instant};
 
 use dlock_core::kit::{
     Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
-    Lifecycle, List, LostSignal, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken, async_trait,
+    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 use mysql_async::prelude::{Queryable, ToValue};
@@ -503,6 +504,7 @@ impl Engine for MysqlEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             ..Facets::default()
         }
     }
@@ -653,12 +655,30 @@ impl Control for MysqlEngine {
     }
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        let forced = control::force_release(&self.shared.pool, key, only).await?;
+        let forced = control::force_release(&self.shared.pool, key, None, only).await?;
         self.shared.waiting.wake(&key_and_name(key).0);
         Ok(forced)
     }
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        control::revoke(&self.shared.pool, key, only).await
+        control::revoke(&self.shared.pool, key, None, only).await
+    }
+}
+
+#[async_trait]
+impl PermitControl for MysqlEngine {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let forced = control::force_release(&self.shared.pool, key, Some(count), only).await?;
+        self.shared.waiting.wake(&permits::Range::of(key, 0).low);
+        Ok(forced)
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        control::revoke(&self.shared.pool, key, Some(count), only).await
     }
 }
