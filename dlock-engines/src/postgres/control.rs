@@ -1,4 +1,5 @@
-//! An operator's control of a lock: force release and revocation.
+//! An operator's control of a lock, or of a permit (its slot's advisory
+//! lock, with a row as a lock's hold has): force release and revocation.
 //!
 //! No session can unlock another's advisory lock, and holds share
 //! sessions (`pool.rs`), so ending a holder's session could end other
@@ -15,37 +16,40 @@
 //! waited for, as records are. A hold with no row even then (another
 //! client's) is neither asked nor forced out.
 
-use dlock_core::kit::{EngineError, RECORD_WAIT, Request};
-use dlock_core::{LockKey, Only};
+use dlock_core::Only;
+use dlock_core::kit::{EngineError, OwnerId, RECORD_WAIT};
 use tokio_postgres::Statement;
 
-use super::advisory_key;
 use super::pool::Pool;
 use super::sql::Statements;
 
-/// Marks the holders of `key` that `only` admits revoked: one round trip,
+/// Marks the holders of advisory key `key` that `only` admits revoked: one round trip,
 /// two if a hold is too young to have its row.
-pub(super) async fn revoke(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+pub(super) async fn revoke(pool: &Pool, key: i64, only: &Only) -> Result<u32, EngineError> {
     each_holder(pool, key, only, |s| &s.revoke).await
 }
 
-/// Forces the holders of `key` that `only` admits out: a round trip to
+/// Forces the holders of advisory key `key` (a lock's, or a permit
+/// slot's) that `only` admits out: a round trip to
 /// leave word (two if a hold is too young to have its row), one to end the
 /// sessions that hold nothing else. The holds forced out, whether ended
 /// now or at their holder's next renewal. Each statement picks holds by
 /// their rows as it runs, so a hold that came in since is not admitted.
-pub(super) async fn force_release(pool: &Pool, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+pub(super) async fn force_release(pool: &Pool, key: i64, only: &Only) -> Result<u32, EngineError> {
     let forced = each_holder(pool, key, only, |s| &s.force).await?;
     if forced > 0 {
-        pool.one(|s| &s.end_forced, &[&advisory_key(key)]).await?;
+        pool.one(|s| &s.end_forced, &[&key]).await?;
     }
     Ok(forced)
 }
 
-/// Whether `req`'s hold was forced out: one round trip.
-pub(super) async fn forced_out(pool: &Pool, req: &Request) -> Result<bool, EngineError> {
-    let (key, owner) = (advisory_key(&req.key), req.owner.digest());
-    Ok(pool.one(|s| &s.forced_out, &[&key, &owner]).await?.get(0))
+/// Whether the hold of `owner` on advisory key `key` was forced out: one
+/// round trip.
+pub(super) async fn forced_out(pool: &Pool, key: i64, owner: OwnerId) -> Result<bool, EngineError> {
+    Ok(pool
+        .one(|s| &s.forced_out, &[&key, &owner.digest()])
+        .await?
+        .get(0))
 }
 
 /// Runs `pick`'s statement, which does its work on each holder of `key`
@@ -55,11 +59,10 @@ pub(super) async fn forced_out(pool: &Pool, req: &Request) -> Result<bool, Engin
 /// no fence or owner names it). It must be harmless to run twice.
 async fn each_holder(
     pool: &Pool,
-    key: &LockKey,
+    key: i64,
     only: &Only,
     pick: fn(&Statements) -> &Statement,
 ) -> Result<u32, EngineError> {
-    let key = advisory_key(key);
     let fence = only.fence.map(|fence| fence as i64);
     let mut waited = !only.is_any();
     loop {

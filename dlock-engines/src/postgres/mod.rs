@@ -113,7 +113,7 @@ use std::time::Duration;
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, Lifecycle, List,
-    LostSignal, Poll, Renewal, Request, Semaphores, async_trait,
+    LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 
@@ -282,6 +282,7 @@ impl Engine for PostgresEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             ..Facets::default()
         }
     }
@@ -407,16 +408,49 @@ impl List for PostgresEngine {
 
 #[async_trait]
 impl Control for PostgresEngine {
+    /// Asked under the key the hold was on: a permit's, its slot's.
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        control::forced_out(&self.pool, req).await
+        let key = match (req.kind.permits(), req.slot) {
+            (Some(_), Some(slot)) => permits::Keys::of(&req.key).slot(slot),
+            _ => advisory_key(&req.key),
+        };
+        control::forced_out(&self.pool, key, req.owner).await
     }
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        control::force_release(&self.pool, key, only).await
+        control::force_release(&self.pool, advisory_key(key), only).await
     }
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        control::revoke(&self.pool, key, only).await
+        control::revoke(&self.pool, advisory_key(key), only).await
+    }
+}
+
+/// A permit is its slot's advisory lock, with a row as a lock's hold has:
+/// the lock's statements reach it, slot by slot.
+#[async_trait]
+impl PermitControl for PostgresEngine {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let keys = permits::Keys::of(key);
+        let mut forced = 0;
+        for slot in 0..count {
+            forced += control::force_release(&self.pool, keys.slot(slot), only).await?;
+        }
+        Ok(forced)
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        let keys = permits::Keys::of(key);
+        let mut asked = 0;
+        for slot in 0..count {
+            asked += control::revoke(&self.pool, keys.slot(slot), only).await?;
+        }
+        Ok(asked)
     }
 }
 
