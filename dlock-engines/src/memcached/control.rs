@@ -1,4 +1,5 @@
-//! An operator's hand on a lock. Force release deletes the lock's item,
+//! An operator's hand on a lock, or on a semaphore's permits, each a slot
+//! item taken as a lock's item is. Force release deletes the holder's item,
 //! checked against the CAS value it was read with, after leaving a
 //! tombstone, `dlock-forced:<key hash>:<owner digest>`, holding the
 //! holder's item value and expiring when the item would have: the holder,
@@ -16,7 +17,7 @@ use dlock_core::kit::{EngineError, OwnerId, Request};
 use dlock_core::{LockKey, Only};
 
 use super::wire::Reply;
-use super::{MemcachedEngine, item_key, owner_of};
+use super::{MemcachedEngine, owner_of, permits};
 
 /// The client flags of a revoked holder's item.
 pub(super) const REVOKED: &str = "1";
@@ -72,15 +73,16 @@ where
     ))
 }
 
-/// Two round trips: a read, then the tombstone and the delete, if `only`
-/// admits the holder (its owner; no record shows a fence). The delete
-/// checks the item's CAS, so a holder that came in since is left alone.
+/// Two round trips: a read of the holder's item, `item` (lock `key`'s, or
+/// a permit slot's), then the tombstone and the delete, if `only` admits
+/// the holder (its owner; no record shows a fence). The delete checks the
+/// item's CAS, so a holder that came in since is left alone.
 pub(super) async fn force_release(
     engine: &MemcachedEngine,
     key: &LockKey,
+    item: &str,
     only: &Only,
 ) -> Result<u32, EngineError> {
-    let item = &item_key(key);
     on_holder(engine, item, move |found| async move {
         let Some(owner) = owner_of(&found.value) else {
             return Err(EngineError::failed("memcached: a lock item dlock did not write"));
@@ -104,10 +106,9 @@ pub(super) async fn force_release(
     .await
 }
 
-/// Two round trips: a read, then the flags set, if `only` admits the
-/// holder; the set checks the item's CAS.
-pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-    let item = &item_key(key);
+/// Two round trips: a read of the holder's item, `item`, then the flags
+/// set, if `only` admits the holder; the set checks the item's CAS.
+pub(super) async fn revoke(engine: &MemcachedEngine, item: &str, only: &Only) -> Result<u32, EngineError> {
     on_holder(engine, item, move |found| async move {
         if !only.admits(None, owner_of(&found.value).map(OwnerId::digest).as_deref()) {
             return Ok(Some(0));
@@ -133,10 +134,10 @@ pub(super) async fn revoke(engine: &MemcachedEngine, key: &LockKey, only: &Only)
     .await
 }
 
-/// Whether a tombstone for `req`'s hold is there: one round trip. A
-/// semaphore's permits are never forced out.
+/// Whether a tombstone for `req`'s hold, a lock's or a permit's, is
+/// there: one round trip.
 pub(super) async fn forced_out(engine: &MemcachedEngine, req: &Request) -> Result<bool, EngineError> {
-    let Some(held) = MemcachedEngine::held(req) else {
+    let Some(held) = MemcachedEngine::held(req).or_else(|| permits::held(req)) else {
         return Ok(false);
     };
     let command = format!("mg {} v\r\n", tombstone(&req.key, req.owner));

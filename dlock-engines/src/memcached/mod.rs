@@ -91,7 +91,8 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    Lifecycle, LostSignal, OwnerId, Poll, Renewal, Request, Semaphores, async_trait, percent_escape,
+    Lifecycle, LostSignal, OwnerId, PermitControl, Poll, Renewal, Request, Semaphores, async_trait,
+    percent_escape,
 };
 use dlock_core::{LockKey, LockView, Only};
 
@@ -392,6 +393,7 @@ impl Engine for MemcachedEngine {
             semaphores: Some(self),
             inspect: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             hold_at_least: Some(self),
             ..Facets::default()
         }
@@ -467,11 +469,36 @@ impl Control for MemcachedEngine {
     }
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        control::force_release(self, key, only).await
+        control::force_release(self, key, &item_key(key), only).await
     }
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        control::revoke(self, key, only).await
+        control::revoke(self, &item_key(key), only).await
+    }
+}
+
+/// A permit is its slot's item, reached as a lock's item is, slot by slot.
+#[async_trait]
+impl PermitControl for MemcachedEngine {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let mut forced = 0;
+        for item in permits::slot_items(key, count) {
+            forced += control::force_release(self, key, &item, only).await?;
+        }
+        Ok(forced)
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        let mut asked = 0;
+        for item in permits::slot_items(key, count) {
+            asked += control::revoke(self, &item, only).await?;
+        }
+        Ok(asked)
     }
 }
 

@@ -35,12 +35,12 @@ impl Lifecycle for Permits<'_> {
     }
 
     async fn cancel(&self, req: &Request) -> Result<(), EngineError> {
-        self.engine.remove(Permit::item(req)).await.map(drop)
+        self.engine.remove(held(req)).await.map(drop)
     }
 
     /// The slot's item, and the count beside it, kept alive.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let held = Permit::item(req);
+        let held = held(req);
         let extended = self.engine.extend(req, held).await?;
         if extended {
             self.engine.touch_count(req).await?;
@@ -49,7 +49,7 @@ impl Lifecycle for Permits<'_> {
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
-        self.engine.remove(Permit::item(req)).await
+        self.engine.remove(held(req)).await
     }
 
     /// No signal of its own: a failed renewal tells the core.
@@ -78,15 +78,21 @@ impl Permit {
         })
     }
 
-    /// The slot's item, once granted.
-    fn item(req: &Request) -> Option<&Item> {
-        Permit::of(req).taken.get().map(|(item, _)| item)
-    }
-
     /// The count's item.
     pub fn count_key(&self) -> String {
         format!("{}#n", self.base)
     }
+}
+
+/// The slot item a permit's request holds, if it is one and was granted.
+pub(super) fn held(req: &Request) -> Option<&Item> {
+    req.state::<Permit>()?.taken.get().map(|(item, _)| item)
+}
+
+/// The slot items of the semaphore `key` of `count` permits.
+pub(super) fn slot_items(key: &LockKey, count: u32) -> impl Iterator<Item = String> {
+    let base = base_key(key);
+    (0..count).map(move |slot| format!("{base}#{slot}"))
 }
 
 impl MemcachedEngine {
