@@ -136,8 +136,8 @@ use std::time::Duration;
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    Lifecycle, List, LostSignal, OwnerId, Poll, Renewal, Request, RevokedSignal, Semaphores, Wake,
-    async_trait,
+    Lifecycle, List, LostSignal, OwnerId, PermitControl, Poll, Renewal, Request, RevokedSignal, Semaphores,
+    Wake, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use redis::Script;
@@ -154,6 +154,9 @@ const LIST_BATCH: usize = 1000;
 /// setting in use, not per process), the names all scripts share
 /// (`scripts/head.lua`), its lone-writer path, then the helpers
 /// (`scripts/common.lua`) where its `-- helpers --` line is, and the rest.
+/// `holds_named`, for the scripts an operator's acts run.
+const ONLY: &str = include_str!("scripts/only.lua");
+
 fn script(body: &str, settings: &str) -> Script {
     let (fast, rest) = body
         .split_once("-- helpers --\n")
@@ -264,9 +267,9 @@ impl RedisEngine {
                 renew: script(include_str!("scripts/renew.lua"), &settings),
                 release: script(include_str!("scripts/release.lua"), &settings),
                 downgrade: script(include_str!("scripts/downgrade.lua"), &settings),
-                semaphore: Script::new(&[&settings, include_str!("scripts/semaphore.lua")].concat()),
+                semaphore: Script::new(&[&settings, ONLY, include_str!("scripts/semaphore.lua")].concat()),
                 inspect: Script::new(include_str!("scripts/inspect.lua")),
-                control: script(include_str!("scripts/control.lua"), &settings),
+                control: script(&[ONLY, include_str!("scripts/control.lua")].concat(), &settings),
                 forced: Script::new(include_str!("scripts/forced.lua")),
             },
             address: target.address,
@@ -399,21 +402,34 @@ impl RedisEngine {
 
     /// Forces out the holders of lock `key`, or asks them to let go
     /// (`how`): control.lua.
-    /// An operator's act, `how`, on the holders of `key` that `only`
-    /// admits: all of them in one script, or those a read of the records
-    /// admits, named to the script, which acts on each only while it is
-    /// still the hold that was read (its owner id and fence).
+    /// An operator's act, `how`, on the holders of the lock `key` that
+    /// `only` admits (control.lua).
     async fn control(&self, key: &LockKey, how: &str, only: &Only) -> Result<u32, EngineError> {
-        let gate = keys::record(key, false);
+        self.act(&self.scripts.control, &keys::record(key, false), how, only)
+            .await
+    }
+
+    /// An operator's act, `how`, on the permits' holders of the semaphore
+    /// `key` that `only` admits (semaphore.lua).
+    async fn act_on_permits(&self, key: &LockKey, how: &str, only: &Only) -> Result<u32, EngineError> {
+        self.act(&self.scripts.semaphore, &keys::record(key, true), how, only)
+            .await
+    }
+
+    /// An operator's act, `how`, through `script` on `record`: on every
+    /// hold in one call, or on those a read of the records admits, named
+    /// to the script, which acts on each only while it is still the hold
+    /// that was read (its owner id and fence).
+    async fn act(&self, script: &Script, record: &str, how: &str, only: &Only) -> Result<u32, EngineError> {
         let mut named = Vec::new();
         if !only.is_any() {
-            let read = self.records(&[&gate]).await?.pop();
+            let read = self.records(&[record]).await?.pop();
             named = read.map_or_else(Vec::new, |reply| records::admitted(&reply, only));
             if named.is_empty() {
                 return Ok(0);
             }
         }
-        self.eval(&self.scripts.control, &gate, ("", how, named))
+        self.eval(script, record, ("", how, named))
             .await
             .map_err(EngineError::failed)
     }
@@ -533,6 +549,7 @@ impl Engine for RedisEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             hold_at_least: Some(self),
             ..Facets::default()
         }
@@ -692,8 +709,7 @@ impl List for RedisEngine {
 #[async_trait]
 impl Control for RedisEngine {
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        // Force release reaches locks alone: a permit's owner has no note
-        // there, and is answered no.
+        // A permit's holder is noted in the lock's hash too (semaphore.lua).
         let gate = keys::record(&req.key, false);
         self.run(&self.scripts.forced, &gate, req, &[] as &[&str]).await
     }
@@ -704,6 +720,19 @@ impl Control for RedisEngine {
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
         self.control(key, "revoke", only).await
+    }
+}
+
+/// semaphore.lua's "force" and "revoke", on the holds a read of the
+/// records admits, or every one.
+#[async_trait]
+impl PermitControl for RedisEngine {
+    async fn force_release_permits(&self, key: &LockKey, _: u32, only: &Only) -> Result<u32, EngineError> {
+        self.act_on_permits(key, "force", only).await
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, _: u32, only: &Only) -> Result<u32, EngineError> {
+        self.act_on_permits(key, "revoke", only).await
     }
 }
 

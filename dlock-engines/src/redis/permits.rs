@@ -33,22 +33,28 @@ impl Lifecycle for Permits<'_> {
             .map(drop)
     }
 
+    /// Held, held and asked to let go (an operator's `r:` note), or gone.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
         let record = keys::record(&req.key, true);
-        let args = ("renew", millis(req.lease));
+        let args = (req.owner.to_string(), "renew", millis(req.lease));
         let engine = self.engine;
-        engine
-            .run(&engine.scripts.semaphore, &record, req, args)
+        let answer: u8 = engine
+            .eval(&engine.scripts.semaphore, &record, args)
             .await
-            .map(Renewal::from)
+            .map_err(EngineError::failed)?;
+        Ok(match answer {
+            0 => Renewal::Gone,
+            1 => Renewal::Held,
+            _ => Renewal::Revoked,
+        })
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
         self.engine.let_go(req, Some(self.count), "release").await
     }
 
-    /// No signal of its own: a failed renewal tells the core. A permit
-    /// cannot be revoked, so it hears nothing else either.
+    /// No signal of its own: a failed renewal tells the core, and a
+    /// renewal that it was revoked.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
     }

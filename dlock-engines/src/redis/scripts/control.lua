@@ -16,17 +16,7 @@ local now_ms = millis(time)
 local holder, deadline, last, crowded = read_gate(now_ms)
 local queue, readers, pending, settle, _, _, _, pass_on = crowd()
 
-local only
-if #ARGV > 2 then
-  only = {}
-  for i = 3, #ARGV do
-    local owner, fence = string.match(ARGV[i], '^(%S+) (%x+)$')
-    only[owner] = tonumber(fence, 16)
-  end
-end
-local function admitted(owner, fence)
-  return not only or (fence ~= nil and only[owner] == fence)
-end
+local admitted = holds_named(3)
 
 local writer = holder and admitted(string.sub(holder, 1, 32), last)
 local live = {}

@@ -10,7 +10,8 @@
 --          ids), `:s:a:<owner>`, each queued waiter's liveness key (`<lease
 --          ms> <engine id>`), and the channels `:s:n:<engine>`.
 -- ARGV[1]  the caller's owner id
--- ARGV[2]  "acquire", "renew", "release" or "cancel"
+-- ARGV[2]  "acquire", "renew", "release" or "cancel"; an operator's
+--          "force" or "revoke" (the caller's id then empty)
 -- ARGV[3]  acquire: the count asked for; renew: the lease, ms
 -- ARGV[4]  acquire: the lease, ms
 -- ARGV[5]  acquire: "1" to join the queue if not granted, "0" to try once
@@ -19,8 +20,10 @@
 -- returns  acquire: {fence, 0, slot} when granted (fence > 0); {0, ms, -1}
 --          when not, ms until the first holder's lease ends (-1: no
 --          holder), when a waiter should look again unless woken first;
---          {-count in use, 0, -1} when the caller's count differs. Renew,
---          release and cancel: 1 if the caller held a permit, 0 if not
+--          {-count in use, 0, -1} when the caller's count differs. Renew:
+--          2 if the caller holds and was asked to let go, 1 if it holds, 0
+--          if not. Release and cancel: 1 if the caller held a permit, 0 if
+--          not
 --
 -- The record carries the count only while a holder or waiter lives: an
 -- idle semaphore takes whatever count comes next. The record outlives the
@@ -138,6 +141,41 @@ local function settle()
   redis.call('PEXPIRE', record, last + retain)
 end
 
+-- An operator forces holders out ("force") or asks them to let go
+-- ("revoke"): those named in ARGV[3..] (only.lua), or every one. Each is
+-- noted, as a lock's holder is, in the lock's hash `:o` beside this record,
+-- `f:<owner>` or `r:<owner>`, while its lease would run: a renewal reads
+-- `r:`, and a holder found gone asks after `f:` (forced.lua). A forced
+-- holder's permit goes to the next waiter. Returns how many it reached.
+if op == 'force' or op == 'revoke' then
+  local admitted, noted = holds_named(3), string.sub(record, 1, -3) .. ':o'
+  local mark, reached, longest = op == 'force' and 'f:' or 'r:', 0, 0
+  local live = redis.call('ZRANGEBYSCORE', holders, '(' .. now, '+inf', 'WITHSCORES')
+  for i = 1, #live, 2 do
+    local owner = live[i]
+    local fence = string.match(redis.call('HGET', record, 'i:' .. owner) or '', '^(%x+) ')
+    if admitted(owner, fence and tonumber(fence, 16)) then
+      redis.call('HSET', noted, mark .. owner, 1)
+      longest = math.max(longest, tonumber(live[i + 1]) - now)
+      reached = reached + 1
+      if op == 'force' then
+        redis.call('ZREM', holders, owner)
+        redis.call('HDEL', record, 'i:' .. owner, 's:' .. owner)
+      end
+    end
+  end
+  if reached > 0 then
+    if redis.call('PTTL', noted) < longest then
+      redis.call('PEXPIRE', noted, longest)
+    end
+    if op == 'force' then
+      wake_next()
+    end
+    settle()
+  end
+  return reached
+end
+
 if op == 'acquire' then
   local n, lease, join = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
   local queued = redis.call('EXISTS', alive(me)) == 1
@@ -202,7 +240,7 @@ if op == 'renew' then
     redis.call('PEXPIRE', holders, lease)
   end
   settle()
-  return 1
+  return 1 + redis.call('HEXISTS', string.sub(record, 1, -3) .. ':o', 'r:' .. me)
 end
 
 -- release or cancel
