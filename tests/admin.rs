@@ -358,8 +358,25 @@ async fn the_page_shows_a_lock_as_text_and_releases_it_with_the_token() {
     let mut expected: Vec<&str> = fences.iter().map(String::as_str).collect();
     expected.sort();
     assert_eq!(shown, expected, "{pool}");
+    // Released from the page: each permit's holder, by its owner.
+    browser
+        .click(r#"section[data-group="pool"] tr.lock button.release"#)
+        .await;
+    let asked = confirmed(&browser, true).await;
+    for permit in &permits {
+        assert!(asked.contains(&permit.owner_digest()), "{asked}");
+    }
+    message_until(
+        &browser,
+        Duration::from_secs(10),
+        "release pool/replicas: 2 hold(s)",
+    )
+    .await;
     for permit in permits {
-        permit.release().await.expect("release");
+        let reason = tokio::time::timeout(LEASE * 2, permit.lost())
+            .await
+            .expect("the permit's holder hears it");
+        assert_eq!(reason, dlock::LostReason::ForceReleased);
     }
     browser.close().await;
     drop((holder, waiter));

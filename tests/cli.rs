@@ -699,11 +699,11 @@ on_servers! { watch_and_leader_follow_the_changes:
     "zookeeper" watch_and_leader_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
 }
 
-/// `--permits N` aims an act at a semaphore's holders; where the engine
-/// cannot force or revoke a permit, the command says so (exit 1), naming
-/// the engine and what it lacks, and the permit stays held.
+/// `--permits N` aims an act at a semaphore's holders: with `--if-owner`,
+/// at one permit's holder, which is asked, then forced out, while the
+/// other permit's holder is left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permit_act_is_refused_where_the_engine_cannot_do_it() {
+async fn the_command_asks_and_forces_out_one_permits_holder() {
     let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
     let text = redis_config(&format!("redis://{}", server.address()));
     let path = config_file("permits", &text);
@@ -711,20 +711,44 @@ async fn a_permit_act_is_refused_where_the_engine_cannot_do_it() {
     let registry = Registry::build(&config, &dlock::engines::kinds())
         .await
         .expect("registry");
-    let permit = registry
+    let pool = registry
         .locks("order")
         .semaphore("pool", 2)
-        .acquire()
+        .with_lease(Duration::from_secs(3));
+    let named = pool.acquire().await.expect("permit");
+    let other = tokio::spawn({
+        let pool = pool.clone();
+        async move { pool.acquire().await.expect("permit") }
+    })
+    .await
+    .expect("task");
+    let owner = named.owner_digest();
+    let aimed = ["order/pool", "--permits", "2", "--if-owner", &owner];
+
+    let asked = dlock(&path, &[&["revoke"][..], &aimed].concat());
+    assert_eq!(
+        stdout(&asked).trim(),
+        "order/pool: asked 1 holder(s)",
+        "{asked:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(3), named.revoked())
         .await
-        .expect("permit");
-    let owner = permit.owner_digest();
-    for verb in [&["release", "--force"][..], &["revoke"]] {
-        let args = [verb, &["order/pool", "--permits", "2", "--if-owner", &owner]].concat();
-        let refused = dlock(&path, &args);
-        assert_eq!(refused.status.code(), Some(1), "{refused:?}");
-        let said = String::from_utf8_lossy(&refused.stderr);
-        assert!(said.contains("of permits") && said.contains("main"), "{said}");
-    }
-    assert!(!permit.is_lost() && !permit.is_revoked());
-    permit.release().await.expect("release");
+        .expect("the holder hears it was asked");
+    let forced = dlock(&path, &[&["release", "--force"][..], &aimed].concat());
+    assert_eq!(
+        stdout(&forced).trim(),
+        "order/pool: forced out 1 holder(s)",
+        "{forced:?}"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(6), named.lost())
+        .await
+        .expect("the holder hears it");
+    assert_eq!(reason, dlock::LostReason::ForceReleased);
+    assert!(
+        !other.is_lost() && !other.is_revoked(),
+        "the other permit was touched"
+    );
+    let again = dlock(&path, &[&["release", "--force"][..], &aimed].concat());
+    assert_eq!(again.status.code(), Some(3), "{again:?}");
+    other.release().await.expect("release");
 }

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 
 use super::Shown;
 use super::listing::{Listing, Page};
-use crate::{Acted, Error, Lock, LockView, Locks, Only, Reached};
+use crate::{Acted, Error, LockView, Locks, Only, Reached};
 
 /// Why a request got no view.
 pub(super) enum Failure {
@@ -70,8 +70,8 @@ impl Shown {
         (self.groups.get(group)).ok_or_else(|| Failure::Unshown(group.to_owned()))
     }
 
-    /// The lock an action is for, once the request shows the token.
-    fn act_on(&self, headers: &HeaderMap, group: &str, name: String) -> Result<Lock, Failure> {
+    /// Whether the request shows the actions' token.
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), Failure> {
         let token = self.token.as_deref().ok_or(Failure::ActionsOff)?;
         // The scheme's name is case-insensitive (RFC 7235); the token is not.
         let given = (headers.get(AUTHORIZATION))
@@ -83,7 +83,7 @@ impl Shown {
             Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {}
             _ => return Err(Failure::Unauthorized),
         }
-        Ok(self.locks(group)?.get(name))
+        Ok(())
     }
 }
 
@@ -120,11 +120,13 @@ pub(super) async fn show(
     Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
 }
 
-/// `?name=&if_fence=&if_owner=`: the lock an action is for, and the hold
-/// it is only for, by the fence and owner digest the page showed.
+/// `?name=&permits=&if_fence=&if_owner=`: the lock an action is for (or
+/// with `permits`, the semaphore), and the hold it is only for, by the
+/// fence and owner digest the page showed.
 #[derive(Deserialize)]
 pub(super) struct Aimed {
     name: String,
+    permits: Option<u32>,
     if_fence: Option<u64>,
     if_owner: Option<String>,
 }
@@ -132,42 +134,58 @@ pub(super) struct Aimed {
 /// Who acts, in the audit trail.
 const OPERATOR: &str = "the admin page";
 
-/// `POST /api/locks/{group}/release?name=&if_fence=&if_owner=`: the holds
-/// ended ([`Acted`]).
+/// `POST /api/locks/{group}/release?name=&permits=&if_fence=&if_owner=`:
+/// the holds ended ([`Acted`]).
 pub(super) async fn release(
     State(shown): State<Arc<Shown>>,
     Path(group): Path<String>,
     Query(aimed): Query<Aimed>,
     headers: HeaderMap,
 ) -> Result<Json<Acted>, Failure> {
-    let (lock, only) = aimed.at(&shown, &headers, &group)?;
-    let reached = Reached::ForcedOut(lock.force_release_only(&only).await?);
-    let lock = format!("{group}/{}", lock.name());
+    let lock = format!("{group}/{}", aimed.name);
+    let reached = Reached::ForcedOut(aimed.act(&shown, &headers, &group, true).await?);
     Ok(Json(Acted { lock, reached }))
 }
 
-/// `POST /api/locks/{group}/revoke?name=&if_fence=&if_owner=`: the holders
-/// asked ([`Acted`]).
+/// `POST /api/locks/{group}/revoke?name=&permits=&if_fence=&if_owner=`:
+/// the holders asked ([`Acted`]).
 pub(super) async fn revoke(
     State(shown): State<Arc<Shown>>,
     Path(group): Path<String>,
     Query(aimed): Query<Aimed>,
     headers: HeaderMap,
 ) -> Result<Json<Acted>, Failure> {
-    let (lock, only) = aimed.at(&shown, &headers, &group)?;
-    let reached = Reached::Asked(lock.revoke_only(&only).await?);
-    let lock = format!("{group}/{}", lock.name());
+    let lock = format!("{group}/{}", aimed.name);
+    let reached = Reached::Asked(aimed.act(&shown, &headers, &group, false).await?);
     Ok(Json(Acted { lock, reached }))
 }
 
 impl Aimed {
-    /// The lock to act on, named as the operator, and the holds to act on.
-    fn at(self, shown: &Shown, headers: &HeaderMap, group: &str) -> Result<(Lock, Only), Failure> {
-        let lock = shown.act_on(headers, group, self.name)?.by(OPERATOR);
+    /// Forces out (`force`) or asks to let go the holds aimed at, once the
+    /// request shows the token, named as the operator: how many it reached.
+    async fn act(self, shown: &Shown, headers: &HeaderMap, group: &str, force: bool) -> Result<u32, Failure> {
+        shown.authorize(headers)?;
+        let locks = shown.locks(group)?;
         let only = Only {
             fence: self.if_fence,
             owner: self.if_owner,
         };
-        Ok((lock, only))
+        let reached = match self.permits {
+            Some(n) => {
+                let semaphore = locks.semaphore(self.name, n).by(OPERATOR);
+                match force {
+                    true => semaphore.force_release_only(&only).await?,
+                    false => semaphore.revoke_only(&only).await?,
+                }
+            }
+            None => {
+                let lock = locks.get(self.name).by(OPERATOR);
+                match force {
+                    true => lock.force_release_only(&only).await?,
+                    false => lock.revoke_only(&only).await?,
+                }
+            }
+        };
+        Ok(reached)
     }
 }

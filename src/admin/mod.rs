@@ -21,8 +21,8 @@
 //! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
 //! | `GET /api/locks/{group}` | a page of the group's listing (below) |
 //! | `GET /api/locks/{group}/lock?name=NAME` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
-//! | `POST /api/locks/{group}/release?name=NAME[&if_fence=N][&if_owner=D]` | [`Lock::force_release_only`](crate::Lock::force_release_only), with [`Admin::actions`] only |
-//! | `POST /api/locks/{group}/revoke?name=NAME[&if_fence=N][&if_owner=D]` | [`Lock::revoke_only`](crate::Lock::revoke_only), with [`Admin::actions`] only |
+//! | `POST /api/locks/{group}/release?name=NAME[&permits=N][&if_fence=F][&if_owner=D]` | [`Lock::force_release_only`](crate::Lock::force_release_only) (with `permits`, [`Semaphore::force_release_only`](crate::Semaphore::force_release_only)), with [`Admin::actions`] only |
+//! | `POST /api/locks/{group}/revoke?name=NAME[&permits=N][&if_fence=F][&if_owner=D]` | [`Lock::revoke_only`](crate::Lock::revoke_only) (with `permits`, [`Semaphore::revoke_only`](crate::Semaphore::revoke_only)), with [`Admin::actions`] only |
 //!
 //! A lock's name goes in the query, percent-encoded, never in the path: a
 //! browser rewrites the path segments `.` and `..`, names like any other.

@@ -70,7 +70,7 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{
     Control, Engine, EngineError, Facets, Fencing, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
-    LostSignal, Poll, Renewal, Request, Semaphores, async_trait,
+    LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, async_trait,
 };
 use dlock_core::{BoxError, LockKey, LockView, Only};
 use futures_util::FutureExt;
@@ -181,33 +181,45 @@ impl RedLockEngine {
         }
     }
 
-    /// Forces out the holder of lock `key` on every master, or asks it to
-    /// let go (`how`): 1 if any master had a hold, as a majority's answers
-    /// tell.
-    /// An operator's act, `how`, on the hold of `key` if `only` admits it:
-    /// on every master's copy, or, for a hold `only` names, on each copy
-    /// that is still that owner's, as a read of the majority found it.
-    async fn control(&self, key: &LockKey, how: &str, only: &Only) -> Result<u32, EngineError> {
-        let mut owner = String::new();
-        if !only.is_any() {
-            let replies = self.replies(key, None).await?;
-            match records::admitted(&replies, self.quorum, only) {
-                Some(admitted) => owner = admitted.to_owned(),
-                None => return Ok(0),
+    /// An operator's act, `how`, on the holds that `only` admits of the
+    /// lock `key`, or with `permits` of the semaphore's slots: on every
+    /// master's copy of each, or, for holds `only` names, on each copy
+    /// still that owner's, as a read of the majority found them. How many
+    /// holds a master had, as a majority's answers tell.
+    async fn control(
+        &self,
+        key: &LockKey,
+        permits: Option<u32>,
+        how: &str,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        let target = |slot: u32| match permits {
+            Some(_) => permits::Keys::of(key).slot(slot),
+            None => keys::prefix(key),
+        };
+        let aimed: Vec<(String, String)> = if only.is_any() {
+            (0..permits.unwrap_or(1))
+                .map(|slot| (target(slot), String::new()))
+                .collect()
+        } else {
+            let replies = self.replies(key, permits).await?;
+            let admitted = records::admitted(&replies, self.quorum, permits, only).into_iter();
+            admitted
+                .map(|(slot, owner)| (target(slot), owner.to_owned()))
+                .collect()
+        };
+        let mut reached = 0;
+        for (key, owner) in aimed {
+            let answers = self
+                .on_all(Call::Script(&self.scripts.control), &[&key], &[how, &owner])
+                .await;
+            let held = answers.iter().any(|a| matches!(a, Ok(1)));
+            if let Some(error) = self.unreachable(answers) {
+                return Err(error);
             }
+            reached += u32::from(held);
         }
-        let answers = self
-            .on_all(
-                Call::Script(&self.scripts.control),
-                &[&keys::prefix(key)],
-                &[how, &owner],
-            )
-            .await;
-        let held = answers.iter().any(|a| matches!(a, Ok(1)));
-        match self.unreachable(answers) {
-            Some(error) => Err(error),
-            None => Ok(u32::from(held)),
-        }
+        Ok(reached)
     }
 
     /// An error when too few masters answered at all for any majority.
@@ -509,6 +521,7 @@ impl Engine for RedLockEngine {
             inspect: Some(self),
             list: Some(self),
             control: Some(self),
+            permit_control: Some(self),
             hold_at_least: Some(self),
             ..Facets::default()
         }
@@ -654,9 +667,14 @@ impl List for RedLockEngine {
 
 #[async_trait]
 impl Control for RedLockEngine {
-    /// Any master that noted it: the note is written only by force.
+    /// Any master that noted it: the note is written only by force, beside
+    /// the lock's key, or a permit's slot key.
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        let (key, owner) = (keys::prefix(&req.key), req.owner.to_string());
+        let key = match (req.kind.permits(), req.slot) {
+            (Some(_), Some(slot)) => permits::Keys::of(&req.key).slot(slot),
+            _ => keys::prefix(&req.key),
+        };
+        let owner = req.owner.to_string();
         let answers = self
             .on_all(Call::Script(&self.scripts.forced), &[&key], &[&owner])
             .await;
@@ -664,11 +682,29 @@ impl Control for RedLockEngine {
     }
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        self.control(key, "force", only).await
+        self.control(key, None, "force", only).await
     }
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        self.control(key, "revoke", only).await
+        self.control(key, None, "revoke", only).await
+    }
+}
+
+/// A permit is its slot's key on each master, held as a lock's key is:
+/// control.lua reaches it the same way.
+#[async_trait]
+impl PermitControl for RedLockEngine {
+    async fn force_release_permits(
+        &self,
+        key: &LockKey,
+        count: u32,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
+        self.control(key, Some(count), "force", only).await
+    }
+
+    async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
+        self.control(key, Some(count), "revoke", only).await
     }
 }
 

@@ -51,9 +51,21 @@ impl Lifecycle for Permits<'_> {
             .map(drop)
     }
 
+    /// Revoked if any master of the majority that renewed has the note.
     async fn renew(&self, req: &Request) -> Result<Renewal, EngineError> {
-        let renewed = self.engine.permit_call(req, self.count, "renew").await?;
-        Ok(Renewal::from(renewed))
+        let Some(slot) = *SlotState::of(req).lock() else {
+            return Ok(Renewal::Gone);
+        };
+        let keys = Keys::of(&req.key);
+        let answers = self
+            .engine
+            .permit_script(req, self.count, "renew", &keys, slot)
+            .await;
+        let asked = answers.iter().any(|a| matches!(a, Ok(2)));
+        Ok(match self.engine.agreed(answers)? {
+            true if asked => Renewal::Revoked,
+            held => Renewal::from(held),
+        })
     }
 
     async fn release(&self, req: &Request) -> Result<bool, EngineError> {
@@ -89,7 +101,7 @@ impl Keys {
         }
     }
 
-    fn slot(&self, slot: u32) -> String {
+    pub fn slot(&self, slot: u32) -> String {
         format!("{}{slot}", self.stem)
     }
 }

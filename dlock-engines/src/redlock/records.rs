@@ -27,17 +27,9 @@ pub(super) fn view(
         .flatten()
         .filter_map(|r| r.first()?.parse::<u32>().ok());
     let count = permits.map(|asked| agreed(counts.collect(), quorum).unwrap_or(asked));
-    let slots = count.unwrap_or(1);
-    let holders = (0..slots)
-        .filter_map(|slot| {
-            let copies = replies.iter().flatten().filter_map(|r| copy(r, slot as usize));
-            let (_, mut holder) = hold(copies.collect(), quorum, read_at)?;
-            holder.slot = count.map(|_| slot);
-            if let (Some(count), Some(token)) = (count, holder.fence) {
-                holder.fence = Some(per_slot(token, slot, count));
-            }
-            Some(holder)
-        })
+    let slots = 0..count.unwrap_or(1);
+    let holders = slots
+        .filter_map(|slot| slot_hold(replies, quorum, read_at, slot, count).map(|(_, holder)| holder))
         .collect();
     LockView {
         group: key.group().to_owned(),
@@ -55,12 +47,39 @@ fn copy(reply: &[String], slot: usize) -> Option<(&str, u64)> {
     (!value.is_empty()).then_some((value.as_str(), ttl))
 }
 
-/// The owner id (in hex) of the hold of a lock a majority of masters agree
-/// on in `replies`, if `only` admits it.
-pub(super) fn admitted<'r>(replies: &'r [Reply], quorum: usize, only: &Only) -> Option<&'r str> {
-    let copies = replies.iter().flatten().filter_map(|r| copy(r, 0));
-    let (owner, holder) = hold(copies.collect(), quorum, SystemTime::now())?;
-    only.admits_record(&holder).then_some(owner)
+/// The hold a majority of masters agree on in `replies` of slot `slot` of
+/// a semaphore of `count` (of a lock, `None`, its one key): its owner id
+/// (in hex), and its record, with the permit's slot and per-slot fence.
+fn slot_hold(
+    replies: &[Reply],
+    quorum: usize,
+    read_at: SystemTime,
+    slot: u32,
+    count: Option<u32>,
+) -> Option<(&str, HolderRecord)> {
+    let copies = replies.iter().flatten().filter_map(|r| copy(r, slot as usize));
+    let (owner, mut holder) = hold(copies.collect(), quorum, read_at)?;
+    holder.slot = count.map(|_| slot);
+    if let (Some(count), Some(token)) = (count, holder.fence) {
+        holder.fence = Some(per_slot(token, slot, count));
+    }
+    Some((owner, holder))
+}
+
+/// The holds that `only` admits in `replies`, of a lock, or of a
+/// semaphore of `count`: each one's slot (0 for a lock) and owner id.
+pub(super) fn admitted<'r>(
+    replies: &'r [Reply],
+    quorum: usize,
+    count: Option<u32>,
+    only: &Only,
+) -> Vec<(u32, &'r str)> {
+    let read_at = SystemTime::now();
+    let holds = (0..count.unwrap_or(1)).filter_map(|slot| {
+        let (owner, holder) = slot_hold(replies, quorum, read_at, slot, count)?;
+        only.admits_record(&holder).then_some((slot, owner))
+    });
+    holds.collect()
 }
 
 /// The hold a majority of copies agree on: its owner id, and its record:

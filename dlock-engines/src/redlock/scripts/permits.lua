@@ -9,7 +9,8 @@
 --          record's tail (see take.lua)
 -- returns  acquire: the candidate token as take.lua, 0 if the slot is
 --          another's, -M if the semaphore is in use here with M permits;
---          renew and release: 1 if the slot was ours, else 0
+--          renew: 2 if the slot is ours and its holder was asked to let
+--          go, 1 if ours, else 0; release: 1 if the slot was ours, else 0
 local op, owner, count, px = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- Whether any of the first n slots is held here.
@@ -49,7 +50,8 @@ end
 if op == 'renew' then
   redis.call('PEXPIRE', KEYS[2], px)
   keep_count()
-  return 1
+  -- Asked to let go: an operator's note beside the slot (control.lua).
+  return 1 + redis.call('HEXISTS', KEYS[2] .. ':o', 'r:' .. owner)
 end
 redis.call('DEL', KEYS[2])
 if not held(count) and tonumber(redis.call('GET', KEYS[1])) == count then
