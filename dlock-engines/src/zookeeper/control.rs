@@ -93,82 +93,58 @@ impl ZooKeeperEngine {
         Ok(Some(stat))
     }
 
-    /// Deletes the holding nodes of the lock `key` that `only` admits; how
-    /// many it deleted. A node's name is never used again, so deleting it
-    /// by its path touches only the hold that was read.
-    pub(super) async fn force_out(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+    /// Deletes the holding nodes of the lock `key` (with `permits`, the
+    /// holding leases of its semaphore) that `only` admits; how many it
+    /// deleted. A node's name is never used again, so deleting it by its
+    /// path touches only the hold that was read.
+    pub(super) async fn force_out(
+        &self,
+        key: &LockKey,
+        permits: Option<u32>,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
         let session = self.sessions.live().await?;
-        let holding = self.holding(&session, key, only).await?;
+        let holding = self.holding(&session, key, permits, only).await?;
         on_each(&session, &holding, |node| session.client.delete(node, None)).await
     }
 
     /// Writes Curator's revoke message over the holding nodes of the lock
-    /// `key` that `only` admits; how many it reached.
-    pub(super) async fn ask_to_let_go(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
+    /// `key` (with `permits`, the holding leases of its semaphore) that
+    /// `only` admits; how many it reached.
+    pub(super) async fn ask_to_let_go(
+        &self,
+        key: &LockKey,
+        permits: Option<u32>,
+        only: &Only,
+    ) -> Result<u32, EngineError> {
         let session = self.sessions.live().await?;
-        let holding = self.holding(&session, key, only).await?;
+        let holding = self.holding(&session, key, permits, only).await?;
         on_each(&session, &holding, |node| {
             session.client.set_data(node, REVOKE, None)
         })
         .await
     }
 
-    /// Deletes the leases of the semaphore `key` of `count` that hold
-    /// permits and that `only` admits; how many it deleted.
-    pub(super) async fn force_out_permits(
-        &self,
-        key: &LockKey,
-        count: u32,
-        only: &Only,
-    ) -> Result<u32, EngineError> {
-        let session = self.sessions.live().await?;
-        let leases = self.holding_leases(&session, key, count, only).await?;
-        on_each(&session, &leases, |node| session.client.delete(node, None)).await
-    }
-
-    /// Writes the revoke message over the leases of the semaphore `key` of
-    /// `count` that hold permits and that `only` admits; how many it reached.
-    pub(super) async fn ask_permits_to_let_go(
-        &self,
-        key: &LockKey,
-        count: u32,
-        only: &Only,
-    ) -> Result<u32, EngineError> {
-        let session = self.sessions.live().await?;
-        let leases = self.holding_leases(&session, key, count, only).await?;
-        on_each(&session, &leases, |node| {
-            session.client.set_data(node, REVOKE, None)
-        })
-        .await
-    }
-
-    /// The paths of the semaphore `key`'s leases of `count` permits that
-    /// hold and that `only` admits, after a sync.
-    async fn holding_leases(
-        &self,
-        session: &Session,
-        key: &LockKey,
-        count: u32,
-        only: &Only,
-    ) -> Result<Vec<String>, EngineError> {
-        let path = format!("{}{SEMAPHORE}", key.path(&self.root));
-        let dirs = semaphore_dirs(&path);
-        let mut found = gather(session, Some(&path), &dirs).await?.into_iter();
-        let (leases, locks) = (found.next().unwrap_or_default(), found.next().unwrap_or_default());
-        let admitted = records::admitted_leases(count, leases, locks, only).into_iter();
-        Ok(admitted.map(|name| format!("{}/{name}", dirs[0])).collect())
-    }
-
-    /// The paths of the lock `key`'s holding nodes that `only` admits,
-    /// after a sync: a hold taken through another ensemble member shows.
-    /// Every hold needs the names alone; some, their records too.
+    /// The paths of the lock `key`'s holding nodes (with `permits`, of its
+    /// semaphore's holding leases) that `only` admits, after a sync: a
+    /// hold taken through another ensemble member shows. Every hold of a
+    /// lock needs the names alone; some, their records too.
     async fn holding(
         &self,
         session: &Session,
         key: &LockKey,
+        permits: Option<u32>,
         only: &Only,
     ) -> Result<Vec<String>, EngineError> {
         let path = key.path(&self.root);
+        if let Some(count) = permits {
+            let path = format!("{path}{SEMAPHORE}");
+            let dirs = semaphore_dirs(&path);
+            let mut found = gather(session, Some(&path), &dirs).await?.into_iter();
+            let (leases, locks) = (found.next().unwrap_or_default(), found.next().unwrap_or_default());
+            let admitted = records::admitted_leases(count, leases, locks, only).into_iter();
+            return Ok(admitted.map(|name| format!("{}/{name}", dirs[0])).collect());
+        }
         let dirs = std::slice::from_ref(&path);
         if !only.is_any() {
             let found = gather(session, Some(&path), dirs)

@@ -733,11 +733,11 @@ impl Control for ZooKeeperEngine {
     }
 
     async fn force_release(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        self.force_out(key, only).await
+        self.force_out(key, None, only).await
     }
 
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError> {
-        self.ask_to_let_go(key, only).await
+        self.ask_to_let_go(key, None, only).await
     }
 }
 
@@ -749,11 +749,11 @@ impl PermitControl for ZooKeeperEngine {
         count: u32,
         only: &Only,
     ) -> Result<u32, EngineError> {
-        self.force_out_permits(key, count, only).await
+        self.force_out(key, Some(count), only).await
     }
 
     async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
-        self.ask_permits_to_let_go(key, count, only).await
+        self.ask_to_let_go(key, Some(count), only).await
     }
 }
 
