@@ -1,7 +1,10 @@
 //! What dlock tells `tracing`, read back through a real `tracing-subscriber`
 //! registry with a layer that keeps every span and event. Each test runs on
 //! a current-thread runtime with a thread-local subscriber, so the tasks it
-//! spawns (the watchdog) report there too.
+//! spawns (the watchdog, an admin page's handlers) report there too.
+
+#[cfg(feature = "admin")]
+mod service;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -388,4 +391,50 @@ async fn an_act_on_holders_is_an_audit_event_naming_the_hold_and_who_acted() {
     }
     assert_eq!(field(&forced.fields, "only"), format!("fence {}", guard.fence()));
     assert_eq!(field(&asked.fields, "only"), "every hold");
+}
+
+/// The admin page's acts name the operator whose token was shown: each
+/// operator with a token of their own, the audit trail tells them apart.
+#[cfg(feature = "admin")]
+#[tokio::test(flavor = "current_thread")]
+async fn the_admin_pages_act_names_the_operator_whose_token_it_showed() {
+    let (seen, _subscriber) = capture();
+    let (registry, _) = registry();
+    let lock = registry.locks("traced").get("stuck");
+    let _guard = lock.lock().await.expect("lock");
+    let app = dlock::admin::Admin::new(&registry)
+        .groups(["traced"])
+        .operator("ann", "ann's-token")
+        .operator("bo", "bo's-token")
+        .router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let site = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = service::Http::default();
+    let revoke = format!("{site}/api/locks/traced/revoke?name=stuck");
+    let send = |token: &'static str| {
+        let (http, revoke) = (http.clone(), revoke.clone());
+        async move {
+            let bearer = format!("Bearer {token}");
+            http.send(
+                http::Method::POST,
+                &revoke,
+                &[("authorization", &bearer)],
+                String::new(),
+            )
+            .await
+            .0
+        }
+    };
+
+    assert_eq!(send("bo's-token").await, 200);
+    assert_eq!(send("ann's-token").await, 200);
+    assert_eq!(send("eve's-guess").await, 401);
+    let acts = seen.events("an operator acted on holders");
+    let by: Vec<&str> = acts.iter().map(|act| field(&act.fields, "by")).collect();
+    assert_eq!(by, ["the admin page (bo)", "the admin page (ann)"]);
+    for act in &acts {
+        let secrets = act.fields.values().any(|v| v.contains("token"));
+        assert!(!secrets, "a token in {:?}", act.fields);
+    }
 }

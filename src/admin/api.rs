@@ -70,20 +70,26 @@ impl Shown {
         (self.groups.get(group)).ok_or_else(|| Failure::Unshown(group.to_owned()))
     }
 
-    /// Whether the request shows the actions' token.
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), Failure> {
-        let token = self.token.as_deref().ok_or(Failure::ActionsOff)?;
+    /// Who acts, if the request shows one of the actions' tokens.
+    fn authorize(&self, headers: &HeaderMap) -> Result<&str, Failure> {
+        if self.tokens.is_empty() {
+            return Err(Failure::ActionsOff);
+        }
         // The scheme's name is case-insensitive (RFC 7235); the token is not.
         let given = (headers.get(AUTHORIZATION))
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.split_once(' '))
-            .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token));
-        // In constant time: how much of a guess matched must not show in the timing.
-        match given {
-            Some(given) if bool::from(given.as_bytes().ct_eq(token.as_bytes())) => {}
-            _ => return Err(Failure::Unauthorized),
+            .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token))
+            .ok_or(Failure::Unauthorized)?;
+        // In constant time, against every token: neither how much of a
+        // guess matched nor which token did may show in the timing.
+        let mut operator = None;
+        for token in &self.tokens {
+            if bool::from(given.as_bytes().ct_eq(token.secret.as_bytes())) {
+                operator = Some(token.operator.as_str());
+            }
         }
-        Ok(())
+        operator.ok_or(Failure::Unauthorized)
     }
 }
 
@@ -97,7 +103,7 @@ pub(super) struct Named {
 pub(super) async fn overview(State(shown): State<Arc<Shown>>) -> Json<Value> {
     Json(json!({
         "groups": shown.groups.keys().collect::<Vec<_>>(),
-        "actions": shown.token.is_some(),
+        "actions": !shown.tokens.is_empty(),
     }))
 }
 
@@ -131,9 +137,6 @@ pub(super) struct Aimed {
     if_owner: Option<String>,
 }
 
-/// Who acts, in the audit trail.
-const OPERATOR: &str = "the admin page";
-
 /// `POST /api/locks/{group}/release?name=&permits=&if_fence=&if_owner=`:
 /// the holds ended ([`Acted`]).
 pub(super) async fn release(
@@ -162,9 +165,9 @@ pub(super) async fn revoke(
 
 impl Aimed {
     /// Forces out (`force`) or asks to let go the holds aimed at, once the
-    /// request shows the token, named as the operator: how many it reached.
+    /// request shows a token, in the name of its operator: how many it reached.
     async fn act(self, shown: &Shown, headers: &HeaderMap, group: &str, force: bool) -> Result<u32, Failure> {
-        shown.authorize(headers)?;
+        let operator = shown.authorize(headers)?;
         let locks = shown.locks(group)?;
         let only = Only {
             fence: self.if_fence,
@@ -172,14 +175,14 @@ impl Aimed {
         };
         let reached = match self.permits {
             Some(n) => {
-                let semaphore = locks.semaphore(self.name, n).by(OPERATOR);
+                let semaphore = locks.semaphore(self.name, n).by(operator);
                 match force {
                     true => semaphore.force_release_only(&only).await?,
                     false => semaphore.revoke_only(&only).await?,
                 }
             }
             None => {
-                let lock = locks.get(self.name).by(OPERATOR);
+                let lock = locks.get(self.name).by(operator);
                 match force {
                     true => lock.force_release_only(&only).await?,
                     false => lock.revoke_only(&only).await?,

@@ -30,7 +30,8 @@
 //! fence or owner digest, checked by the engine as it acts: the page's
 //! buttons send those of the holders they showed, after the operator
 //! confirms, so a lock that changed hands since keeps its new holder. The
-//! audit trail names the page as who acted.
+//! audit trail names who acted: `the admin page`, or with a token given by
+//! [`Admin::operator`], `the admin page (<its name>)`.
 //!
 //! The listing comes a page at a time, sorted by name, each view as
 //! `dlock locks GROUP --json` prints it:
@@ -78,7 +79,14 @@ use crate::{Locks, Registry};
 pub struct Admin<'r> {
     registry: &'r Registry,
     groups: Vec<String>,
-    token: Option<String>,
+    tokens: Vec<Token>,
+}
+
+/// A token the actions take, and whom the audit trail names for it.
+#[derive(Clone)]
+struct Token {
+    secret: String,
+    operator: String,
 }
 
 impl<'r> Admin<'r> {
@@ -88,7 +96,7 @@ impl<'r> Admin<'r> {
         Admin {
             registry,
             groups: Vec::new(),
-            token: None,
+            tokens: Vec::new(),
         }
     }
 
@@ -109,10 +117,27 @@ impl<'r> Admin<'r> {
     /// # Panics
     ///
     /// If `token` is empty.
-    pub fn actions(mut self, token: impl Into<String>) -> Self {
-        let token = token.into();
-        assert!(!token.is_empty(), "dlock::admin: the actions' token is empty");
-        self.token = Some(token);
+    pub fn actions(self, token: impl Into<String>) -> Self {
+        self.with_token(token.into(), "the admin page".to_owned())
+    }
+
+    /// Turns on the actions, as [`actions`](Self::actions) does, for one
+    /// operator's own token: the audit trail names who acted with it as
+    /// `the admin page (<operator>)`. Give each operator one, and an act
+    /// is traced to a person, not to whoever knew the shared token.
+    ///
+    /// # Panics
+    ///
+    /// If `token` is empty, or another token is the same.
+    pub fn operator(self, operator: &str, token: impl Into<String>) -> Self {
+        self.with_token(token.into(), format!("the admin page ({operator})"))
+    }
+
+    fn with_token(mut self, secret: String, operator: String) -> Self {
+        assert!(!secret.is_empty(), "dlock::admin: the actions' token is empty");
+        let taken = self.tokens.iter().any(|token| token.secret == secret);
+        assert!(!taken, "dlock::admin: two of the actions' tokens are the same");
+        self.tokens.push(Token { secret, operator });
         self
     }
 
@@ -126,7 +151,7 @@ impl<'r> Admin<'r> {
             .collect();
         let shown = Shown {
             groups,
-            token: self.token.clone(),
+            tokens: self.tokens.clone(),
         };
         Router::new()
             .route("/", get(page::page))
@@ -139,8 +164,8 @@ impl<'r> Admin<'r> {
     }
 }
 
-/// What the handlers share: the groups shown and the actions' token.
+/// What the handlers share: the groups shown and the actions' tokens.
 struct Shown {
     groups: BTreeMap<String, Locks>,
-    token: Option<String>,
+    tokens: Vec<Token>,
 }
