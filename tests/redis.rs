@@ -175,7 +175,8 @@ async fn a_dead_readers_record_goes_with_it() {
 /// A hold or a waiter from a dlock that kept no records shows with what
 /// the layout tells (mode, fence, lease, owner digest) and no label; a
 /// handoff to such a waiter writes it as it expects, its id alone; this
-/// process's holds carry its `client_name`.
+/// process's holds carry its `client_name`, and `CLIENT LIST` names its
+/// connection after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_without_records_show_what_is_known() {
     let server = start();
@@ -188,6 +189,15 @@ async fn holds_without_records_show_what_is_known() {
     };
     let engine = Arc::new(RedisEngine::connect("redis", &config).await.expect("connect"));
     let mut raw = raw(&server).await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut raw)
+        .await
+        .expect("client list");
+    assert!(
+        clients.lines().any(|client| client.contains(" name=billing_7 ")),
+        "{clients}"
+    );
     let old = dlock::kit::OwnerId::random();
     let gate = format!("{:014x}{:011x}~{old}", 7, 1000);
     let _: () = redis::cmd("SET")

@@ -78,7 +78,7 @@ pub struct ClientSettings {
     pub connect_timeout: Duration,
     /// How this process names itself in holder records, and to servers
     /// that show client names to their operators (PostgreSQL's
-    /// `application_name`); default: [`process_label`].
+    /// `application_name`, Redis's `CLIENT SETNAME`); default: [`process_label`].
     #[serde(default)]
     pub client_name: Option<String>,
 }

@@ -4,6 +4,12 @@
 //! `{dlock:}:label:<reference>` (one hash tag, so one node of a cluster and
 //! one `MGET` reads them all; no lock's tag, as a group is never empty),
 //! written at connect and again every minute, kept an hour.
+//!
+//! With it, the connection is named after the label (`CLIENT SETNAME`), so
+//! `CLIENT LIST` maps a holder's label to its connection, as PostgreSQL's
+//! `application_name` does. Redis takes no space or control character in
+//! a name: those become `_`. A connection that reconnects is named again
+//! at the next turn, within the minute.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -36,6 +42,12 @@ pub(crate) fn reference(label: &str) -> String {
         .collect()
 }
 
+/// `label` as Redis takes a connection's name: printable ASCII, no space.
+fn connection_name(label: &str) -> String {
+    let name = label.chars().map(|c| if c.is_ascii_graphic() { c } else { '_' });
+    name.collect()
+}
+
 fn key(reference: &str) -> String {
     format!("{{dlock:}}:label:{reference}")
 }
@@ -54,9 +66,17 @@ impl Labels {
     pub async fn register(connection: &Connection, label: &str) -> redis::RedisResult<Labels> {
         let reference = reference(label);
         let (key, label) = (key(&reference), label.to_owned());
+        let name = connection_name(&label);
         let write = move |mut connection: Connection| {
-            let (key, label) = (key.clone(), label.clone());
-            async move { connection.set_ex::<_, _, ()>(key, label, KEEP.as_secs()).await }
+            let (key, label, name) = (key.clone(), label.clone(), name.clone());
+            async move {
+                connection.set_ex::<_, _, ()>(key, label, KEEP.as_secs()).await?;
+                // A server whose ACL refuses it only loses the name.
+                let mut named = redis::cmd("CLIENT");
+                named.arg("SETNAME").arg(name);
+                let _ = named.query_async::<()>(&mut connection).await;
+                Ok::<_, redis::RedisError>(())
+            }
         };
         write(connection.clone()).await?;
         let connection = connection.clone();
@@ -140,5 +160,11 @@ mod tests {
         assert!(r.bytes().all(|b| b.is_ascii_alphanumeric()), "{r}");
         assert_eq!(r, reference("billing-7f9c:4242"));
         assert_ne!(r, reference("billing-7f9c:4243"));
+    }
+
+    #[test]
+    fn a_connection_is_named_after_its_label_as_redis_takes_names() {
+        assert_eq!(connection_name("billing-7f9c:4242"), "billing-7f9c:4242");
+        assert_eq!(connection_name("worker 3\tné"), "worker_3_n_");
     }
 }
