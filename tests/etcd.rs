@@ -312,10 +312,12 @@ async fn an_etcdctl_holder_shows_without_a_label_and_dlock_with_its_client_name(
     };
     assert_eq!(foreign.mode, dlock::Mode::Write, "{view:?}");
     assert_eq!(
-        (&foreign.label, &foreign.owner, foreign.since, foreign.lease_ends),
-        (&None, &None, None, None),
+        (&foreign.label, &foreign.owner, foreign.since),
+        (&None, &None, None),
         "{view:?}"
     );
+    // Its session's lease, as `etcdctl lock` grants it by default.
+    assert_eq!(foreign.lease, Some(Duration::from_secs(10)), "{view:?}");
     assert!(foreign.fence.is_some(), "{view:?}");
     assert_eq!(waiting.label, label, "{view:?}");
 
@@ -329,7 +331,58 @@ async fn an_etcdctl_holder_shows_without_a_label_and_dlock_with_its_client_name(
     assert_eq!(mine.owner, Some(guard.owner_digest()));
     assert_eq!(mine.fence, Some(guard.fence()));
     assert!(mine.since.is_some(), "{view:?}");
+    assert_eq!(mine.lease, Some(SESSION_TTL), "{view:?}");
     guard.release().await.expect("release");
+}
+
+/// A holder's record tells a live holder from a dead one: the lease's
+/// renewal keeps moving while its process lives, and stops when it is
+/// killed, as the lease runs down. The holder is `etcdctl lock` with a
+/// 6 s session, renewed every 2 s; etcd tells what is left of a lease in
+/// whole seconds, so a renewal reads within a second of the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_record_tells_a_live_holder_from_a_dead_one() {
+    let endpoint = shared().server.address();
+    let engine = engine_at(endpoint.clone()).await;
+    let lock = registry(engine).locks("records").get("alive");
+    let mut holder = etcdctl(&endpoint)
+        .args(["lock", "--ttl", "6", "/locks/records/alive", "sleep", "60"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("etcdctl lock");
+    wait_for_keys(&endpoint, "/locks/records/alive/", 1).await;
+    let renewal = async || {
+        let view = lock.inspect().await.expect("inspect");
+        let [holder] = view.holders.as_slice() else {
+            panic!("etcdctl holding: {view:?}");
+        };
+        assert_eq!(holder.lease, Some(Duration::from_secs(6)), "{view:?}");
+        holder.renewed.expect("a renewal")
+    };
+    let second = Duration::from_secs(1);
+
+    let first = renewal().await;
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let live = renewal().await;
+    // Two keep-alives at least in 4.5 s: the last within 2 s of now.
+    let moved = live.duration_since(first).unwrap_or_default();
+    assert!(moved >= second + second / 4, "alive, renewed {moved:?} later");
+
+    holder.kill().expect("kill etcdctl");
+    let _ = holder.wait();
+    let killed = renewal().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let dead = renewal().await;
+    let moved = dead.duration_since(killed).unwrap_or_default();
+    assert!(
+        moved <= second + second / 4,
+        "killed, yet renewed {moved:?} later"
+    );
+    let free = Instant::now() + Duration::from_secs(10);
+    while !lock.inspect().await.expect("inspect").is_free() {
+        assert!(Instant::now() < free, "the dead holder's lease never ended");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// etcd 16221: the read/write recipe granted a waiter whose lease had been

@@ -8,7 +8,7 @@
 //! `"read"` / `"write"`, times as milliseconds since the Unix epoch, a field
 //! the engine cannot tell as `null`.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Serialize, Serializer};
 
@@ -59,11 +59,31 @@ pub struct HolderRecord {
     #[serde(serialize_with = "millis")]
     pub since: Option<SystemTime>,
     /// When its lease ends unless renewed; `None` where the hold ends with
-    /// a session or connection instead.
+    /// a session or connection whose end the engine cannot see.
     #[serde(serialize_with = "millis")]
     pub lease_ends: Option<SystemTime>,
+    /// How long each renewal extends the hold (in JSON, ms). With
+    /// [`renewed`](Self::renewed), it tells a dead holder from a slow one:
+    /// a live holder's watchdog renews every third of it.
+    #[serde(serialize_with = "span_millis")]
+    pub lease: Option<Duration>,
+    /// When the hold was last renewed (for a hold that ends with a
+    /// session, when the session was).
+    #[serde(serialize_with = "millis")]
+    pub renewed: Option<SystemTime>,
     /// A short digest of the owner id (see [`OwnerId::digest`]).
     pub owner: Option<String>,
+}
+
+impl HolderRecord {
+    /// The lease and its end read from the server, and the renewal that
+    /// set that end: `ends - lease`.
+    pub fn leased(mut self, ends: SystemTime, lease: Duration) -> Self {
+        self.lease_ends = Some(ends);
+        self.lease = Some(lease);
+        self.renewed = ends.checked_sub(lease);
+        self
+    }
 }
 
 /// A writer of whom nothing more is known: what an engine fills in, and
@@ -77,6 +97,8 @@ impl Default for HolderRecord {
             slot: None,
             since: None,
             lease_ends: None,
+            lease: None,
+            renewed: None,
             owner: None,
         }
     }
@@ -206,6 +228,13 @@ impl std::fmt::Display for Acted {
 
 fn mode_word<S: Serializer>(mode: &Mode, out: S) -> Result<S::Ok, S::Error> {
     out.serialize_str(mode.as_str())
+}
+
+fn span_millis<S: Serializer>(span: &Option<Duration>, out: S) -> Result<S::Ok, S::Error> {
+    match span {
+        Some(span) => out.serialize_some(&(span.as_millis() as u64)),
+        None => out.serialize_none(),
+    }
 }
 
 /// Milliseconds since the Unix epoch: what a script or a page reads.

@@ -70,6 +70,9 @@ pub struct Capabilities {
     /// Whether a record shows the hold's fence
     /// ([`Inspect::shows_fences`](super::Inspect::shows_fences)).
     pub fence_in_records: bool,
+    /// Whether a record shows the hold's lease and last renewal
+    /// ([`Inspect::shows_renewals`](super::Inspect::shows_renewals)).
+    pub renewals_in_records: bool,
     /// The [`Control`](super::Control) facet: force release and revoke.
     pub control: bool,
     /// The [`PermitControl`](super::PermitControl) facet: force release and
@@ -116,6 +119,7 @@ impl Capabilities {
                 (Some(_), Some(_)) => Records::Listed,
             },
             fence_in_records: inspect.is_some_and(|inspect| inspect.shows_fences()),
+            renewals_in_records: inspect.is_some_and(|inspect| inspect.shows_renewals()),
             control: control.is_some(),
             permit_control: permit_control.is_some(),
             hold_at_least: hold_at_least.is_some(),
@@ -139,7 +143,7 @@ impl Capabilities {
     /// the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}, {}{}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}{}, {}{}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -154,6 +158,11 @@ impl Capabilities {
             match self.records != Records::None && !self.fence_in_records {
                 true => " without fences",
                 false => "",
+            },
+            if self.renewals_in_records {
+                " with renewals"
+            } else {
+                ""
             },
             if self.control {
                 "force release, revoke"

@@ -75,6 +75,12 @@ pub trait Inspect: Send + Sync {
     /// taken after the hold is written, in the same round trip (memcached).
     fn shows_fences(&self) -> bool;
 
+    /// Whether a record shows the hold's lease and when it was last renewed
+    /// ([`HolderRecord::renewed`](crate::HolderRecord::renewed)).
+    fn shows_renewals(&self) -> bool {
+        false
+    }
+
     /// Who holds and who waits for the lock `key`, or with `permits`, the
     /// semaphore `key`.
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError>;

@@ -950,6 +950,10 @@ impl Inspect for EtcdEngine {
         true
     }
 
+    fn shows_renewals(&self) -> bool {
+        true
+    }
+
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let session = self.live().await?;
         let prefixes = (&self.prefix_of(key, permits)[..], &self.slots_prefix(key)[..]);

@@ -1,11 +1,13 @@
 //! Who holds and who waits, read back from the keys under a lock's prefix:
 //! holders by the same turn logic that grants (`queue.rs`), the rest
 //! waiting in create-revision order. etcd keeps no time, so `since` is the
-//! client's clock written into the value; the hold ends with its session's
-//! lease, so no lease end is shown. A permit holder's slot is the slot
-//! key naming its key (`slots.rs`), read at the same revision.
+//! client's clock written into the value. The hold ends with its key's
+//! lease (its session's): the lease's granted TTL is the hold's lease, and
+//! what is left of it, in whole seconds, its end; the keep-alive that last
+//! renewed the lease, that end less the TTL. A permit holder's slot is the
+//! slot key naming its key (`slots.rs`), read at the same revision.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{EngineError, OwnerId, percent_unescape};
@@ -48,7 +50,25 @@ pub(crate) async fn inspect(
         }
         None => Vec::new(),
     };
-    Ok(view(key, permits, &kvs, slots::of_holders(slots, &taken)))
+    let leases = leases(session, &kvs).await?;
+    Ok(view(key, permits, &kvs, slots::of_holders(slots, &taken), &leases))
+}
+
+/// When each lease under `kvs` ends, and its granted TTL: one call per
+/// lease, and the keys of one process share its session's.
+type Leases = HashMap<i64, (SystemTime, Duration)>;
+
+async fn leases(session: &Session, kvs: &[KeyValue]) -> Result<Leases, EngineError> {
+    let mut leases = Leases::new();
+    for id in kvs.iter().map(KeyValue::lease).filter(|&id| id != 0) {
+        if leases.contains_key(&id) {
+            continue;
+        }
+        if let Some((granted, left)) = session.lease_left(id).await? {
+            leases.insert(id, (SystemTime::now() + left, granted));
+        }
+    }
+    Ok(leases)
 }
 
 /// The keys under `prefix`, oldest first, in one range.
@@ -122,12 +142,14 @@ pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<V
     // `<name>%slots` beside `<name>%permits`: a semaphore's slot keys.
     let (slot_keys, mut by_lock): (BTreeMap<_, _>, BTreeMap<_, _>) =
         by_lock.into_iter().partition(|(lock, _)| lock.ends_with(SLOTS));
+    let every: Vec<KeyValue> = by_lock.values().flatten().cloned().collect();
+    let leases = leases(session, &every).await?;
     let views = by_lock.iter_mut().filter_map(|(lock, kvs)| {
         kvs.sort_by_key(KeyValue::create_revision);
         let slots = format!("{}{SLOTS}", lock.strip_suffix(PERMITS).unwrap_or(lock));
         let taken = slot_keys.get(&slots).map_or(&[][..], Vec::as_slice);
         let slots = format!("{prefix}{slots}/");
-        listed(root, group, lock, kvs, slots::of_holders(&slots, taken))
+        listed(root, group, lock, kvs, slots::of_holders(&slots, taken), &leases)
     });
     Ok(views.collect())
 }
@@ -220,6 +242,7 @@ fn view(
     permits: Option<u32>,
     kvs: &[KeyValue],
     slot: impl Fn(&[u8]) -> Option<u32>,
+    leases: &Leases,
 ) -> LockView {
     let permits = permits.map(|asked| {
         kvs.iter()
@@ -236,14 +259,18 @@ fn view(
     for (kv, holds) in kvs.iter().zip(queue::holding(kvs, permits)) {
         let line = Line::read(kv.value());
         if holds {
-            view.holders.push(HolderRecord {
+            let record = HolderRecord {
                 label: line.label,
                 mode: line.mode,
                 fence: Some(kv.create_revision() as u64),
                 since: line.since,
-                lease_ends: None,
                 owner: line.owner,
                 slot: permits.and_then(|_| slot(kv.key())),
+                ..HolderRecord::default()
+            };
+            view.holders.push(match leases.get(&kv.lease()) {
+                Some(&(ends, lease)) => record.leased(ends, lease),
+                None => record,
             });
         } else {
             view.waiters.push(WaiterRecord {
@@ -267,6 +294,7 @@ fn listed(
     segment: &str,
     kvs: &[KeyValue],
     slot: impl Fn(&[u8]) -> Option<u32>,
+    leases: &Leases,
 ) -> Option<LockView> {
     let (escaped, semaphore) = match segment.strip_suffix(PERMITS) {
         Some(escaped) => (escaped, true),
@@ -282,7 +310,7 @@ fn listed(
     } else {
         None
     };
-    Some(view(&key, permits, kvs, slot))
+    Some(view(&key, permits, kvs, slot, leases))
 }
 
 /// `<root>/<group>/`, as the locks' paths escape the group.
@@ -356,14 +384,14 @@ mod tests {
         assert_eq!(group_prefix("/locks", "..").as_deref(), Some("/locks/%2E%2E/"));
         let none = |_: &[u8]| None;
         assert!(
-            listed("/locks", "g", "%41", &[], none).is_none(),
+            listed("/locks", "g", "%41", &[], none, &Leases::new()).is_none(),
             "`A` is not escaped"
         );
         assert!(
-            listed("/locks", "g", "s%permits", &[], none).is_none(),
+            listed("/locks", "g", "s%permits", &[], none, &Leases::new()).is_none(),
             "no count"
         );
-        let free = listed("/locks", "g", "a%2Fb", &[], none).expect("a lock");
+        let free = listed("/locks", "g", "a%2Fb", &[], none, &Leases::new()).expect("a lock");
         assert_eq!((free.name.as_str(), free.permits), ("a/b", None));
     }
 }

@@ -108,6 +108,18 @@ impl Session {
         Ok(answer.ttl() > 0)
     }
 
+    /// Lease `id`'s granted TTL and what is left of it, if it lives.
+    pub async fn lease_left(&self, id: i64) -> Result<Option<(Duration, Duration)>, EngineError> {
+        let answer = self
+            .retry(|| {
+                let mut client = self.client.lease_client();
+                async move { client.time_to_live(id, None).await }
+            })
+            .await?;
+        let seconds = |ttl: i64| Duration::from_secs(ttl as u64);
+        Ok((answer.ttl() >= 0).then(|| (seconds(answer.granted_ttl()), seconds(answer.ttl()))))
+    }
+
     /// A lease of its own, not kept alive, that ends at least `ttl` from
     /// now (whole seconds, rounded up; the server may raise a short one to
     /// its minimum): its id, and how long it lives.

@@ -87,6 +87,9 @@ struct Holder {
     slot: Option<u32>,
     since: SystemTime,
     expires: Instant,
+    /// What the last renewal (or the grant) extended it by, and when.
+    lease: Duration,
+    renewed: SystemTime,
     /// Asked to let go.
     revoked: bool,
 }
@@ -232,6 +235,8 @@ impl Holds<'_> {
                     slot: state.permits.map(|_| state.free_slot()),
                     since: SystemTime::now(),
                     expires: now + req.lease,
+                    lease: req.lease,
+                    renewed: SystemTime::now(),
                     revoked: false,
                 };
                 match (req.mode, state.permits) {
@@ -260,6 +265,7 @@ impl Holds<'_> {
         self.with_lock(req, |state, _, now| match state.holder(req.owner) {
             Some(holder) => {
                 holder.expires = now + req.lease;
+                (holder.lease, holder.renewed) = (req.lease, SystemTime::now());
                 match holder.revoked {
                     true => Renewal::Revoked,
                     false => Renewal::Held,
@@ -510,6 +516,10 @@ impl Inspect for MemoryEngine {
         true
     }
 
+    fn shows_renewals(&self) -> bool {
+        true
+    }
+
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
         let locks = self.locks();
         let (now, wall) = (Instant::now(), SystemTime::now());
@@ -627,6 +637,8 @@ impl MemoryEngine {
             slot: h.slot,
             since: Some(h.since),
             lease_ends: Some(wall + h.expires.saturating_duration_since(now)),
+            lease: Some(h.lease),
+            renewed: Some(h.renewed),
             owner: Some(h.owner.digest()),
         });
         let waiters = state.queue.by_ticket.values().map(|w| WaiterRecord {
@@ -720,5 +732,29 @@ mod tests {
             "the reader is woken once the writer is done"
         );
         assert!(matches!(engine.poll(&reader).await, Ok(Poll::Held(_))));
+    }
+
+    /// A record shows the lease a hold asked for, and the renewal that
+    /// set its end: the grant, then each renewal after it.
+    #[tokio::test]
+    async fn a_record_shows_the_lease_and_the_last_renewal() {
+        let engine = MemoryEngine::new();
+        let holder = request(Mode::Write);
+        assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+        let renewed = async || {
+            let view = engine.inspect(&holder.key, None).await.expect("inspect");
+            let record = &view.holders[0];
+            assert_eq!(record.lease, Some(Duration::from_secs(30)), "{view:?}");
+            record.renewed.expect("a renewal")
+        };
+        let granted = renewed().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(granted, renewed().await, "unrenewed, the same");
+        assert!(matches!(engine.renew(&holder).await, Ok(Renewal::Held)));
+        let later = renewed().await.duration_since(granted).expect("later");
+        assert!(
+            later >= Duration::from_millis(20),
+            "renewed {later:?} after the grant"
+        );
     }
 }

@@ -271,6 +271,7 @@ fn view(key: &LockKey, permits: Option<u32>, gate: Option<GateHolder>, rows: Vec
                 lease_ends: row.expires,
                 owner: row.owner,
                 slot: row.slot,
+                ..HolderRecord::default()
             });
         } else {
             view.waiters.push(WaiterRecord {

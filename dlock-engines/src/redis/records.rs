@@ -78,6 +78,7 @@ pub(crate) fn view(
                 lease_ends: hex(&ends).map(at),
                 owner,
                 slot: slot.parse().ok(),
+                ..HolderRecord::default()
             });
         } else {
             view.waiters.push(WaiterRecord {

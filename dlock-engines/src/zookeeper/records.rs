@@ -209,6 +209,7 @@ pub(super) fn semaphore_view(
                 lease_ends: None,
                 owner,
                 slot: nodes::lease_slot(&f.name),
+                ..HolderRecord::default()
             }
         })
         .collect();

@@ -1,5 +1,8 @@
 //! The table a person reads: one row per holder and waiter, times as how
-//! long ago and how long left. Names and labels are shown as [`escaped`]:
+//! long ago and how long left. Where the engine shows renewals, the lease
+//! left reads `12.1s of 30.0s` and `RENEWED` says when: a live holder's
+//! watchdog renews every third of the lease, so a renewal older than that
+//! is a holder stuck or gone. Names and labels are shown as [`escaped`]:
 //! they come from applications, often from user input, and a terminal
 //! would act on their control characters.
 
@@ -24,6 +27,7 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
         "FENCE",
         "SINCE",
         "LEASE LEFT",
+        "RENEWED",
     ]);
     for view in views {
         let name = escaped(&format!("{}/{}", view.group, view.name));
@@ -32,7 +36,7 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
             None => name,
         };
         if view.is_free() {
-            table.add_row([lock.as_str(), "free", "", "", "", "", "", ""]);
+            table.add_row([lock.as_str(), "free", "", "", "", "", "", "", ""]);
         }
         for h in &view.holders {
             table.add_row([
@@ -44,7 +48,11 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
                 text(&h.owner),
                 h.fence.map_or("-".into(), |f| f.to_string()),
                 h.since.map_or("-".into(), |t| ago(now, t)),
-                h.lease_ends.map_or("-".into(), |t| left(now, t)),
+                match (h.lease_ends, h.lease) {
+                    (Some(ends), Some(lease)) => format!("{} of {}", left(now, ends), span(lease)),
+                    (ends, _) => ends.map_or("-".into(), |t| left(now, t)),
+                },
+                h.renewed.map_or("-".into(), |t| ago(now, t)),
             ]);
         }
         for (place, w) in view.waiters.iter().enumerate() {
@@ -56,6 +64,7 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
                 text(&w.owner),
                 "-".into(),
                 w.since.map_or("-".into(), |t| ago(now, t)),
+                "-".into(),
                 "-".into(),
             ]);
         }
@@ -168,6 +177,26 @@ mod tests {
         assert!(rows[0].contains("holder, slot 1"), "{shown}");
         assert!(
             rows[1].contains("holder ") && !rows[1].contains("slot"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_renewal_shows_beside_the_lease_it_set() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let lease = Duration::from_secs(30);
+        let record = dlock::HolderRecord::default().leased(now + Duration::from_secs(12), lease);
+        let view = LockView {
+            group: "order".into(),
+            name: "42".into(),
+            permits: None,
+            holders: vec![record],
+            waiters: Vec::new(),
+        };
+        let shown = table(&[view], now);
+        let row = shown.lines().nth(1).expect("a row");
+        assert!(
+            row.contains("12.0s of 30.0s") && row.trim_end().ends_with("18.0s ago"),
             "{shown}"
         );
     }

@@ -13,7 +13,8 @@ use crate::conformance::Harness;
 /// Checks what a dlock holder's record must say: a label, a fence where
 /// the engine's records show fences (and none where they do not), an owner
 /// digest, a time granted in the last minute (clocks may differ a little),
-/// and a lease that has not ended.
+/// a lease that has not ended, and where the records show renewals, a
+/// lease and the renewal that set its end (none where they do not).
 fn assert_plausible(h: &Harness, holder: &HolderRecord) {
     assert!(
         holder.label.as_ref().is_some_and(|l| !l.is_empty())
@@ -33,6 +34,25 @@ fn assert_plausible(h: &Harness, holder: &HolderRecord) {
     if let Some(ends) = holder.lease_ends {
         assert!(ends + skew > now, "a live holder's lease ended at {ends:?}");
     }
+    let renewal = (holder.lease, holder.renewed, holder.lease_ends);
+    if !h.capabilities().renewals_in_records {
+        assert_eq!((renewal.0, renewal.1), (None, None), "renewals shown: {holder:?}");
+        return;
+    }
+    let (Some(lease), Some(renewed), Some(ends)) = renewal else {
+        panic!("a dlock holder with no lease or renewal: {holder:?}")
+    };
+    // The renewal set the end, read in whole seconds on some servers.
+    let second = Duration::from_secs(1);
+    let set = renewed + lease;
+    assert!(
+        lease > Duration::ZERO && set <= ends + second && ends <= set + second,
+        "{holder:?}"
+    );
+    assert!(
+        renewed + skew + second >= since && renewed <= now + skew,
+        "renewed at {renewed:?}, held since {since:?}, now {now:?}"
+    );
 }
 
 /// A writer holds, another waits: the view shows the holder's mode, fence
