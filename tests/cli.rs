@@ -699,6 +699,43 @@ on_servers! { watch_and_leader_follow_the_changes:
     "zookeeper" watch_and_leader_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
 }
 
+/// Where the engine has a watch of its own, `dlock watch` hears a change
+/// when it happens: with reads of the records ten minutes apart, every
+/// change still comes, heard by the watch alone.
+async fn watch_hears_the_engines_own_watch<F: Fixture>() {
+    let (_fixture, path, config) = served::<F>("heard");
+    let registry = Registry::build(&config, &dlock::engines::kinds())
+        .await
+        .expect("registry");
+    let lock = registry.locks("order").get("heard");
+    let mut watching = Following::start(&path, &["watch", "order", "--json", "--every", "600000"]);
+    // Taken: read at the start, or heard; either way, read by now.
+    let first = lock.lock().await.expect("lock");
+    assert_eq!(watching.next()["event"], "taken");
+    let owner = first.owner_digest();
+    first.release().await.expect("release");
+    let released = watching.next();
+    assert_eq!(
+        (&released["event"], &released["owner"]),
+        (&"released".into(), &owner.into()),
+        "{released}"
+    );
+    let again = lock.lock().await.expect("lock again");
+    let taken = watching.next();
+    assert_eq!(
+        (&taken["event"], &taken["fence"]),
+        (&"taken".into(), &again.fence().into()),
+        "{taken}"
+    );
+    again.release().await.expect("release");
+    assert_eq!(watching.next()["event"], "released");
+}
+
+on_servers! { watch_hears_the_engines_own_watch:
+    "etcd" watch_hears_etcds_watch dlock_testkit::fixtures::etcd::Etcd,
+    "zookeeper" watch_hears_zookeepers_watch dlock_testkit::fixtures::zookeeper::ZooKeeper,
+}
+
 /// `--permits N` aims an act at a semaphore's holders: with `--if-owner`,
 /// at one permit's holder, which is asked, then forced out, while the
 /// other permit's holder is left alone.

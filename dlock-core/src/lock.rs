@@ -106,6 +106,22 @@ impl Locks {
         Ok(views)
     }
 
+    /// Listens for changes to this group's locks and semaphores with the
+    /// engine's own watch, and answers once the server listens: the future
+    /// resolves at the first change after that, or when the engine can tell
+    /// no longer. Read [`list`](Self::list) after this call, and again once
+    /// it resolves, and no change falls between. An engine without a watch
+    /// ([`Capabilities::watch`](crate::kit::Capabilities::watch)) answers
+    /// `Error::Unsupported`: read on a timer there.
+    pub async fn watch(&self) -> Result<crate::kit::Changed, Error> {
+        let group = &self.group;
+        let watch = group.facet("watching a group's locks", |f| f.watch)?;
+        let until = Instant::now() + group.settings.call_timeout;
+        within(until, watch.watch(&group.name))
+            .await
+            .map_err(|error| group.listing_error(error))
+    }
+
     /// The semaphore named `name` in this group, admitting `permits`
     /// holders at once. A semaphore is not the lock of the same name. The
     /// name, and that `permits` is at least 1, are checked when acquiring.

@@ -82,6 +82,8 @@ pub struct Capabilities {
     pub hold_at_least: bool,
     /// The [`ElectionValues`](super::ElectionValues) facet.
     pub election_values: bool,
+    /// The [`Watch`](super::Watch) facet.
+    pub watch: bool,
 }
 
 impl Capabilities {
@@ -103,6 +105,7 @@ impl Capabilities {
             permit_control,
             hold_at_least,
             election_values,
+            watch,
         } = engine.facets();
         Capabilities {
             read,
@@ -124,6 +127,7 @@ impl Capabilities {
             permit_control: permit_control.is_some(),
             hold_at_least: hold_at_least.is_some(),
             election_values: election_values.is_some(),
+            watch: watch.is_some(),
         }
     }
 
@@ -143,7 +147,7 @@ impl Capabilities {
     /// the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}{}, {}{}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}{}{}, {}{}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -164,6 +168,7 @@ impl Capabilities {
             } else {
                 ""
             },
+            if self.watch { ", watched" } else { "" },
             if self.control {
                 "force release, revoke"
             } else {

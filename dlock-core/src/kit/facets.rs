@@ -4,6 +4,8 @@
 //! Having the facet is the capability: the core routes each call to it,
 //! and refuses with a typed `Error::Unsupported` where it is missing.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -46,6 +48,8 @@ pub struct Facets<'a> {
     pub hold_at_least: Option<&'a dyn HoldAtLeast>,
     /// See [`ElectionValues`].
     pub election_values: Option<&'a dyn ElectionValues>,
+    /// See [`Watch`].
+    pub watch: Option<&'a dyn Watch>,
 }
 
 /// Semaphores: a permit's own [`Lifecycle`], with the same fairness,
@@ -118,6 +122,21 @@ pub trait Control: Send + Sync {
     /// [`Renewal::Revoked`]. Answers how many holders were asked.
     async fn revoke(&self, key: &LockKey, only: &Only) -> Result<u32, EngineError>;
 }
+
+/// The engine's own watch on a group's records: what `dlock watch` waits
+/// on between its reads, instead of reading on a timer alone.
+#[async_trait]
+pub trait Watch: Send + Sync {
+    /// Listens for changes to the locks and semaphores of `group`, and
+    /// answers once the server listens: the future then resolves at the
+    /// first change after that (a hold or a request that begins or ends),
+    /// or when the engine can tell no longer (its stream broke), so the
+    /// caller reads the records again either way.
+    async fn watch(&self, group: &str) -> Result<Changed, EngineError>;
+}
+
+/// Resolves at a change (see [`Watch`]).
+pub type Changed = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// An operator's hand on a semaphore's holders, as [`Control`] is on a
 /// lock's: force release and revoke, of every permit's holder or of those

@@ -69,7 +69,9 @@ pub(crate) use engine::{Call, within};
 pub use engine::{
     Engine, EngineError, Lifecycle, LostSignal, Poll, Renewal, RevokedSignal, Serving, Wake, Woken,
 };
-pub use facets::{Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, PermitControl, Semaphores};
+pub use facets::{
+    Changed, Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, PermitControl, Semaphores, Watch,
+};
 pub use kinds::Kinds;
 pub use request::{Kind, OwnerId, Request, RequestState};
 pub use waiters::Waiters;

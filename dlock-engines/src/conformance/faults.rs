@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use dlock_core::kit::{
-    Control, ElectionValues, Engine, EngineError, Facets, Guarantees, HoldAtLeast, Inspect, Lifecycle, List,
-    LostSignal, PermitControl, Poll, Renewal, Request, RevokedSignal, Semaphores, async_trait,
+    Changed, Control, ElectionValues, Engine, EngineError, Facets, Guarantees, HoldAtLeast, Inspect,
+    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RevokedSignal, Semaphores, Watch,
+    async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 
@@ -142,6 +143,7 @@ impl Engine for Faults {
             permit_control,
             hold_at_least,
             election_values,
+            watch,
         } = self.inner.facets();
         Facets {
             semaphores: semaphores.map(|_| self as _),
@@ -151,6 +153,7 @@ impl Engine for Faults {
             permit_control: permit_control.map(|_| self as _),
             hold_at_least: hold_at_least.map(|_| self as _),
             election_values: election_values.map(|_| self as _),
+            watch: watch.map(|_| self as _),
         }
     }
 
@@ -232,6 +235,7 @@ impl Semaphores for Faults {
 
 impl ElectionValues for Faults {}
 
+#[deny(clippy::missing_trait_methods)]
 #[async_trait]
 impl Inspect for Faults {
     fn shows_fences(&self) -> bool {
@@ -239,6 +243,13 @@ impl Inspect for Faults {
             .facets()
             .inspect
             .is_some_and(|inner| inner.shows_fences())
+    }
+
+    fn shows_renewals(&self) -> bool {
+        self.inner
+            .facets()
+            .inspect
+            .is_some_and(|inner| inner.shows_renewals())
     }
 
     async fn inspect(&self, key: &LockKey, permits: Option<u32>) -> Result<LockView, EngineError> {
@@ -255,6 +266,16 @@ impl List for Faults {
         self.reach()?;
         self.slow().await;
         let answer = self.wrapped(|f| f.list)?.list(group).await;
+        self.answer(answer).await
+    }
+}
+
+#[async_trait]
+impl Watch for Faults {
+    async fn watch(&self, group: &str) -> Result<Changed, EngineError> {
+        self.reach()?;
+        self.slow().await;
+        let answer = self.wrapped(|f| f.watch)?.watch(group).await;
         self.answer(answer).await
     }
 }

@@ -226,6 +226,11 @@ impl Harness {
                 self.assert_unsupported("an election", election.campaign()).await;
                 Some("no leader election (Unsupported checked)")
             }
+            Need::Watch if !capabilities.watch => {
+                let locks = self.registry.locks(&self.group);
+                self.assert_unsupported("a watch", locks.watch()).await;
+                Some("no watch of its own (Unsupported checked)")
+            }
             Need::Fifo if capabilities.fairness != Fairness::Fifo => Some("no queue on the server"),
             Need::Fencing if capabilities.fencing == Fencing::None => Some("fences are not ordered"),
             Need::Lease if capabilities.expiry != Expiry::Lease => {
@@ -269,6 +274,8 @@ pub enum Need {
     HoldAtLeast,
     /// Leader election: terms that only grow, shown in the records.
     Election,
+    /// The engine's own watch on a group's records.
+    Watch,
 }
 
 fn rand_suffix() -> u32 {
@@ -329,6 +336,7 @@ macro_rules! conformance_suite {
             records_show_every_sharing_holder [Records],
             records_never_show_an_owner_id [Records],
             list_shows_a_groups_held_locks [Listed],
+            a_watch_hears_each_hold_begin_and_end [Listed, Watch],
             force_release_fences_out_the_old_holder [ForceRelease],
             force_release_only_ends_the_hold_looked_at [ForceRelease, Records],
             revoke_asks_holders_to_let_go [Revoke],

@@ -93,9 +93,9 @@ use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
-    Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
-    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
-    Semaphores, async_trait,
+    Changed, Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees,
+    HoldAtLeast, Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState,
+    RevokedSignal, Semaphores, Watch, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 use etcd_client::{
@@ -812,6 +812,7 @@ impl Engine for EtcdEngine {
             permit_control: Some(self),
             hold_at_least: Some(self),
             election_values: Some(self),
+            watch: Some(self),
             // Every facet today; one added later stays missing here until
             // this engine implements it.
             ..Facets::default()
@@ -966,6 +967,20 @@ impl List for EtcdEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let session = self.live().await?;
         records::list(&session, &self.root, group).await
+    }
+}
+
+/// One watch on the group's prefix, on the engine's shared stream.
+#[async_trait]
+impl Watch for EtcdEngine {
+    async fn watch(&self, group: &str) -> Result<Changed, EngineError> {
+        let prefix = records::group_prefix(&self.root, group)
+            .ok_or_else(|| EngineError::failed("not a group dlock can name"))?;
+        let mut watch = (self.watches.watch(prefix.into_bytes(), true, false).await)
+            .ok_or_else(|| EngineError::failed("the watch stream broke"))?;
+        Ok(Box::pin(async move {
+            watch.changed().await;
+        }))
     }
 }
 

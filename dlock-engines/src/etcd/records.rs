@@ -51,7 +51,13 @@ pub(crate) async fn inspect(
         None => Vec::new(),
     };
     let leases = leases(session, &kvs).await?;
-    Ok(view(key, permits, &kvs, slots::of_holders(slots, &taken), &leases))
+    Ok(view(
+        key,
+        permits,
+        &kvs,
+        slots::of_holders(slots, &taken),
+        &leases,
+    ))
 }
 
 /// When each lease under `kvs` ends, and its granted TTL: one call per
@@ -314,7 +320,7 @@ fn listed(
 }
 
 /// `<root>/<group>/`, as the locks' paths escape the group.
-fn group_prefix(root: &str, group: &str) -> Option<String> {
+pub(crate) fn group_prefix(root: &str, group: &str) -> Option<String> {
     let path = LockKey::new(group, "-").ok()?.path(root);
     Some(path.strip_suffix('-')?.to_owned())
 }

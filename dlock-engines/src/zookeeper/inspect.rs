@@ -49,10 +49,7 @@ impl ZooKeeperEngine {
     /// out, as is a path no dlock name escapes to.
     pub(super) async fn views(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         let session = self.sessions.live().await?;
-        let probe = LockKey::new(group, "-")
-            .map_err(EngineError::failed)?
-            .path(&self.root);
-        let dir = &probe[..probe.len() - "/-".len()];
+        let dir = &group_dir(&self.root, group)?;
         let children = read_children(&session, Some(dir), &[dir.to_owned()]).await?.pop();
         let listed: Vec<Listed> = children
             .unwrap_or_default()
@@ -142,6 +139,12 @@ pub(super) async fn gather(
 }
 
 /// The children of each of `dirs`; none for a path that is gone.
+/// The node of `group` under `root`, as the locks' paths escape it.
+pub(super) fn group_dir(root: &str, group: &str) -> Result<String, EngineError> {
+    let probe = LockKey::new(group, "-").map_err(EngineError::failed)?.path(root);
+    Ok(probe[..probe.len() - "/-".len()].to_owned())
+}
+
 pub(super) async fn read_children(
     session: &Session,
     sync: Option<&str>,

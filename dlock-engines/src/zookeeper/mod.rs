@@ -101,15 +101,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
-    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
-    Semaphores, Wake, Woken, async_trait,
+    Changed, Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees,
+    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
+    Semaphores, Wake, Watch, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use zookeeper_client::{
-    Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher,
+    Acls, AddWatchMode, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, OneshotWatcher,
 };
 
 use keeper::Keeper;
@@ -589,6 +589,7 @@ impl Engine for ZooKeeperEngine {
             control: Some(self),
             permit_control: Some(self),
             election_values: Some(self),
+            watch: Some(self),
             ..Facets::default()
         }
     }
@@ -723,6 +724,26 @@ impl Inspect for ZooKeeperEngine {
 impl List for ZooKeeperEngine {
     async fn list(&self, group: &str) -> Result<Vec<LockView>, EngineError> {
         self.views(group).await
+    }
+}
+
+/// A persistent recursive watch (ZooKeeper 3.6+) on the group's node:
+/// every lock's and semaphore's nodes are under it.
+#[async_trait]
+impl Watch for ZooKeeperEngine {
+    async fn watch(&self, group: &str) -> Result<Changed, EngineError> {
+        let session = self.sessions.live().await?;
+        let dir = inspect::group_dir(&self.root, group)?;
+        let mut watcher = (session
+            .client
+            .watch(&dir, AddWatchMode::PersistentRecursive)
+            .await)
+            .map_err(|e| session.failed(e))?;
+        // One event, then dropped: a second `changed` after a session's
+        // end would panic.
+        Ok(Box::pin(async move {
+            watcher.changed().await;
+        }))
     }
 }
 

@@ -75,14 +75,15 @@ enum Command {
     /// Each change to GROUP's locks and semaphores, or to GROUP/NAME, as
     /// it happens, until interrupted: taken, released (or forced out),
     /// expired, waiting, gave up; the holds and waits there now first. Found
-    /// by reading the records every --every ms.
+    /// by reading the records at each change the engine's own watch hears
+    /// (etcd, ZooKeeper), and every --every ms.
     Watch {
         /// GROUP, or GROUP/NAME.
         target: String,
         /// With GROUP/NAME: its semaphore of this many permits.
         #[arg(long)]
         permits: Option<u32>,
-        /// Milliseconds between reads of the records.
+        /// Milliseconds between reads of the records, changes heard or not.
         #[arg(long, value_name = "MS", default_value_t = 250)]
         every: u64,
     },

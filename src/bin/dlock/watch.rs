@@ -1,6 +1,8 @@
 //! `dlock watch`: each change to a group's locks, or to one lock, as it
-//! happens, found by reading the records again every `--every` and telling
-//! what differs. A change and its undoing between two reads pass unseen;
+//! happens, found by reading the records again and telling what differs:
+//! at once when the engine's own watch hears a change in the group (etcd,
+//! ZooKeeper: `Capabilities::watch`), and every `--every` in any case. A
+//! change and its undoing between two reads pass unseen;
 //! a holder's end is told apart by its lease (ended before it ran out:
 //! released, or forced out; after: expired), not by who ended it, which
 //! the audit trail (`dlock::audit`) names.
@@ -15,8 +17,12 @@ use serde_json::{Value, json};
 
 use crate::show;
 
+/// How long a change heard waits for the rest of its burst.
+const BURST: Duration = Duration::from_millis(20);
+
 /// Reads `target` (GROUP, or GROUP/NAME, its semaphore with `permits`)
-/// every `every` and prints each change, until stdout closes. An engine
+/// at each change the engine's watch hears and every `every`, and prints
+/// each change, until stdout closes. An engine
 /// unreachable at the start is an error; later, it is said once on stderr,
 /// and the changes meanwhile come when it answers again.
 pub async fn run(
@@ -38,6 +44,25 @@ pub async fn run(
         },
         None => locks.list().await,
     };
+    // Armed before each read, so no change falls between a read and the
+    // wait after it; `None` once the engine says it has no watch.
+    let mut native = true;
+    let arm = async |native: &mut bool| {
+        let heard = match native {
+            true => locks.watch().await,
+            false => return None,
+        };
+        match heard {
+            Ok(changed) => Some(changed),
+            Err(Error::Unsupported { .. }) => {
+                *native = false;
+                None
+            }
+            // Unreachable: the read says so, and the timer stands in.
+            Err(_) => None,
+        }
+    };
+    let mut heard = arm(&mut native).await;
     let mut seen = Seen::default();
     let mut now = Seen::new(read().await?);
     let mut failing = false;
@@ -54,7 +79,16 @@ pub async fn run(
         }
         seen = now;
         loop {
-            tokio::time::sleep(every).await;
+            match heard.take() {
+                Some(changed) => {
+                    if tokio::time::timeout(every, changed).await.is_ok() {
+                        // A burst of changes, one read.
+                        tokio::time::sleep(BURST.min(every)).await;
+                    }
+                }
+                None => tokio::time::sleep(every).await,
+            }
+            heard = arm(&mut native).await;
             match read().await {
                 Ok(views) => {
                     failing = false;

@@ -167,6 +167,37 @@ pub async fn records_never_show_an_owner_id(h: &Harness) {
     h.engine.release(&req).await.expect("release");
 }
 
+/// A watch on the group, armed before each step, hears a hold begin, a
+/// waiter join, the hold end and the next begin, each before the
+/// step's listing is read; one on another group hears none of them.
+pub async fn a_watch_hears_each_hold_begin_and_end(h: &Harness) {
+    let (locks, peer) = (h.registry.locks(&h.group), h.peer.locks(&h.group));
+    let elsewhere = h.peer.locks(&format!("{}-other", h.group));
+    let lock = locks.get("watched").with_lease(LONG_LEASE);
+    let quiet = elsewhere.watch().await.expect("a watch on another group");
+    let heard = async || peer.watch().await.expect("a watch");
+    let armed = heard().await;
+    let guard = lock.lock().await.expect("lock");
+    within(LONG_LEASE, "the hold heard", armed).await;
+    let queued = h.queued();
+    let armed = heard().await;
+    let waiting = tokio::spawn({
+        let lock = h.peer_lock("watched").with_lease(LONG_LEASE);
+        async move { lock.lock().await.expect("the waiter's lock") }
+    });
+    until_queued(h, queued + 1).await;
+    within(LONG_LEASE, "the waiter heard", armed).await;
+    let armed = heard().await;
+    guard.release().await.expect("release");
+    within(LONG_LEASE, "the release heard", armed).await;
+    let next = waiting.await.expect("the waiter");
+    let armed = heard().await;
+    next.release().await.expect("release");
+    within(LONG_LEASE, "the last release heard", armed).await;
+    let heard_elsewhere = tokio::time::timeout(Duration::from_millis(200), quiet).await;
+    assert!(heard_elsewhere.is_err(), "another group's watch heard this group");
+}
+
 /// A group's listing shows the locks and semaphores held in it, each once,
 /// and none once they are let go.
 pub async fn list_shows_a_groups_held_locks(h: &Harness) {
