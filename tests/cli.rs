@@ -508,11 +508,11 @@ on_servers! { an_aimed_act_spares_a_holder_that_came_in_since:
     "zookeeper" an_aimed_act_on_zookeeper dlock_testkit::fixtures::zookeeper::ZooKeeper,
 }
 
-/// After a process crashed holding many locks: `release --force` with
-/// `--label` and `--prefix` forces out exactly the holds they pick, each
-/// only while it is the hold that was listed; `--dry-run` shows them and
-/// forces none; the same process's other locks and another process's
-/// locks stay held.
+/// After a process crashed holding many locks and a permit: `release
+/// --force` with `--label` and `--prefix` forces out exactly the holds they
+/// pick, each only while it is the hold that was listed; `--dry-run` shows
+/// them and forces none; the same process's other locks and another
+/// process's locks and permit stay held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_release_forces_out_exactly_the_holds_it_picks() {
     let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
@@ -536,6 +536,9 @@ async fn a_bulk_release_forces_out_exactly_the_holds_it_picks() {
     let jobs = take(&crashed, (0..300).map(|i| format!("job/{i}")).collect()).await;
     let reports = take(&crashed, (0..10).map(|i| format!("report/{i}")).collect()).await;
     let others = take(&other, (300..305).map(|i| format!("job/{i}")).collect()).await;
+    let pool = |registry: &Registry| registry.locks("order").semaphore("job/pool", 2).with_lease(lease);
+    let crashed_permit = pool(&crashed).acquire().await.expect("a permit");
+    let other_permit = pool(&other).acquire().await.expect("a permit");
     let picked = [
         "release", "--force", "order", "--label", "worker 3", "--prefix", "job/",
     ];
@@ -543,25 +546,34 @@ async fn a_bulk_release_forces_out_exactly_the_holds_it_picks() {
     let dry = dlock(&path, &[&picked[..], &["--dry-run", "--json"]].concat());
     assert_eq!(dry.status.code(), Some(0), "{dry:?}");
     let views: Vec<serde_json::Value> = serde_json::from_slice(&dry.stdout).expect("json");
-    assert_eq!(views.len(), 300);
+    assert_eq!(views.len(), 301);
+    assert!(
+        views
+            .iter()
+            .all(|v| v["holders"].as_array().map(Vec::len) == Some(1))
+    );
     assert!(views.iter().all(|v| v["holders"][0]["label"] == "worker 3"));
     assert!(jobs.iter().all(|g| !g.is_lost()), "a dry run forced a holder out");
 
     let forced = dlock(&path, &picked);
     assert_eq!(forced.status.code(), Some(0), "{forced:?}");
     let printed = stdout(&forced);
-    assert_eq!(printed.lines().count(), 301, "{printed}");
+    assert_eq!(printed.lines().count(), 302, "{printed}");
     assert_eq!(
         printed.lines().last(),
-        Some("forced out 300 holder(s) of 300 lock(s)")
+        Some("forced out 301 holder(s) of 301 lock(s)")
     );
     let listed = crashed.locks("order").list().await.expect("list");
     let mut held: Vec<&str> = listed.iter().map(|v| v.name.as_str()).collect();
     held.sort_unstable();
     let mut kept: Vec<String> = (0..10).map(|i| format!("report/{i}")).collect();
     kept.extend((300..305).map(|i| format!("job/{i}")));
+    kept.push("job/pool".into());
     kept.sort_unstable();
     assert_eq!(held, kept);
+    let pool_view = listed.iter().find(|v| v.name == "job/pool").expect("the pool");
+    let owners: Vec<_> = pool_view.holders.iter().map(|h| h.owner.clone()).collect();
+    assert_eq!(owners, [Some(other_permit.owner_digest())], "{pool_view:?}");
 
     let again = dlock(&path, &picked);
     assert_eq!(again.status.code(), Some(3), "nothing left to pick: {again:?}");
@@ -570,7 +582,7 @@ async fn a_bulk_release_forces_out_exactly_the_holds_it_picks() {
         &["release", "--force", "order", "--label", "x", "--if-fence", "1"],
     );
     assert_eq!(mixed.status.code(), Some(2), "{mixed:?}");
-    drop((jobs, reports, others));
+    drop((jobs, reports, others, crashed_permit, other_permit));
 }
 
 /// Lines of JSON a command prints as it goes, read on a thread of their own.

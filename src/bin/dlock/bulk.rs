@@ -25,7 +25,7 @@ pub struct Bulk {
     /// Every hold of this owner digest.
     #[arg(long, value_name = "DIGEST")]
     pub owner: Option<String>,
-    /// Every hold of a lock whose name starts with PREFIX.
+    /// Every hold of a lock or semaphore whose name starts with PREFIX.
     #[arg(long)]
     pub prefix: Option<String>,
     /// Show the holds it would force out, and force out none.
@@ -39,16 +39,16 @@ impl Bulk {
         self.label.is_some() || self.owner.is_some() || self.prefix.is_some()
     }
 
-    /// The views of locks in `views` with the holds picked, and no others.
-    /// Only dlock's holds of locks: another client's hold has no owner to
-    /// check the act against, and a permit cannot be forced out.
+    /// The views of locks and semaphores in `views` with the holds picked,
+    /// and no others. Only dlock's holds: another client's hold has no
+    /// owner to check the act against.
     pub fn picked(&self, views: Vec<LockView>) -> Vec<LockView> {
         let named = |view: &LockView| {
             self.prefix
                 .as_ref()
                 .is_none_or(|p| view.name.starts_with(p.as_str()))
         };
-        let views = views.into_iter().filter(|v| v.permits.is_none() && named(v));
+        let views = views.into_iter().filter(named);
         let picked = views.map(|mut view| {
             view.waiters.clear();
             view.holders.retain(|h| {
@@ -62,20 +62,28 @@ impl Bulk {
     }
 }
 
-/// Forces out each hold of `picked`, only while it is the hold that was
-/// listed (its fence and owner), [`IN_FLIGHT`] at a time: what each act
-/// reached, or why it failed, in the order of `picked`.
+/// Forces out each hold of `picked` (a lock's, or a semaphore's permit),
+/// only while it is the hold that was listed (its fence and owner),
+/// [`IN_FLIGHT`] at a time: what each act reached, or why it failed, in
+/// the order of `picked`.
 pub async fn release(registry: &Registry, picked: Vec<LockView>, by: &str) -> Vec<Result<Acted, Error>> {
     let acts = picked.into_iter().flat_map(|view| {
         let lock = registry.locks(&view.group).get(view.name.clone()).by(by);
+        let semaphore = view
+            .permits
+            .map(|n| registry.locks(&view.group).semaphore(view.name.clone(), n).by(by));
         view.holders.into_iter().map(move |holder| {
-            let (lock, whole) = (lock.clone(), format!("{}/{}", view.group, view.name));
+            let (lock, semaphore) = (lock.clone(), semaphore.clone());
+            let whole = format!("{}/{}", view.group, view.name);
             async move {
                 let only = Only {
                     fence: holder.fence,
                     owner: holder.owner,
                 };
-                let forced = lock.force_release_only(&only).await?;
+                let forced = match semaphore {
+                    Some(semaphore) => semaphore.force_release_only(&only).await?,
+                    None => lock.force_release_only(&only).await?,
+                };
                 Ok(Acted {
                     lock: whole,
                     reached: Reached::ForcedOut(forced),
@@ -112,7 +120,11 @@ pub fn report(acts: Vec<Result<Acted, Error>>, json: bool) -> ExitCode {
             }
             .to_string()
         });
-        let locks = done.iter().filter(|acted| acted.holders() > 0).count();
+        let reached = done.iter().filter(|acted| acted.holders() > 0);
+        let locks = reached
+            .map(|acted| &acted.lock)
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         let total = format!("forced out {forced} holder(s) of {locks} lock(s)");
         writeln!(out, "{}", lines.chain([total]).collect::<Vec<_>>().join("\n"))
     };
