@@ -3,7 +3,8 @@
 //! renders, that a lock's name stays text, and the release button; and a
 //! semaphore's holders, each with its slot. Against Redis too: the page at
 //! `/dlock/`, the names `.` and `..` released, a 65,000-byte name, Redis
-//! down and back, counts, pages and the filter, and 10,000 locks measured.
+//! down and back, counts, pages and the filter, and 10,000 locks measured;
+//! on a memory engine, the lease and last renewal it shows.
 //! `ADMIN_PAGE_SCREENSHOT=1 cargo test --features admin,redis --test admin`
 //! rewrites the README's picture, docs/admin-page.png.
 
@@ -206,6 +207,34 @@ async fn the_page_answers_with_and_without_a_trailing_slash() {
         browser.goto(&format!("{}{path}", site.url)).await;
         row_until(&browser, Duration::from_secs(10), |row| row["name"] == "order-42").await;
     }
+    browser.close().await;
+    held.release().await.expect("release");
+}
+
+/// Where the engine shows renewals (memory here), a holder's lease cell
+/// says of how long a lease, and when it was last renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_lease_and_the_last_renewal_where_the_engine_keeps_them() {
+    let engine = std::sync::Arc::new(dlock::engines::memory::MemoryEngine::new());
+    let settings = dlock::Settings {
+        lease: Duration::from_secs(30),
+        ..dlock::Settings::default()
+    };
+    let registry = Registry::with_engine("main", engine, settings).expect("registry");
+    let app = axum::Router::new().nest_service("/dlock", Admin::new(&registry).groups(["ops"]).router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/dlock", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let held = registry.locks("ops").get("renewed").lock().await.expect("lock");
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&url).await;
+    let row = row_until(&browser, Duration::from_secs(10), |row| row["name"] == "renewed").await;
+    let lease = row["lease"].as_str().expect("the lease cell");
+    let (left, renewed) = lease
+        .split_once(" of 30.0s, renewed ")
+        .unwrap_or_else(|| panic!("{lease}"));
+    assert!(left.ends_with('s') && renewed.ends_with(" ago"), "{lease}");
     browser.close().await;
     held.release().await.expect("release");
 }
