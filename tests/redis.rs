@@ -301,9 +301,50 @@ async fn a_listing_shows_every_lock_as_inspect_does() {
                 .or_else(|_| y.duration_since(x))
                 .expect("apart");
             assert!(apart < Duration::from_secs(1), "{x:?} and {y:?}");
-            a.lease_ends = b.lease_ends;
+            (a.lease_ends, a.renewed) = (b.lease_ends, b.renewed);
         }
         assert_eq!(view, inspected);
+    }
+}
+
+/// A record tells the lease its hold asked for, and the renewal that set
+/// its deadline: a lone writer's (read from its gate), a reader's (from
+/// the readers' set), each moving with a renewal and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_shows_the_lease_and_the_renewal_that_set_its_end() {
+    let server = start();
+    let engine = RedisEngine::connect("redis", &config(&server))
+        .await
+        .expect("connect");
+    let lease = Duration::from_secs(20);
+    for (name, mode) in [("lone", Mode::Write), ("read", Mode::Read)] {
+        let holder = request("renewed", name, mode, lease, false);
+        assert!(matches!(engine.acquire(&holder).await, Ok(Poll::Held(_))));
+        let renewed = async || {
+            let view = engine.inspect(&holder.key, None).await.expect("inspect");
+            let [record] = view.holders.as_slice() else {
+                panic!("{view:?}")
+            };
+            assert_eq!(record.lease, Some(lease), "{view:?}");
+            record.renewed.expect("a renewal")
+        };
+        let granted = renewed().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A lone writer's deadline is the gate's PTTL read against the
+        // server's clock: the same to a millisecond or two.
+        let again = renewed().await;
+        let moved = again.duration_since(granted).unwrap_or_default();
+        assert!(
+            moved <= Duration::from_millis(5),
+            "{name}: moved {moved:?}, unrenewed"
+        );
+        assert_eq!(
+            engine.renew(&holder).await.expect("renew"),
+            dlock::kit::Renewal::Held
+        );
+        let later = renewed().await.duration_since(granted).unwrap_or_default();
+        assert!(later >= Duration::from_millis(50), "{name}: renewed {later:?} on");
+        assert!(engine.release(&holder).await.expect("release"));
     }
 }
 

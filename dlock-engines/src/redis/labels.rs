@@ -62,6 +62,13 @@ pub(crate) struct Labels {
 }
 
 impl Labels {
+    /// What a request's record carries as its label: the reference, then
+    /// its lease in hex ms, so that a reader tells the renewal that set
+    /// the hold's deadline ([`records::tagged`](super::records::tagged)).
+    pub fn tag(&self, lease_ms: u64) -> String {
+        format!("{} {lease_ms:x}", self.reference)
+    }
+
     /// Registers `label` and keeps it registered.
     pub async fn register(connection: &Connection, label: &str) -> redis::RedisResult<Labels> {
         let reference = reference(label);

@@ -294,7 +294,7 @@ impl RedisEngine {
         // ends and the slot it granted.
         let (answer, expires, slot): (i64, i64, i64) = match permits {
             Some(n) => {
-                let args = (owner, "acquire", n, lease, join, &self.id, &self.labels.reference);
+                let args = (owner, "acquire", n, lease, join, &self.id, self.labels.tag(lease));
                 self.eval(&self.scripts.semaphore, &record, args).await
             }
             None => {
@@ -302,7 +302,7 @@ impl RedisEngine {
                     dlock_core::Mode::Write => "w",
                     dlock_core::Mode::Read => "r",
                 };
-                let args = (owner, mode, lease, join, &self.id, &self.labels.reference);
+                let args = (owner, mode, lease, join, &self.id, self.labels.tag(lease));
                 self.eval(&self.scripts.acquire, &record, args)
                     .await
                     .map(|fence| (fence, -1, -1))
@@ -628,6 +628,10 @@ impl Semaphores for RedisEngine {
 #[async_trait]
 impl Inspect for RedisEngine {
     fn shows_fences(&self) -> bool {
+        true
+    }
+
+    fn shows_renewals(&self) -> bool {
         true
     }
 

@@ -39,7 +39,32 @@ pub(crate) fn labels(read: &Read) -> impl Iterator<Item = &str> {
         Read::Script((_, entries)) => (&entries[..], None),
         Read::Gate(lone) => (&[][..], lone.as_ref().map(|(value, _)| part(value, LABEL))),
     };
-    entries.iter().map(|entry| entry.6.as_str()).chain(lone)
+    let tagged = entries.iter().map(|entry| entry.6.as_str()).chain(lone);
+    tagged.map(|field| self::tagged(field).0)
+}
+
+/// A record's label field: the label's reference, then since this dlock
+/// the hold's lease in hex ms (`Ab3xYz 7530`); an older dlock's has the
+/// reference alone.
+pub(crate) fn tagged(field: &str) -> (&str, Option<Duration>) {
+    match field.split_once(' ') {
+        Some((reference, lease)) => (reference, hex(lease).map(Duration::from_millis)),
+        None => (field, None),
+    }
+}
+
+/// A holder's record with its lease's end, and where the record tells its
+/// lease, the renewal that set that end. A hold kept past its release
+/// (`hold_at_least`) ends later than a renewal of its lease would set:
+/// it shows no renewal rather than one still to come.
+fn leased(record: HolderRecord, ends: Option<SystemTime>, lease: Option<Duration>) -> HolderRecord {
+    match (ends, lease) {
+        (Some(ends), Some(lease)) if ends <= SystemTime::now() + lease => record.leased(ends, lease),
+        (ends, _) => HolderRecord {
+            lease_ends: ends,
+            ..record
+        },
+    }
 }
 
 /// The view of `key` from `read`, its label references read in `labels`;
@@ -68,18 +93,19 @@ pub(crate) fn view(
     };
     for (role, mode, owner, fence, since, ends, label, slot) in entries {
         let mode = if mode == "r" { Mode::Read } else { Mode::Write };
-        let (label, since, owner) = common(labels, &owner, &since, &label);
+        let (reference, lease) = tagged(&label);
+        let (label, since, owner) = common(labels, &owner, &since, reference);
         if role == "h" {
-            view.holders.push(HolderRecord {
+            let record = HolderRecord {
                 label,
                 mode,
                 fence: hex(&fence),
                 since,
-                lease_ends: hex(&ends).map(at),
                 owner,
                 slot: slot.parse().ok(),
                 ..HolderRecord::default()
-            });
+            };
+            view.holders.push(leased(record, hex(&ends).map(at), lease));
         } else {
             view.waiters.push(WaiterRecord {
                 label,
@@ -97,16 +123,17 @@ pub(crate) fn view(
 
 /// The record of a lone writer holding until `deadline`, from its gate.
 fn lone_writer(gate: &str, deadline: u64, labels: &HashMap<String, String>) -> HolderRecord {
-    let (label, since, owner) = common(labels, part(gate, WRITER), part(gate, SINCE), part(gate, LABEL));
-    HolderRecord {
+    let (reference, lease) = tagged(part(gate, LABEL));
+    let (label, since, owner) = common(labels, part(gate, WRITER), part(gate, SINCE), reference);
+    let record = HolderRecord {
         label,
         mode: Mode::Write,
         fence: hex(part(gate, FENCE)),
         since,
-        lease_ends: Some(at(deadline)),
         owner,
         ..HolderRecord::default()
-    }
+    };
+    leased(record, Some(at(deadline)), lease)
 }
 
 /// What holders' and waiters' records share: the label, the grant or
