@@ -408,11 +408,12 @@ impl List for PostgresEngine {
 
 #[async_trait]
 impl Control for PostgresEngine {
-    /// Asked under the key the hold was on: a permit's, its slot's.
+    /// Asked under the key the hold was on: a permit's (the only hold with
+    /// a slot), its slot's.
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        let key = match (req.kind.permits(), req.slot) {
-            (Some(_), Some(slot)) => permits::Keys::of(&req.key).slot(slot),
-            _ => advisory_key(&req.key),
+        let key = match req.slot {
+            Some(slot) => permits::Keys::of(&req.key).slot(slot),
+            None => advisory_key(&req.key),
         };
         control::forced_out(&self.pool, key, req.owner).await
     }

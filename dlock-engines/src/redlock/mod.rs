@@ -668,11 +668,11 @@ impl List for RedLockEngine {
 #[async_trait]
 impl Control for RedLockEngine {
     /// Any master that noted it: the note is written only by force, beside
-    /// the lock's key, or a permit's slot key.
+    /// the lock's key, or a permit's (the only hold with a slot) slot key.
     async fn forced_out(&self, req: &Request) -> Result<bool, EngineError> {
-        let key = match (req.kind.permits(), req.slot) {
-            (Some(_), Some(slot)) => permits::Keys::of(&req.key).slot(slot),
-            _ => keys::prefix(&req.key),
+        let key = match req.slot {
+            Some(slot) => permits::Keys::of(&req.key).slot(slot),
+            None => keys::prefix(&req.key),
         };
         let owner = req.owner.to_string();
         let answers = self
