@@ -22,9 +22,9 @@ const BURST: Duration = Duration::from_millis(20);
 
 /// Reads `target` (GROUP, or GROUP/NAME, its semaphore with `permits`)
 /// at each change the engine's watch hears and every `every`, and prints
-/// each change, until stdout closes. An engine
-/// unreachable at the start is an error; later, it is said once on stderr,
-/// and the changes meanwhile come when it answers again.
+/// each change, until stdout closes. An engine unreachable at the start
+/// is an error; later, it is said once on stderr, and the changes
+/// meanwhile come when it answers again.
 pub async fn run(
     registry: &Registry,
     target: &str,
@@ -45,7 +45,8 @@ pub async fn run(
         None => locks.list().await,
     };
     // Armed before each read, so no change falls between a read and the
-    // wait after it; `None` once the engine says it has no watch.
+    // wait after it; `native` turns false once the engine says it has no
+    // watch of its own.
     let mut native = true;
     let arm = async |native: &mut bool| {
         let heard = match native {
