@@ -7,7 +7,7 @@
 //! renewed the lease, that end less the TTL. A permit holder's slot is the
 //! slot key naming its key (`slots.rs`), read at the same revision.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 use dlock_core::kit::{EngineError, OwnerId, percent_unescape};
@@ -50,7 +50,7 @@ pub(crate) async fn inspect(
         }
         None => Vec::new(),
     };
-    let leases = leases(session, &kvs).await?;
+    let leases = leases(session, kvs.iter().map(KeyValue::lease)).await?;
     Ok(view(
         key,
         permits,
@@ -60,16 +60,15 @@ pub(crate) async fn inspect(
     ))
 }
 
-/// When each lease under `kvs` ends, and its granted TTL: one call per
-/// lease, and the keys of one process share its session's.
+/// When each lease ends, and its granted TTL, by lease id.
 type Leases = HashMap<i64, (SystemTime, Duration)>;
 
-async fn leases(session: &Session, kvs: &[KeyValue]) -> Result<Leases, EngineError> {
+/// The leases `ids` name (0: none), one call each: the keys of one
+/// process share its session's.
+async fn leases(session: &Session, ids: impl Iterator<Item = i64>) -> Result<Leases, EngineError> {
+    let ids: BTreeSet<i64> = ids.filter(|&id| id != 0).collect();
     let mut leases = Leases::new();
-    for id in kvs.iter().map(KeyValue::lease).filter(|&id| id != 0) {
-        if leases.contains_key(&id) {
-            continue;
-        }
+    for id in ids {
         if let Some((granted, left)) = session.lease_left(id).await? {
             leases.insert(id, (SystemTime::now() + left, granted));
         }
@@ -148,8 +147,7 @@ pub(crate) async fn list(session: &Session, root: &str, group: &str) -> Result<V
     // `<name>%slots` beside `<name>%permits`: a semaphore's slot keys.
     let (slot_keys, mut by_lock): (BTreeMap<_, _>, BTreeMap<_, _>) =
         by_lock.into_iter().partition(|(lock, _)| lock.ends_with(SLOTS));
-    let every: Vec<KeyValue> = by_lock.values().flatten().cloned().collect();
-    let leases = leases(session, &every).await?;
+    let leases = leases(session, by_lock.values().flatten().map(KeyValue::lease)).await?;
     let views = by_lock.iter_mut().filter_map(|(lock, kvs)| {
         kvs.sort_by_key(KeyValue::create_revision);
         let slots = format!("{}{SLOTS}", lock.strip_suffix(PERMITS).unwrap_or(lock));

@@ -228,15 +228,16 @@ impl Holds<'_> {
             if state.grantable(req.owner, req.mode) {
                 state.queue.remove(req.owner);
                 *last_fence += 1;
+                let granted = SystemTime::now();
                 let holder = Holder {
                     owner: req.owner,
                     mode: req.mode,
                     fence: *last_fence,
                     slot: state.permits.map(|_| state.free_slot()),
-                    since: SystemTime::now(),
+                    since: granted,
                     expires: now + req.lease,
                     lease: req.lease,
-                    renewed: SystemTime::now(),
+                    renewed: granted,
                     revoked: false,
                 };
                 match (req.mode, state.permits) {

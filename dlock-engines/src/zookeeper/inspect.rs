@@ -138,13 +138,13 @@ pub(super) async fn gather(
     Ok(found)
 }
 
-/// The children of each of `dirs`; none for a path that is gone.
 /// The node of `group` under `root`, as the locks' paths escape it.
 pub(super) fn group_dir(root: &str, group: &str) -> Result<String, EngineError> {
     let probe = LockKey::new(group, "-").map_err(EngineError::failed)?.path(root);
     Ok(probe[..probe.len() - "/-".len()].to_owned())
 }
 
+/// The children of each of `dirs`; none for a path that is gone.
 pub(super) async fn read_children(
     session: &Session,
     sync: Option<&str>,
