@@ -976,11 +976,15 @@ impl Watch for EtcdEngine {
     async fn watch(&self, group: &str) -> Result<Changed, EngineError> {
         let prefix = records::group_prefix(&self.root, group)
             .ok_or_else(|| EngineError::failed("not a group dlock can name"))?;
-        let mut watch = (self.watches.watch(prefix.into_bytes(), true, false).await)
-            .ok_or_else(|| EngineError::failed("the watch stream broke"))?;
-        Ok(Box::pin(async move {
-            watch.changed().await;
-        }))
+        match self.watches.watch(prefix.into_bytes(), true, false).await {
+            Some(mut watch) => Ok(Box::pin(async move {
+                watch.changed().await;
+            })),
+            // The stream broke (a leader lost, say): the engine can tell no
+            // longer, so the caller reads again, after a pause, and the
+            // next watch opens a new stream.
+            None => Ok(Box::pin(tokio::time::sleep(Duration::from_millis(50)))),
+        }
     }
 }
 

@@ -734,11 +734,16 @@ impl Watch for ZooKeeperEngine {
     async fn watch(&self, group: &str) -> Result<Changed, EngineError> {
         let session = self.sessions.live().await?;
         let dir = inspect::group_dir(&self.root, group)?;
-        let mut watcher = (session
+        let watched = session
             .client
             .watch(&dir, AddWatchMode::PersistentRecursive)
-            .await)
-            .map_err(|e| session.failed(e))?;
+            .await;
+        // A watch the server could not set now (a connection lost, say):
+        // the engine can tell no longer, so the caller reads again, after
+        // a pause, and sets the next one.
+        let Ok(mut watcher) = watched else {
+            return Ok(Box::pin(tokio::time::sleep(Duration::from_millis(50))));
+        };
         // One event, then dropped: a second `changed` after a session's
         // end would panic.
         Ok(Box::pin(async move {

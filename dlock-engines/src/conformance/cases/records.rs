@@ -168,13 +168,13 @@ pub async fn records_never_show_an_owner_id(h: &Harness) {
 }
 
 /// A watch on the group, armed before each step, hears a hold begin, a
-/// waiter join, the hold end and the next begin, each before the
-/// step's listing is read; one on another group hears none of them.
+/// waiter join, the hold end and the next begin; one on another group
+/// hears none of them. (A watch may also resolve when its engine can tell
+/// no longer, a leader lost, say: another group's watch that resolved is
+/// armed again, and must keep quiet through the next hold.)
 pub async fn a_watch_hears_each_hold_begin_and_end(h: &Harness) {
     let (locks, peer) = (h.registry.locks(&h.group), h.peer.locks(&h.group));
-    let elsewhere = h.peer.locks(&format!("{}-other", h.group));
     let lock = locks.get("watched").with_lease(LONG_LEASE);
-    let quiet = elsewhere.watch().await.expect("a watch on another group");
     let heard = async || peer.watch().await.expect("a watch");
     let armed = heard().await;
     let guard = lock.lock().await.expect("lock");
@@ -194,8 +194,21 @@ pub async fn a_watch_hears_each_hold_begin_and_end(h: &Harness) {
     let armed = heard().await;
     next.release().await.expect("release");
     within(LONG_LEASE, "the last release heard", armed).await;
-    let heard_elsewhere = tokio::time::timeout(Duration::from_millis(200), quiet).await;
-    assert!(heard_elsewhere.is_err(), "another group's watch heard this group");
+
+    let elsewhere = h.peer.locks(&format!("{}-other", h.group));
+    for attempt in 1.. {
+        let quiet = elsewhere.watch().await.expect("a watch on another group");
+        let guard = lock.lock().await.expect("lock");
+        guard.release().await.expect("release");
+        let heard_elsewhere = tokio::time::timeout(Duration::from_millis(200), quiet).await;
+        if heard_elsewhere.is_err() {
+            break;
+        }
+        assert!(
+            attempt < 3,
+            "another group's watch heard this group, {attempt} times"
+        );
+    }
 }
 
 /// A group's listing shows the locks and semaphores held in it, each once,
