@@ -353,28 +353,38 @@ pub fn sweep() -> String {
     format!("DELETE FROM dlock_queue WHERE expires < {NOW} - INTERVAL 1 SECOND LIMIT 1000")
 }
 
+/// How long a statement the server keeps rolling back is tried again.
+/// Takers of one semaphore deadlock by design (each reads the range under
+/// shared locks, then inserts into it), so under 32 contenders on a busy
+/// machine a victim can lose dozens of times running; a count of tries
+/// gave up after 210 ms (the fault suite's flash sale of permits).
+const ROLLED_BACK_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs one statement; one the server rolled back for a reason of its own
 /// (a deadlock, a lock wait, a failed read of the AUTO_INCREMENT counter)
-/// is run again. Rows affected, and the ticket of an inserted row.
+/// is run again, for up to [`ROLLED_BACK_FOR`]. Rows affected, and the
+/// ticket of an inserted row.
 pub async fn exec(
     conn: &mut Conn,
     statement: &str,
     params: Vec<Value>,
 ) -> Result<(u64, Option<u64>), EngineError> {
-    let mut attempts: u64 = 0;
+    let started = std::time::Instant::now();
+    let mut ceiling = std::time::Duration::from_millis(1);
     loop {
         match conn.exec_drop(statement, params.clone()).await {
             Ok(()) => return Ok((conn.affected_rows(), conn.last_insert_id())),
             // 1213: chosen as a deadlock victim, rolled back; 1205: lock
             // wait timeout; 1467: InnoDB could not read the counter (seen
             // once on MariaDB 10.11 under the full suite), nothing written.
-            Err(mysql_async::Error::Server(e)) if [1213, 1205, 1467].contains(&e.code) && attempts < 20 => {
-                attempts += 1;
-                // Apart, and more so each time: victims retried at once
-                // meet again (16 permit requests on one semaphore
-                // deadlocked a release 9 times running).
-                let spread = (dlock_core::kit::OwnerId::random().as_u128() % 1000) as u64;
-                tokio::time::sleep(std::time::Duration::from_micros(attempts * (500 + spread))).await;
+            Err(mysql_async::Error::Server(e))
+                if [1213, 1205, 1467].contains(&e.code) && started.elapsed() < ROLLED_BACK_FOR =>
+            {
+                // A random pause below a ceiling that doubles up to 64 ms:
+                // victims retried at once, or in step, meet again.
+                let pause = dlock_core::kit::OwnerId::random().as_u128() % ceiling.as_micros();
+                tokio::time::sleep(std::time::Duration::from_micros(pause as u64)).await;
+                ceiling = (ceiling * 2).min(std::time::Duration::from_millis(64));
             }
             Err(e) => return Err(EngineError::failed(e)),
         }
