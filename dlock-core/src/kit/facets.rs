@@ -138,6 +138,13 @@ pub trait Watch: Send + Sync {
 /// Resolves at a change (see [`Watch`]).
 pub type Changed = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// What a [`Watch`] answers when it cannot listen now (its stream broke,
+/// its server could not set it): resolves after a short pause, so the
+/// caller reads again and watches anew, not at once and in a loop.
+pub fn unwatched() -> Changed {
+    Box::pin(tokio::time::sleep(Duration::from_millis(50)))
+}
+
 /// An operator's hand on a semaphore's holders, as [`Control`] is on a
 /// lock's: force release and revoke, of every permit's holder or of those
 /// an [`Only`] names. A permit forced out learns it as a lock's holder

@@ -71,6 +71,7 @@ pub use engine::{
 };
 pub use facets::{
     Changed, Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, PermitControl, Semaphores, Watch,
+    unwatched,
 };
 pub use kinds::Kinds;
 pub use request::{Kind, OwnerId, Request, RequestState};

@@ -980,10 +980,9 @@ impl Watch for EtcdEngine {
             Some(mut watch) => Ok(Box::pin(async move {
                 watch.changed().await;
             })),
-            // The stream broke (a leader lost, say): the engine can tell no
-            // longer, so the caller reads again, after a pause, and the
-            // next watch opens a new stream.
-            None => Ok(Box::pin(tokio::time::sleep(Duration::from_millis(50)))),
+            // The stream broke (a leader lost, say): the next watch opens
+            // a new one.
+            None => Ok(dlock_core::kit::unwatched()),
         }
     }
 }

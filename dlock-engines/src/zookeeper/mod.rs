@@ -739,10 +739,9 @@ impl Watch for ZooKeeperEngine {
             .watch(&dir, AddWatchMode::PersistentRecursive)
             .await;
         // A watch the server could not set now (a connection lost, say):
-        // the engine can tell no longer, so the caller reads again, after
-        // a pause, and sets the next one.
+        // the next one is set again.
         let Ok(mut watcher) = watched else {
-            return Ok(Box::pin(tokio::time::sleep(Duration::from_millis(50))));
+            return Ok(dlock_core::kit::unwatched());
         };
         // One event, then dropped: a second `changed` after a session's
         // end would panic.
