@@ -151,12 +151,24 @@ impl Election {
                     if let Err(error) = term.resign().await {
                         tracing::warn!(group = self.group(), election = self.name(), %error, "stepping down");
                     }
+                    self.behind_the_waiting().await;
                 }
                 done = work(term.number()) => {
                     term.resign().await?;
                     return Ok(done);
                 }
             }
+        }
+    }
+
+    /// After stepping down: with no queue on the server, a candidate that
+    /// campaigned again at once would win the race it just left, so it
+    /// waits two of the longest pauses between polls, in which every
+    /// candidate already waiting tries.
+    async fn behind_the_waiting(&self) {
+        let group = &self.lock.group;
+        if group.capabilities.fairness == crate::kit::Fairness::None {
+            tokio::time::sleep(group.settings.poll.max_interval() * 2).await;
         }
     }
 
