@@ -298,8 +298,12 @@ pub fn hand_over(user: Option<(u32, u32)>, paths: &[&std::path::Path]) {
 /// of test processes that are gone are removed first: a server kept in a
 /// `static` is killed by its watcher, but nothing removes its directory.
 pub fn server_dir(prefix: &str, port: u16) -> std::path::PathBuf {
-    let tmp = std::env::temp_dir();
-    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+    server_dir_in(&std::env::temp_dir(), prefix, port)
+}
+
+/// [`server_dir`] under `tmp` instead of the temporary directory.
+pub fn server_dir_in(tmp: &Path, prefix: &str, port: u16) -> std::path::PathBuf {
+    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
         let name = entry.file_name();
         let Some(rest) = name
             .to_str()
