@@ -260,6 +260,7 @@
 //! | `postgres` | `postgres` | PostgreSQL advisory locks | yes |
 //! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ | yes |
 //! | `memcached` | `memcached` | memcached | yes, no queue |
+//! | `dynamodb` | `dynamodb` (a heavy build: the AWS SDK) | Amazon DynamoDB | yes, no queue |
 //!
 //! Each module of [`engines`] documents its engine's settings and how it
 //! keeps its promises. A config naming a kind this build leaves out fails
@@ -298,6 +299,7 @@
 //! | `memory`, `redis` (and cluster, sentinel), `postgres`, `mysql` | read write, fifo, fence strict, ends with lease |
 //! | `zookeeper`, `etcd` | read write, fifo, fence strict, ends with session |
 //! | `memcached` | write only, no queue, fence best effort, ends with lease, lease unit 1s |
+//! | `dynamodb` | read write, no queue, fence strict, ends with lease |
 //! | `redlock` | write only, no queue, fence best effort (none with `fence = false`), ends with lease |
 //!
 //! A fencing token protects storage only if storage checks it: pass

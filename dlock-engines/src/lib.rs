@@ -68,6 +68,7 @@ macro_rules! engines {
 }
 
 engines! {
+    dynamodb "dynamodb" ["dynamodb"],
     etcd "etcd" ["etcd"],
     memcached "memcached" ["memcached"],
     memory "memory" ["memory"],

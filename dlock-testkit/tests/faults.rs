@@ -99,55 +99,62 @@ mod redis_sentinel_failover {
     }
 }
 
+/// A holder whose clock runs 2 h behind keeps its lock for as long as it
+/// holds it; one 2 h ahead, killed, frees it within its lease. Were any
+/// expiry computed from the client's clock, the first would lose its lock
+/// at once and the second would keep it for 2 h.
+fn clients_hours_off<F: dlock_testkit::Breakable>() {
+    let setup = Setup::<F>::start(&dlock_testkit::paths!(), "clock");
+    let (path, store) = setup.store("clock");
+    let config = setup.config("30s");
+
+    let behind = setup.worker_with_clock("-2h", &config, &path, &["--hold-ms", "2500"]);
+    behind.entered(LONG);
+    let started = Instant::now();
+    let waiter = setup.worker_on(&config, &path, &[]);
+    waiter.entered(LONG);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2000),
+        "the lagging holder lost its lock after {waited:?}"
+    );
+    assert_eq!(behind.finish(LONG).bought, 1);
+    assert_eq!(waiter.finish(LONG).bought, 1);
+
+    let ahead = setup.worker_with_clock("+2h", &config, &path, &["--hold-ms", "60000"]);
+    ahead.entered(LONG);
+    let waiter = setup.worker_on(&config, &path, &[]);
+    waiter.ready(LONG);
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    ahead.signal("-KILL");
+    waiter.entered(LONG);
+    let freed = killed.elapsed();
+    let (bound, _) = setup.fixture.frees_dead_holder_within();
+    assert!(
+        freed < bound,
+        "the killed holder whose clock ran ahead kept the lock {freed:?}"
+    );
+    assert_eq!(waiter.finish(LONG).bought, 1);
+    assert_eq!(store.report().overlaps, 0);
+}
+
 #[cfg(feature = "mysql")]
 mod mysql_clocks {
-    use std::time::{Duration, Instant};
-
-    use dlock_testkit::Breakable;
-    use dlock_testkit::fault_suite::Setup;
-    use dlock_testkit::fixtures::mysql::Mysql;
-
-    use super::LONG;
-
-    /// A holder whose clock runs 2 h behind keeps its lock for as long as it
-    /// holds it; one 2 h ahead, killed, frees it within its lease. Were any
-    /// expiry computed from the client's clock, the first would lose its lock
-    /// at once and the second would keep it for 2 h.
+    /// MySQL's lock ends with its connection: the server's own expiry.
     #[test]
     fn clients_whose_clocks_are_hours_off_get_the_servers_expiry() {
-        let setup = Setup::<Mysql>::start(&dlock_testkit::paths!(), "clock");
-        let (path, store) = setup.store("clock");
-        let config = setup.config("30s");
+        super::clients_hours_off::<dlock_testkit::fixtures::mysql::Mysql>();
+    }
+}
 
-        let behind = setup.worker_with_clock("-2h", &config, &path, &["--hold-ms", "2500"]);
-        behind.entered(LONG);
-        let started = Instant::now();
-        let waiter = setup.worker_on(&config, &path, &[]);
-        waiter.entered(LONG);
-        let waited = started.elapsed();
-        assert!(
-            waited >= Duration::from_millis(2000),
-            "the lagging holder lost its lock after {waited:?}"
-        );
-        assert_eq!(behind.finish(LONG).bought, 1);
-        assert_eq!(waiter.finish(LONG).bought, 1);
-
-        let ahead = setup.worker_with_clock("+2h", &config, &path, &["--hold-ms", "60000"]);
-        ahead.entered(LONG);
-        let waiter = setup.worker_on(&config, &path, &[]);
-        waiter.ready(LONG);
-        std::thread::sleep(Duration::from_millis(300));
-        let killed = Instant::now();
-        ahead.signal("-KILL");
-        waiter.entered(LONG);
-        let freed = killed.elapsed();
-        let (bound, _) = setup.fixture.frees_dead_holder_within();
-        assert!(
-            freed < bound,
-            "the killed holder whose clock ran ahead kept the lock {freed:?}"
-        );
-        assert_eq!(waiter.finish(LONG).bought, 1);
-        assert_eq!(store.report().overlaps, 0);
+#[cfg(feature = "dynamodb")]
+mod dynamodb_clocks {
+    /// DynamoDB has no server clock: leases are counted on each client's
+    /// monotonic clock, which the offset does not move.
+    #[test]
+    fn clients_whose_clocks_are_hours_off_count_the_same_leases() {
+        super::clients_hours_off::<dlock_testkit::fixtures::dynamodb::DynamoDb>();
     }
 }
 
