@@ -1,8 +1,9 @@
 //! DynamoDB-specific behaviour against Amazon's DynamoDB Local on loopback:
 //! throttled requests are retried and lose no hold, a missing table is
-//! made when allowed and otherwise a clear error naming it, and bad
-//! settings and an unreachable endpoint are clear errors that never show
-//! the secret.
+//! made when allowed and otherwise a clear error naming it, the capacity
+//! DynamoDB reports is counted as a metric, a table in
+//! another lock library's layout is refused, and bad settings and an
+//! unreachable endpoint are clear errors that never show the secret.
 
 #![cfg(feature = "dynamodb")]
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use dlock::engines::dynamodb::{DynamoDbConfig, DynamoDbEngine};
 use dlock::kit::ClientSettings;
 use dlock::{Error, Registry, Settings};
-use dlock_testkit::fixtures::dynamodb::{DynamoDb, Throttler};
+use dlock_testkit::fixtures::dynamodb::{Connection, DynamoDb, Throttler};
 use dlock_testkit::server::free_port;
 use dlock_testkit::{Fixture, assert_unreachable_is_a_clear_error};
 
@@ -95,6 +96,47 @@ async fn throttled_requests_are_retried_and_no_hold_is_lost() {
     assert!(throttler.throttled() > 30, "throttled {}", throttler.throttled());
 }
 
+/// Each request asks for the capacity it consumed, and the engine counts
+/// it: an uncontended lock and release are two write units, a consistent
+/// read of the lock's record one read unit.
+#[tokio::test]
+async fn each_request_counts_the_capacity_dynamodb_reports() {
+    use dlock::engines::dynamodb::CAPACITY_UNITS;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshots = recorder.snapshotter();
+    let engine = {
+        // The engine makes its counters as it connects, with this recorder.
+        let _counting = metrics::set_default_local_recorder(&recorder);
+        DynamoDbEngine::connect("ddb", &config(endpoint(), "dlock"))
+            .await
+            .expect("connect")
+    };
+    let dlock = registry(engine);
+    let lock = dlock.locks("units").get("x");
+    for _ in 0..10 {
+        lock.lock().await.expect("lock").release().await.expect("release");
+    }
+    lock.inspect().await.expect("inspect");
+    let mut spent = std::collections::BTreeMap::new();
+    for (key, _, _, value) in snapshots.snapshot().into_vec() {
+        let key = key.key();
+        assert_eq!(key.name(), CAPACITY_UNITS);
+        let kind = key
+            .labels()
+            .find(|l| l.key() == "kind")
+            .expect("kind")
+            .value()
+            .to_owned();
+        let DebugValue::Counter(units) = value else {
+            panic!("a counter")
+        };
+        spent.insert(kind, units);
+    }
+    assert_eq!(spent, [("read".to_owned(), 1), ("write".to_owned(), 20)].into());
+}
+
 /// A table that is not there is made when `create_table` allows it;
 /// without, startup fails naming the table and the permission.
 #[tokio::test]
@@ -124,6 +166,37 @@ async fn a_missing_table_is_made_when_allowed_else_a_clear_error() {
     DynamoDbEngine::connect("ddb", &refused)
         .await
         .expect("found the table");
+}
+
+/// `dynamodb-lease`, `dynamodb_lock` (delta-rs's) and AWS's Java lock client
+/// key their table by one string attribute, `key`; dlock keys its own by
+/// `pk` and `sk`, so that one `Query` lists a group. A table has one key
+/// schema, so they cannot share one: pointed at such a table, dlock
+/// refuses it at startup, naming the keys it needs, rather than write
+/// items the other library would misread.
+#[tokio::test]
+async fn a_table_in_another_lock_librarys_layout_is_refused() {
+    let table = format!("leases-{}", std::process::id());
+    let mut connection = Connection::open(&fixture().server.address()).expect("connect");
+    let (status, answer) = connection
+        .call(
+            "CreateTable",
+            &format!(
+                r#"{{"TableName":"{table}","KeySchema":[{{"AttributeName":"key","KeyType":"HASH"}}],"AttributeDefinitions":[{{"AttributeName":"key","AttributeType":"S"}}],"BillingMode":"PAY_PER_REQUEST"}}"#
+            ),
+        )
+        .expect("create the table");
+    assert_eq!(status, 200, "{answer}");
+    match DynamoDbEngine::connect("ddb", &config(endpoint(), &table)).await {
+        Err(Error::Config { field, message }) => {
+            assert_eq!(field, "engines.ddb.table");
+            assert!(
+                message.contains(&table) && message.contains("pk") && message.contains("sk"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a config error, got {:?}", other.err()),
+    }
 }
 
 #[tokio::test]

@@ -194,6 +194,7 @@ impl DynamoDbEngine {
             address: address.clone(),
             label,
             seen: Seen::default(),
+            spent: super::update::Spent::new(name, &config.table),
         };
         let checked = engine.check_table(&at, config.create_table);
         at.in_time(&address, config.client.connect_timeout, checked)

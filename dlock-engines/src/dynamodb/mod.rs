@@ -5,8 +5,8 @@
 //! `sk`, and may be shared with other data. A lock's item is `pk =
 //! <group>`, `sk = l:<name>` (`h:<hash>` for a name over 1000 bytes, its
 //! 128-bit [`LockKey::stable_hash`]); a semaphore's is `sk = s:<name>`
-//! (`t:<hash>`). Every item keeps its full name in `n`, so one `Query` on
-//! the group lists them. Each hold is an entry in its item (`item.rs`): a
+//! (`t:<hash>`). An item whose name is hashed keeps it in `n`, so one
+//! `Query` on the group lists them all by name. Each hold is an entry in its item (`item.rs`): a
 //! writer, a reader, a permit.
 //!
 //! **Leases without a server clock.** DynamoDB gives no server time to a
@@ -45,6 +45,11 @@
 //! entry, or marks it asked to let go, on the condition that its owner
 //! (and fence) are still the ones meant.
 //!
+//! **Cost.** Every request asks for the capacity it consumed, and the
+//! engine counts it in the metric [`CAPACITY_UNITS`] (labels `engine`,
+//! `table`, `kind` = `read` or `write`): an uncontended lock and release
+//! is two write units, a waiter's refused try one more.
+//!
 //! **Throttling and retries.** The SDK retries throttled requests
 //! (`ProvisionedThroughputExceededException`) with backoff, within the
 //! core's bound on each call. A grant retried after its answer was lost
@@ -82,6 +87,7 @@ use item::{Entry, FENCE, READERS, Seen, WRITER, entries, entry_value, fence_of, 
 use update::{Outcome, Update, number, number_of, text};
 
 pub use config::{DynamoDbConfig, register};
+pub use update::CAPACITY_UNITS;
 
 /// The longest name kept in a sort key as it is; longer ones are hashed.
 const MAX_SORT_NAME: usize = 1000;
@@ -95,6 +101,7 @@ pub struct DynamoDbEngine {
     /// The label each entry carries (`client_name`).
     label: String,
     seen: Seen,
+    spent: update::Spent,
 }
 
 /// An item's key.
@@ -113,6 +120,20 @@ impl Place {
         Place {
             pk: key.group().to_owned(),
             sk,
+        }
+    }
+
+    /// Whether the name is hashed into the sort key, so that the item
+    /// keeps it in `n`.
+    fn hashed(&self) -> bool {
+        self.sk.starts_with("h:") || self.sk.starts_with("t:")
+    }
+
+    /// The full name, from the sort key or, hashed, from the item.
+    fn name<'a>(&'a self, item: &'a update::Attrs) -> Option<&'a str> {
+        match self.hashed() {
+            true => item.get("n")?.as_s().ok().map(String::as_str),
+            false => self.sk.get(2..),
         }
     }
 
@@ -182,19 +203,20 @@ impl DynamoDbEngine {
         for _ in 0..2 {
             let sent = Instant::now();
             let mut update = Update::default();
-            let (e, fe, f, n) = (
+            let (e, fe, f) = (
                 update.name(entry),
                 update.name(&fence_of(entry)),
                 update.name(FENCE),
-                update.name("n"),
             );
             let value = update.value(entry_value(req, &self.label));
-            let name = update.value(text(req.key.name()));
             let (zero, one) = (update.value(number(0)), update.value(number(1)));
+            if place.hashed() {
+                let (n, name) = (update.name("n"), update.value(text(req.key.name())));
+                update.set(format!("{n} = {name}"));
+            }
             // Both read the counter as it was: the entry's fence is the new value.
             update
                 .set(format!("{e} = {value}"))
-                .set(format!("{n} = {name}"))
                 .set(format!("{fe} = if_not_exists({f}, {zero}) + {one}"))
                 .set(format!("{f} = if_not_exists({f}, {zero}) + {one}"))
                 .only_if(format!("attribute_not_exists({e})"));

@@ -42,21 +42,22 @@ pub(super) async fn list(engine: &DynamoDbEngine, group: &str) -> Result<Vec<Loc
             .expression_attribute_values(":pk", AttributeValue::S(group.to_owned()))
             .consistent_read(true)
             .set_exclusive_start_key(start)
+            .return_consumed_capacity(aws_sdk_dynamodb::types::ReturnConsumedCapacity::Total)
             .send()
             .await
             .map_err(|e| failed(e.into_service_error()))?;
+        engine.spent.reads(page.consumed_capacity());
         for found in page.items() {
             let Some(sk) = found.get("sk").and_then(|sk| sk.as_s().ok()) else {
-                continue;
-            };
-            let Some(name) = found.get("n").and_then(|n| n.as_s().ok()) else {
                 continue;
             };
             let place = Place {
                 pk: group.to_owned(),
                 sk: sk.clone(),
             };
-            views.push(view(group, name, &place, found));
+            if let Some(name) = place.name(found) {
+                views.push(view(group, name, &place, found));
+            }
         }
         start = page.last_evaluated_key;
         if start.is_none() {

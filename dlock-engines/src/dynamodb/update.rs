@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConsumedCapacity, ReturnConsumedCapacity, ReturnValue,
+    ReturnValuesOnConditionCheckFailure,
+};
 use dlock_core::kit::EngineError;
 
 use super::{DynamoDbEngine, Place, failed};
@@ -106,14 +109,21 @@ impl DynamoDbEngine {
             .set_expression_attribute_values((!update.values.is_empty()).then_some(update.values))
             .return_values(ReturnValue::UpdatedNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await;
         match sent {
-            Ok(done) => Ok(Outcome::Done(done.attributes.unwrap_or_default())),
+            Ok(done) => {
+                self.spent.writes(done.consumed_capacity());
+                Ok(Outcome::Done(done.attributes.unwrap_or_default()))
+            }
             Err(err) => match err.into_service_error() {
                 aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
                     refused,
-                ) => Ok(Outcome::Refused(refused.item.unwrap_or_default())),
+                ) => {
+                    self.spent.refused();
+                    Ok(Outcome::Refused(refused.item.unwrap_or_default()))
+                }
                 other => Err(failed(other)),
             },
         }
@@ -128,11 +138,61 @@ impl DynamoDbEngine {
             .key("pk", AttributeValue::S(place.pk.clone()))
             .key("sk", AttributeValue::S(place.sk.clone()))
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
             .map_err(|e| failed(e.into_service_error()))?;
+        self.spent.reads(read.consumed_capacity());
         Ok(read.item.unwrap_or_default())
     }
+}
+
+/// The capacity units this engine's requests consumed, as DynamoDB
+/// reported them, counted as metrics: what a user pays per request.
+pub(super) struct Spent {
+    read: metrics::Counter,
+    written: metrics::Counter,
+}
+
+/// Counts read and write capacity units, labelled by engine and table.
+pub const CAPACITY_UNITS: &str = "dlock_dynamodb_capacity_units_total";
+
+impl Spent {
+    pub fn new(engine: &str, table: &str) -> Spent {
+        let counter = |kind: &'static str| {
+            let labels = [
+                ("engine", engine.to_owned()),
+                ("table", table.to_owned()),
+                ("kind", kind.to_owned()),
+            ];
+            metrics::counter!(CAPACITY_UNITS, &labels)
+        };
+        Spent {
+            read: counter("read"),
+            written: counter("write"),
+        }
+    }
+
+    pub fn reads(&self, spent: Option<&ConsumedCapacity>) {
+        self.read.increment(units(spent));
+    }
+
+    pub fn writes(&self, spent: Option<&ConsumedCapacity>) {
+        self.written.increment(units(spent));
+    }
+
+    /// A write its condition refused: DynamoDB bills it as a write, but
+    /// reports nothing; one unit, what an item up to 1 KB costs.
+    pub fn refused(&self) {
+        self.written.increment(1);
+    }
+}
+
+/// Whole units, rounded up (a consistent read or a write is at least one).
+fn units(spent: Option<&ConsumedCapacity>) -> u64 {
+    spent
+        .and_then(ConsumedCapacity::capacity_units)
+        .map_or(0, |u| u.ceil() as u64)
 }
 
 pub(super) fn number(n: i64) -> AttributeValue {
