@@ -259,48 +259,42 @@ async fn contend(endpoint: &str, queued: bool, clients: usize, run: Duration) ->
                             .expect("read");
                         spend(units(read.consumed_capacity()));
                         let item = read.item.unwrap_or_default();
-                        let line = item.get("q").and_then(|q| q.as_l().ok()).cloned().unwrap_or_default();
+                        let line = item
+                            .get("q")
+                            .and_then(|q| q.as_l().ok())
+                            .cloned()
+                            .unwrap_or_default();
                         let first = line.first().cloned();
                         // 10 ms a place ahead in line: the next tries every 10 ms.
                         if let Some(place) = line.iter().position(|waiter| *waiter == me) {
-                            pause = Duration::from_millis(10 * (place as u64 + 1)).min(Duration::from_millis(200)) / 2;
+                            pause = Duration::from_millis(10 * (place as u64 + 1))
+                                .min(Duration::from_millis(200))
+                                / 2;
                         }
                         if first.as_ref() == Some(&me) && !item.contains_key("w") {
-                            let taken = client
-                                .update_item()
-                                .table_name(FLOOR)
-                                .key("pk", AttributeValue::S(key.into()))
-                                .update_expression("SET w = :me REMOVE q[0]")
-                                .condition_expression("q[0] = :me AND attribute_not_exists(w)")
-                                .expression_attribute_values(":me", me.clone())
-                                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                                .send()
-                                .await;
-                            match taken {
-                                Ok(done) => {
-                                    spend(units(done.consumed_capacity()));
+                            match write(
+                                &client,
+                                key,
+                                &me,
+                                "SET w = :me REMOVE q[0]",
+                                "q[0] = :me AND attribute_not_exists(w)",
+                            )
+                            .await
+                            {
+                                Some(spent) => {
+                                    spend(spent);
                                     break;
                                 }
-                                Err(_) => spend(1.0),
+                                None => spend(1.0),
                             }
                         }
                     } else {
-                        let taken = client
-                            .update_item()
-                            .table_name(FLOOR)
-                            .key("pk", AttributeValue::S(key.into()))
-                            .update_expression("SET w = :me")
-                            .condition_expression("attribute_not_exists(w)")
-                            .expression_attribute_values(":me", me.clone())
-                            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                            .send()
-                            .await;
-                        match taken {
-                            Ok(done) => {
-                                spend(units(done.consumed_capacity()));
+                        match write(&client, key, &me, "SET w = :me", "attribute_not_exists(w)").await {
+                            Some(spent) => {
+                                spend(spent);
                                 break;
                             }
-                            Err(_) => spend(1.0),
+                            None => spend(1.0),
                         }
                     }
                     tokio::time::sleep(pause).await;
@@ -315,18 +309,8 @@ async fn contend(endpoint: &str, queued: bool, clients: usize, run: Duration) ->
                     state.0 = Some(Instant::now());
                 }
                 got += 1;
-                let released = client
-                    .update_item()
-                    .table_name(FLOOR)
-                    .key("pk", AttributeValue::S(key.into()))
-                    .update_expression("REMOVE w")
-                    .condition_expression("w = :me")
-                    .expression_attribute_values(":me", me.clone())
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await
-                    .expect("release");
-                spend(units(released.consumed_capacity()));
+                let released = write(&client, key, &me, "REMOVE w", "w = :me").await;
+                spend(released.expect("release"));
             }
             got
         }));
@@ -339,6 +323,35 @@ async fn contend(endpoint: &str, queued: bool, clients: usize, run: Duration) ->
     state.1.sort();
     let handoff = state.1.get(state.1.len() / 2).copied().unwrap_or(0);
     (handoff, counts, state.2)
+}
+
+/// One conditional update of the lock's item `key` with `:me` bound to
+/// `me`: the capacity it consumed, or `None` if its condition refused it.
+async fn write(
+    client: &Client,
+    key: &str,
+    me: &AttributeValue,
+    update: &str,
+    condition: &str,
+) -> Option<f64> {
+    let done = client
+        .update_item()
+        .table_name(FLOOR)
+        .key("pk", AttributeValue::S(key.into()))
+        .update_expression(update)
+        .condition_expression(condition)
+        .expression_attribute_values(":me", me.clone())
+        .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        .send()
+        .await;
+    match done {
+        Ok(done) => Some(units(done.consumed_capacity())),
+        Err(e) => {
+            let e = e.into_service_error();
+            assert!(e.is_conditional_check_failed_exception(), "{key}: {e}");
+            None
+        }
+    }
 }
 
 fn units(spent: Option<&aws_sdk_dynamodb::types::ConsumedCapacity>) -> f64 {
