@@ -30,7 +30,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -41,33 +40,13 @@ use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::dynamodb::DynamoDb;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
-use common::{Contender, Handoffs, Peer, Target, row, uncontended};
+use common::{Contender, Handoffs, Peer, Target, handoffs, row, uncontended};
 
 const CYCLES: usize = 2000;
 const BLOCK: usize = 100;
 const CLIENTS: usize = 16;
 const ROUNDS: usize = 10;
 const SPREAD_RUN: Duration = Duration::from_secs(5);
-
-/// Builds the peer (once) and starts it on `endpoint`.
-fn peer(endpoint: &str) -> Peer {
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers/dynamodb/Cargo.toml");
-    let target = concat!(env!("CARGO_MANIFEST_DIR"), "/target/peers");
-    let built = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "--manifest-path",
-            manifest,
-            "--target-dir",
-            target,
-        ])
-        .status()
-        .expect("build the peer");
-    assert!(built.success(), "the dynamodb peer did not build");
-    Peer::spawn(Command::new(format!("{target}/release/dynamodb-peer")).arg(endpoint))
-}
 
 async fn dlock(fixture: &DynamoDb) -> Registry {
     let engine = dlock_testkit::engine(fixture).await;
@@ -90,29 +69,6 @@ fn written(snapshots: &Snapshotter) -> u64 {
             other => panic!("{CAPACITY_UNITS} is a counter, not {other:?}"),
         })
         .sum()
-}
-
-async fn dlock_handoffs(fixture: &DynamoDb) -> Arc<Handoffs> {
-    let handoffs = Arc::new(Handoffs::default());
-    let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let (lock, handoffs) = (
-            dlock(fixture).await.locks("bench").get("handoff"),
-            handoffs.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
-                let guard = lock.lock().await.expect("lock");
-                handoffs.entered();
-                handoffs.leaving();
-                guard.release().await.expect("release");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("client");
-    }
-    handoffs
 }
 
 /// 16 clients take one lock again and again for `SPREAD_RUN`: how many
@@ -146,7 +102,8 @@ async fn main() {
     let snapshots = recorder.snapshotter();
     recorder.install().expect("the metrics recorder");
     let fixture = DynamoDb::start();
-    let mut peer = peer(&format!("http://{}", fixture.server.address()));
+    let endpoint = format!("http://{}", fixture.server.address());
+    let mut peer = Peer::built("dynamodb", "dynamodb-peer", &[&endpoint]);
     let registry = dlock(&fixture).await;
     let lock = registry.locks("bench").get("uncontended");
     for _ in 0..50 {
@@ -198,7 +155,11 @@ async fn main() {
         Target::AtMost(1.0),
     );
 
-    let ours = dlock_handoffs(&fixture).await;
+    let mut locks = Vec::new();
+    for _ in 0..CLIENTS {
+        locks.push(dlock(&fixture).await.locks("bench").get("handoff"));
+    }
+    let ours = handoffs(locks, ROUNDS).await;
     let theirs = Handoffs::of(
         peer.ask(&format!("lease-handoff {CLIENTS} {ROUNDS}"))
             .into_iter()

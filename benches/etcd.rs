@@ -37,7 +37,7 @@ use dlock::{Registry, Settings};
 use dlock_testkit::Fixture;
 use dlock_testkit::fixtures::etcd::{Etcd, metric};
 
-use common::{Contender, Handoffs, Target, micros, row, uncontended};
+use common::{Contender, Handoffs, Target, handoffs, micros, row, uncontended};
 
 const CYCLES: usize = 4000;
 const BLOCK: usize = 100;
@@ -98,29 +98,6 @@ async fn lock_rpc_handoffs(endpoint: &str) -> Arc<Handoffs> {
                 handoffs.entered();
                 handoffs.leaving();
                 client.unlock(held.key()).await.expect("unlock");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("client");
-    }
-    handoffs
-}
-
-async fn dlock_handoffs(endpoint: &str) -> Arc<Handoffs> {
-    let handoffs = Arc::new(Handoffs::default());
-    let mut tasks = Vec::new();
-    for _ in 0..CLIENTS {
-        let (lock, handoffs) = (
-            dlock(endpoint).await.locks("bench").get("handoff"),
-            handoffs.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
-                let guard = lock.lock().await.expect("lock");
-                handoffs.entered();
-                handoffs.leaving();
-                guard.release().await.expect("release");
             }
         }));
     }
@@ -216,7 +193,11 @@ async fn main() {
     println!("handoff, {CLIENTS} clients on one lock, {ROUNDS} rounds each, release → next acquisition:");
     let rpc_handoffs = lock_rpc_handoffs(&endpoint).await;
     println!("  etcd Lock RPC                      {}", rpc_handoffs.summary());
-    let dlock_handoffs = dlock_handoffs(&endpoint).await;
+    let mut locks = Vec::new();
+    for _ in 0..CLIENTS {
+        locks.push(dlock(&endpoint).await.locks("bench").get("handoff"));
+    }
+    let dlock_handoffs = handoffs(locks, ROUNDS).await;
     println!(
         "  dlock etcd                         {}",
         dlock_handoffs.summary()

@@ -242,6 +242,30 @@ impl Handoffs {
     }
 }
 
+/// Each of `locks` (one per client) taken `rounds` times, all at once:
+/// the handoffs between them.
+pub async fn handoffs(locks: Vec<dlock::Lock>, rounds: usize) -> std::sync::Arc<Handoffs> {
+    let handoffs = std::sync::Arc::new(Handoffs::default());
+    let tasks: Vec<_> = locks
+        .into_iter()
+        .map(|lock| {
+            let handoffs = handoffs.clone();
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = lock.lock().await.expect("lock");
+                    handoffs.entered();
+                    handoffs.leaving();
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("client");
+    }
+    handoffs
+}
+
 /// The peer process.
 pub struct Peer {
     child: Child,
@@ -253,26 +277,29 @@ impl Peer {
     /// Builds the peer (once; `benches/peers/distributed-lock`) and starts
     /// it on `kind` (`postgres`, `mysql`, `redis`) at `url`.
     pub fn start(kind: &str, url: &str) -> Self {
-        let manifest = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/benches/peers/distributed-lock/Cargo.toml"
-        );
-        let target = concat!(env!("CARGO_MANIFEST_DIR"), "/target/peers");
+        Self::built("distributed-lock", "distributed-lock-peer", &[kind, url])
+    }
+
+    /// Builds the peer crate `benches/peers/<folder>` (once) and starts its
+    /// binary `binary` with `args`.
+    pub fn built(folder: &str, binary: &str, args: &[&str]) -> Self {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let manifest = format!("{root}/benches/peers/{folder}/Cargo.toml");
+        let target = format!("{root}/target/peers");
         let built = Command::new(env!("CARGO"))
             .args([
                 "build",
                 "--release",
                 "--quiet",
                 "--manifest-path",
-                manifest,
+                &manifest,
                 "--target-dir",
-                target,
+                &target,
             ])
             .status()
             .expect("build the peer");
-        assert!(built.success(), "the distributed-lock peer did not build");
-        let mut command = Command::new(format!("{target}/release/distributed-lock-peer"));
-        Self::spawn(command.args([kind, url]))
+        assert!(built.success(), "the {folder} peer did not build");
+        Self::spawn(Command::new(format!("{target}/release/{binary}")).args(args))
     }
 
     /// Starts `command`, a process that answers as the peer does.

@@ -109,21 +109,21 @@ pub(super) fn entry_value(req: &Request, label: &str) -> AttributeValue {
     AttributeValue::M(HashMap::from([
         ("o".to_owned(), text(req.owner.to_string())),
         ("v".to_owned(), version()),
-        ("l".to_owned(), number(lease_ms(req.lease))),
+        ("l".to_owned(), number(millis(req.lease))),
         ("s".to_owned(), number(now)),
         ("u".to_owned(), number(now)),
         ("t".to_owned(), text(label)),
     ]))
 }
 
-pub(super) fn lease_ms(lease: Duration) -> i64 {
-    i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)
+pub(super) fn millis(span: Duration) -> i64 {
+    i64::try_from(span.as_millis()).unwrap_or(i64::MAX)
 }
 
 pub(super) fn millis_now() -> i64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, lease_ms)
+        .map_or(0, millis)
 }
 
 /// What this engine has seen of other holders' entries: each entry's

@@ -87,7 +87,7 @@ use dlock_core::kit::{
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 
-use item::{Entry, FENCE, READERS, Seen, WRITER, entries, entry_value, fence_of, lease_ms, millis_now};
+use item::{Entry, FENCE, READERS, Seen, WRITER, entries, entry_value, fence_of, millis, millis_now};
 use update::{Outcome, Update, number, number_of, text};
 
 pub use config::{DynamoDbConfig, register};
@@ -285,7 +285,7 @@ impl DynamoDbEngine {
         let e = update.name(&taken.entry);
         let [o, v, l, u, x] = ["o", "v", "l", "u", "x"].map(|field| update.name(field));
         let version = update.value(item::version());
-        let lease = update.value(number(lease_ms(req.lease)));
+        let lease = update.value(number(millis(req.lease)));
         let now = update.value(number(millis_now()));
         let no = update.value(aws_sdk_dynamodb::types::AttributeValue::Bool(false));
         update
