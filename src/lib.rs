@@ -261,6 +261,7 @@
 //! | `mysql` | `mysql` | MySQL 8, MariaDB 10.6+ | yes |
 //! | `memcached` | `memcached` | memcached | yes, no queue |
 //! | `dynamodb` | `dynamodb` (a heavy build: the AWS SDK) | Amazon DynamoDB | yes, no queue |
+//! | `nats` | `nats` | NATS JetStream 2.11+ | yes |
 //!
 //! Each module of [`engines`] documents its engine's settings and how it
 //! keeps its promises. A config naming a kind this build leaves out fails
@@ -296,7 +297,7 @@
 //!
 //! | kind | capabilities |
 //! |---|---|
-//! | `memory`, `redis` (and cluster, sentinel), `postgres`, `mysql` | read write, fifo, fence strict, ends with lease |
+//! | `memory`, `redis` (and cluster, sentinel), `postgres`, `mysql`, `nats` | read write, fifo, fence strict, ends with lease |
 //! | `zookeeper`, `etcd` | read write, fifo, fence strict, ends with session |
 //! | `memcached` | write only, no queue, fence best effort, ends with lease, lease unit 1s |
 //! | `dynamodb` | read write, no queue, fence strict, ends with lease |

@@ -183,7 +183,7 @@ fn scripts_install_provides_what_every_setup_needs() {
         };
     }
     dlock_testkit::every_setup!(provided);
-    assert_eq!(checked.len(), 10, "{checked:?}");
+    assert_eq!(checked.len(), 11, "{checked:?}");
 }
 
 /// No engine asks a request what it is: the core picks the lifecycle by

@@ -73,6 +73,7 @@ engines! {
     memcached "memcached" ["memcached"],
     memory "memory" ["memory"],
     mysql "mysql" ["mysql"],
+    nats "nats" ["nats"],
     postgres "postgres" ["postgres"],
     redis "redis" ["redis", "redis-cluster", "redis-sentinel"],
     redlock "redlock" ["redlock"],
