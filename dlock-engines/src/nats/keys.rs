@@ -63,6 +63,11 @@ pub(crate) fn group_prefix(kind: char, group: &str) -> String {
     format!("{kind}.{}.", part(group))
 }
 
+/// A group's name as keys write it.
+pub(crate) fn group_token(group: &str) -> String {
+    part(group)
+}
+
 fn part(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {

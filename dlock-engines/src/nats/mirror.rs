@@ -40,6 +40,9 @@ struct Copy {
     keys: HashMap<String, Found>,
     /// Each line's contenders by place, and the signal its waiters await.
     lines: HashMap<Line, Queue>,
+    /// Each watched group's signal (by its escaped name): a hold or a
+    /// request began or ended, or changed its mode or mark.
+    groups: HashMap<String, watch::Sender<()>>,
 }
 
 struct Queue {
@@ -118,6 +121,20 @@ impl Mirror {
         rx
     }
 
+    /// A receiver that fires at the next change to group `group` (its
+    /// escaped name, as in keys).
+    pub fn group_changes(&self, group: &str) -> watch::Receiver<()> {
+        let mut copy = self.copy.lock().unwrap();
+        copy.groups.retain(|_, signal| signal.receiver_count() > 0);
+        let signal = copy
+            .groups
+            .entry(group.to_owned())
+            .or_insert_with(|| watch::channel(()).0);
+        let mut rx = signal.subscribe();
+        rx.mark_unchanged();
+        rx
+    }
+
     /// `line`'s live contenders, first in line first, from a copy whole
     /// up to `revision`; `None` if it is not (it is being read again).
     pub fn line(&self, line: &Line, revision: u64) -> Option<Vec<Found>> {
@@ -163,6 +180,9 @@ impl Mirror {
 impl Copy {
     fn clear(&mut self) {
         self.whole = 0;
+        for signal in self.groups.values() {
+            signal.send_replace(());
+        }
         self.keys.clear();
         for queue in self.lines.values_mut() {
             queue.order.clear();
@@ -175,11 +195,24 @@ impl Copy {
     /// expired.
     fn apply(&mut self, key: &str, revision: u64, stake: Option<Stake>) {
         let line = Line::of(key);
-        if let Some(old) = self.keys.remove(key)
+        let old = self.keys.remove(key);
+        if let Some(old) = &old
             && let Some(line) = &line
             && let Some(queue) = self.lines.get_mut(line)
         {
             queue.order.remove(&old.created);
+        }
+        let same = |old: &Found, new: &Stake| old.stake.m == new.m && old.stake.x == new.x;
+        let changed = match (&old, &stake) {
+            (Some(old), Some(new)) => !same(old, new),
+            (None, None) => false,
+            _ => true,
+        };
+        if changed
+            && let Some(group) = key.split('.').nth(1)
+            && let Some(signal) = self.groups.get(group)
+        {
+            signal.send_replace(());
         }
         if let Some(stake) = stake {
             let created = stake.c.unwrap_or(revision);

@@ -38,7 +38,8 @@
 //! **Records and control** (`records.rs`, `control.rs`): the copy, brought
 //! up to the stream's last revision, shows holders and waiters in line;
 //! force release deletes a holder's key at its revision, revoke rewrites it
-//! marked, at its revision.
+//! marked, at its revision. `dlock watch` hears a group's changes from
+//! the same watch ([`Watch`]).
 //!
 //! ```toml
 //! [engines.nats]
@@ -63,9 +64,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use dlock_core::kit::{
-    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, Semaphores, Woken,
-    async_trait,
+    Changed, Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
+    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, Semaphores,
+    Watch, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
@@ -381,6 +382,7 @@ impl Engine for NatsEngine {
             control: Some(self),
             permit_control: Some(self),
             hold_at_least: Some(self),
+            watch: Some(self),
             ..Facets::default()
         }
     }
@@ -495,3 +497,15 @@ impl PermitControl for NatsEngine {
 
 #[async_trait]
 impl HoldAtLeast for NatsEngine {}
+
+/// The watch of the bucket already hears every change: a group's is a
+/// signal from it.
+#[async_trait]
+impl Watch for NatsEngine {
+    async fn watch(&self, group: &str) -> Result<Changed, EngineError> {
+        let mut changes = self.mirror.group_changes(&keys::group_token(group));
+        Ok(Box::pin(async move {
+            let _ = changes.changed().await;
+        }))
+    }
+}
