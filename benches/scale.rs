@@ -1,14 +1,15 @@
 //! What waiting costs as waiters, processes and keys grow, with default
 //! settings, on servers this bench starts on loopback ports: one
-//! redis-server, a 3-master Redis Cluster and one ZooKeeper.
+//! redis-server, a 3-master Redis Cluster, one ZooKeeper and one
+//! nats-server.
 //!
 //! - **Waiters.** 100 and 10,000 tasks loop on one key (acquire, release,
 //!   again), from one process and spread over 4; acquisitions/s in a 3 s
 //!   window after a 1 s warm-up, and 10,000 ÷ 100 against the 0.8 target.
 //! - **Server load while waiting.** One holder keeps the key while 10,000
 //!   tasks wait; the server's commands/s (Redis `INFO stats`, summed over
-//!   the cluster's masters) or requests/s (ZooKeeper `srvr`, packets
-//!   received) over 3 s. For comparison, 1,000 waiters with
+//!   the cluster's masters), requests/s (ZooKeeper `srvr`, packets
+//!   received) or messages/s (NATS `/varz`, `in_msgs`) over 3 s. For comparison, 1,000 waiters with
 //!   `queue = "engine"`, where each waiter keeps its own place alive.
 //! - **Many keys.** 4 processes × 16 keys, one task per key, hold 0: the
 //!   aggregate cycles/s of dlock against the floor (`SET NX PX` +
@@ -18,7 +19,7 @@
 //! in separate processes with their own connections.
 //!
 //! ```text
-//! cargo bench --bench scale --features redis,zookeeper [-- redis redis-cluster zookeeper]
+//! cargo bench --bench scale --features redis,zookeeper,nats [-- redis redis-cluster zookeeper nats]
 //! ```
 
 use std::process::{Command, Stdio};
@@ -28,6 +29,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod common;
 
+use dlock_testkit::Fixture;
+use dlock_testkit::fixtures::nats::{Nats, varz};
 use dlock_testkit::fixtures::redis::{info_field, redis_args, redis_cli, redis_cluster};
 use dlock_testkit::fixtures::zookeeper::{four_letter, zookeeper};
 use dlock_testkit::server::TestServer;
@@ -56,6 +59,7 @@ fn main() {
         Vec::new()
     };
     let zk = only("zookeeper").then(zookeeper);
+    let nats = only("nats").then(Nats::start);
     let mut servers = Vec::new();
     if only("redis") {
         servers.push(Server::Redis(&redis));
@@ -65,6 +69,9 @@ fn main() {
     }
     if let Some(zk) = &zk {
         servers.push(Server::ZooKeeper(zk));
+    }
+    if let Some(nats) = &nats {
+        servers.push(Server::Nats(nats));
     }
     println!(
         "acquisitions/s, tasks looping on one key (default settings; median of {ROUNDS} rounds, ratio median (range)):"
@@ -130,12 +137,13 @@ fn main() {
     }
 }
 
-const SERVERS: [&str; 3] = ["redis", "redis-cluster", "zookeeper"];
+const SERVERS: [&str; 4] = ["redis", "redis-cluster", "zookeeper", "nats"];
 
 enum Server<'a> {
     Redis(&'a TestServer),
     Cluster(&'a [TestServer]),
     ZooKeeper(&'a TestServer),
+    Nats(&'a Nats),
 }
 
 impl Server<'_> {
@@ -144,6 +152,7 @@ impl Server<'_> {
             Server::Redis(_) => "redis",
             Server::Cluster(_) => "redis-cluster",
             Server::ZooKeeper(_) => "zookeeper",
+            Server::Nats(_) => "nats",
         }
     }
 
@@ -159,6 +168,7 @@ impl Server<'_> {
                 format!("kind = \"redis-cluster\"\nnodes = [{}]", nodes.join(", "))
             }
             Server::ZooKeeper(s) => format!("kind = \"zookeeper\"\nconnect = \"{}\"", s.address()),
+            Server::Nats(n) => n.engine_config(),
         };
         let path = std::env::temp_dir().join(format!(
             "dlock-scale-{}-{}-{}.toml",
@@ -171,7 +181,8 @@ impl Server<'_> {
         path
     }
 
-    /// Commands (Redis) or requests (ZooKeeper) the server has received.
+    /// Commands (Redis), requests (ZooKeeper) or messages (NATS) the
+    /// server has received.
     fn received(&self) -> u64 {
         match self {
             Server::Redis(s) => commands_processed(s),
@@ -181,6 +192,7 @@ impl Server<'_> {
                 .find_map(|l| l.strip_prefix("Received: "))
                 .and_then(|n| n.trim().parse().ok())
                 .expect("srvr says Received"),
+            Server::Nats(n) => varz(n.monitor, "in_msgs"),
         }
     }
 }

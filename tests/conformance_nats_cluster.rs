@@ -14,7 +14,7 @@ use dlock::engines::nats::{NatsConfig, NatsEngine};
 use dlock::kit::Engine;
 use dlock::{Registry, Settings};
 use dlock_testkit::assert_still_held;
-use dlock_testkit::fixtures::nats::{SERVER, cluster_args, healthy, meta_leader};
+use dlock_testkit::fixtures::nats::{SERVER, bucket_leader, cluster_args, healthy, meta_leader};
 use dlock_testkit::server::{TestServer, free_port, wait_until};
 
 /// The case before which the meta leader dies.
@@ -57,6 +57,8 @@ async fn conformance_on_a_cluster_losing_its_meta_leader() {
         .lock()
         .await
         .expect("lock");
+    let stream_leader = bucket_leader(members[0].1, "dlock").expect("the bucket's leader");
+    println!("cluster: the meta leader {name}, the bucket's {stream_leader}");
 
     let servers = Arc::new(Mutex::new(servers));
     let cases = AtomicUsize::new(0);
@@ -71,6 +73,15 @@ async fn conformance_on_a_cluster_losing_its_meta_leader() {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             println!("cluster: a new meta leader after {:?}", elected.elapsed());
+            // And the bucket's stream led again, if its leader died too.
+            while bucket_leader(other, "dlock").is_none_or(|now| now == name) {
+                assert!(
+                    elected.elapsed() < Duration::from_secs(30),
+                    "the bucket has no leader"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            println!("cluster: the bucket led again after {:?}", elected.elapsed());
         }
         Arc::new(
             Box::pin(NatsEngine::connect("nats", &config))
