@@ -152,12 +152,33 @@ impl Queued {
     }
 }
 
+/// A request's first write, until it is answered.
+#[derive(Clone)]
+struct Joining {
+    key: String,
+    first_sent: Instant,
+}
+
+/// What the engine keeps for a request.
+#[derive(Clone)]
+enum Step {
+    Joining(Joining),
+    Queued(Box<Queued>),
+}
+
+fn state(req: &Request) -> &RequestState<Step> {
+    RequestState::<Step>::of(req)
+}
+
 fn queued(req: &Request) -> Option<Queued> {
-    RequestState::<Queued>::of(req).lock().clone()
+    match state(req).lock().clone()? {
+        Step::Queued(queued) => Some(*queued),
+        Step::Joining(_) => None,
+    }
 }
 
 fn keep(req: &Request, queued: Queued) {
-    *RequestState::<Queued>::of(req).lock() = Some(queued);
+    *state(req).lock() = Some(Step::Queued(Box::new(queued)));
 }
 
 fn failed(err: impl Into<dlock_core::BoxError>) -> EngineError {
@@ -172,30 +193,49 @@ fn waiting(mut changes: watch::Receiver<()>) -> Poll {
 }
 
 impl NatsEngine {
-    /// Writes a new key for `req` at the back of its line.
+    /// Writes a new key for `req` at the back of its line. A write whose
+    /// answer was lost is sent again with the same key, and a refusal then
+    /// reads the key back: one this request wrote is its own.
     async fn join(&self, req: &Request, rule: Rule) -> Result<Queued, EngineError> {
         let line = rule.line(&req.key);
-        let key = line.contender();
+        let joining = match state(req).lock().clone() {
+            Some(Step::Joining(joining)) => joining,
+            _ => Joining {
+                key: line.contender(),
+                first_sent: Instant::now(),
+            },
+        };
+        *state(req).lock() = Some(Step::Joining(joining.clone()));
+        let Joining { key, first_sent } = joining;
         let permits = match rule {
             Rule::Lock => None,
             Rule::Permits(count) => Some(count),
         };
         let stake = Stake::new(req, &self.label, &line, permits);
         let sent = Instant::now();
-        match self.put(&key, &stake, 0, req.lease).await? {
-            Wrote::Done(revision) => Ok(Queued {
-                line,
-                key,
-                revision,
-                created: revision,
-                stake,
-                sent,
-                lease: req.lease,
-                held: false,
-                slot: None,
-            }),
-            Wrote::Refused => Err(failed("nats: a new key was already there")),
-        }
+        let written = self.put(&key, &stake, 0, req.lease).await?;
+        *state(req).lock() = None;
+        let (revision, created, stake, sent) = match written {
+            Wrote::Done(revision) => (revision, revision, stake, sent),
+            Wrote::Refused => match self.last(&key).await? {
+                // Its lease counted from the first send, the earliest.
+                Some(found) if found.stake.owner() == Some(req.owner) => {
+                    (found.revision, found.created, found.stake, first_sent)
+                }
+                _ => return Err(failed("nats: a request's new key was there before it")),
+            },
+        };
+        Ok(Queued {
+            line,
+            key,
+            revision,
+            created,
+            stake,
+            sent,
+            lease: req.lease,
+            held: false,
+            slot: None,
+        })
     }
 
     /// Writes `queued`'s key again for `lease`, at its last revision;
@@ -250,7 +290,7 @@ impl NatsEngine {
                 && let Some(other) = line.iter().filter_map(|f| f.stake.k).find(|k| *k != count)
             {
                 self.remove(&current.key, current.revision, false).await?;
-                *RequestState::<Queued>::of(req).lock() = None;
+                *state(req).lock() = None;
                 return Err(EngineError::PermitsDiffer { in_use: other });
             }
             let admitted = place < rule.holding(&line);
@@ -327,8 +367,17 @@ impl NatsEngine {
 
     /// Removes `req`'s key (and slot); whether it still held.
     async fn let_go(&self, req: &Request) -> Result<bool, EngineError> {
-        let Some(current) = RequestState::<Queued>::of(req).lock().take() else {
-            return Ok(false);
+        let step = state(req).lock().take();
+        let current = match step {
+            Some(Step::Queued(current)) => *current,
+            Some(Step::Joining(Joining { key, .. })) => {
+                // A first write whose answer was lost.
+                if let Some(found) = self.last(&key).await? {
+                    self.remove_own(&key, found.revision, req).await?;
+                }
+                return Ok(false);
+            }
+            None => return Ok(false),
         };
         if let Some(slot) = &current.slot {
             self.remove_own(&slot.key, slot.revision, req).await?;
