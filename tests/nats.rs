@@ -353,3 +353,58 @@ async fn bad_settings_and_an_unreachable_server_are_clear_errors() {
         }
     }
 }
+
+/// Debian's nats-server 2.9, with JetStream: older than per-key TTLs.
+#[tokio::test]
+async fn a_server_too_old_for_per_key_ttls_is_refused_naming_its_version() {
+    let store = dlock_testkit::server::server_dir("nats-old", 0);
+    let server = TestServer::start("/usr/sbin/nats-server", |port| {
+        let store = store.display().to_string();
+        ["-js", "-sd", &store, "-a", "127.0.0.1", "-p", &port.to_string()]
+            .map(String::from)
+            .into()
+    });
+    let message = NatsEngine::connect("n", &config(&server))
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        message.contains("nats-server 2.9.") && message.contains("2.11 or later"),
+        "{message}"
+    );
+    assert!(message.contains("per-key TTLs"), "{message}");
+}
+
+/// On a 30 s lease, whose renewals come every 10 s: a revoke and a force
+/// release reach the holder through the engine's watch within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_and_force_release_are_heard_through_the_watch_at_once() {
+    let nats = Nats::start();
+    let settings = dlock::Settings {
+        lease: Duration::from_secs(30),
+        ..dlock::Settings::default()
+    };
+    let engine = NatsEngine::connect("nats", &config(&nats.server))
+        .await
+        .expect("connect");
+    let registry =
+        dlock::Registry::with_engine("nats", std::sync::Arc::new(engine), settings).expect("registry");
+    let lock = registry.locks("control").get("heard");
+    let guard = lock.lock().await.expect("lock");
+    // The signal is asked for once the first renewal is due.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let asked = Instant::now();
+    assert_eq!(lock.revoke().await.expect("revoke"), 1);
+    tokio::time::timeout(Duration::from_secs(1), guard.revoked())
+        .await
+        .expect("the holder did not hear it was revoked within a second");
+    println!("nats: revoke heard after {:?}", asked.elapsed());
+    assert!(!guard.is_lost(), "revoked, and still held");
+    let forced = Instant::now();
+    assert_eq!(lock.force_release().await.expect("force release"), 1);
+    tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the holder did not hear it was forced out within a second");
+    println!("nats: force release heard after {:?}", forced.elapsed());
+}

@@ -135,6 +135,26 @@ impl Mirror {
         rx
     }
 
+    /// Resolves once `key` of `line` is gone from the copy, or marked
+    /// asked to let go while it was not: what changes its holder must hear
+    /// of before its next renewal. Its own renewals change neither.
+    pub fn marked(&self, line: &Line, key: &str) -> impl Future<Output = ()> + Send + 'static {
+        let mut changes = self.changes(line);
+        let (copy, key) = (self.copy.clone(), key.to_owned());
+        let before = marked(&copy.lock().unwrap(), &key);
+        async move {
+            loop {
+                let now = marked(&copy.lock().unwrap(), &key);
+                if now.is_none() || now != before {
+                    return;
+                }
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
     /// `line`'s live contenders, first in line first, from a copy whole
     /// up to `revision`; `None` if it is not (it is being read again).
     pub fn line(&self, line: &Line, revision: u64) -> Option<Vec<Found>> {
@@ -175,6 +195,11 @@ impl Mirror {
             })
             .collect()
     }
+}
+
+/// Whether `key` is marked asked to let go; `None` if it is gone.
+fn marked(copy: &Copy, key: &str) -> Option<bool> {
+    copy.keys.get(key).map(|found| found.stake.x)
 }
 
 impl Copy {

@@ -65,8 +65,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use dlock_core::kit::{
     Changed, Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
-    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, Semaphores,
-    Watch, Woken, async_trait,
+    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
+    Semaphores, Watch, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
@@ -365,6 +365,13 @@ impl NatsEngine {
         Ok(if revoked { Renewal::Revoked } else { Renewal::Held })
     }
 
+    /// The watch's word that `req`'s held key was marked or removed by
+    /// another: the core renews at once, and the renewal tells which.
+    fn marked(&self, req: &Request) -> Option<RevokedSignal> {
+        let current = queued(req).filter(|q| q.held)?;
+        Some(Box::pin(self.mirror.marked(&current.line, &current.key)))
+    }
+
     /// Removes `req`'s key (and slot); whether it still held.
     async fn let_go(&self, req: &Request) -> Result<bool, EngineError> {
         let step = state(req).lock().take();
@@ -476,6 +483,10 @@ impl Lifecycle for NatsEngine {
     /// No signal of its own: a failed renewal tells the core.
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        self.marked(req)
     }
 }
 

@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use dlock_core::kit::{EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, async_trait};
+use dlock_core::kit::{
+    EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
+};
 
 use super::keys::Stake;
 use super::write::Wrote;
@@ -120,6 +122,10 @@ impl Lifecycle for Permits<'_> {
 
     fn lost(&self, _req: &Request) -> Option<LostSignal> {
         None
+    }
+
+    fn revoked(&self, req: &Request) -> Option<RevokedSignal> {
+        self.engine.marked(req)
     }
 
     fn slot(&self, req: &Request) -> Option<u32> {
