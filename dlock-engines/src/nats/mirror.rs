@@ -156,24 +156,23 @@ impl Mirror {
     }
 
     /// `line`'s live contenders, first in line first, from a copy whole
-    /// up to `revision`; `None` if it is not (it is being read again).
-    pub fn line(&self, line: &Line, revision: u64) -> Option<Vec<Found>> {
+    /// up to `revision`, and the revision it is whole up to; `None` if it
+    /// is not (it is being read again).
+    pub fn line(&self, line: &Line, revision: u64) -> Option<(Vec<Found>, u64)> {
         let copy = self.copy.lock().unwrap();
         if copy.whole < revision {
             return None;
         }
-        let Some(queue) = copy.lines.get(line) else {
-            return Some(Vec::new());
-        };
-        Some(
-            queue
+        let found = match copy.lines.get(line) {
+            Some(queue) => queue
                 .order
                 .values()
                 .filter_map(|key| copy.keys.get(key).cloned())
                 .collect(),
-        )
+            None => Vec::new(),
+        };
+        Some((found, copy.whole))
     }
-
     /// The live key `key`.
     pub fn get(&self, key: &str) -> Option<Found> {
         self.copy.lock().unwrap().keys.get(key).cloned()

@@ -28,7 +28,8 @@
 //! key again every third of its lease. A server restarted with its store
 //! keeps the keys and their TTLs, and removes at once those whose time
 //! passed; in a cluster, the stream's new leader expires keys by the
-//! messages' own times.
+//! messages' own times, so a key whose TTL ran out during the election
+//! goes as soon as the stream is led again.
 //!
 //! **Fence, strict.** A key's first revision: later holders of a lock
 //! have later keys, and a stream's revisions rise across restarts and
@@ -38,8 +39,9 @@
 //! **Records and control** (`records.rs`, `control.rs`): the copy, brought
 //! up to the stream's last revision, shows holders and waiters in line;
 //! force release deletes a holder's key at its revision, revoke rewrites it
-//! marked, at its revision. `dlock watch` hears a group's changes from
-//! the same watch ([`Watch`]).
+//! marked, at its revision. The holder's watch hears either at once, and
+//! its renewal, sent then, says which. `dlock watch` hears a group's
+//! changes from the same watch ([`Watch`]).
 //!
 //! ```toml
 //! [engines.nats]
@@ -145,6 +147,16 @@ struct Queued {
 }
 
 impl Queued {
+    /// Its key, as its last write left it.
+    fn found(&self) -> Found {
+        Found {
+            key: self.key.clone(),
+            revision: self.revision,
+            created: self.created,
+            stake: self.stake.clone(),
+        }
+    }
+
     /// Whether the last write's lease ran out: the server may have
     /// removed the key, whether or not it did.
     fn lapsed(&self) -> bool {
@@ -273,19 +285,25 @@ impl NatsEngine {
         };
         for _ in 0..2 {
             let changes = self.mirror.changes(&current.line);
-            self.mirror
-                .caught_up(current.revision, self.limit)
-                .await
-                .map_err(failed)?;
-            let Some(line) = self.mirror.line(&current.line, current.revision) else {
+            // The copy need only hold every write before this request's
+            // last: its own may not have come back yet.
+            let before = current.revision - 1;
+            self.mirror.caught_up(before, self.limit).await.map_err(failed)?;
+            let Some((mut line, whole)) = self.mirror.line(&current.line, before) else {
                 keep(req, current);
                 return Ok(waiting(changes));
             };
-            let Some(place) = line.iter().position(|f| f.key == current.key) else {
-                // Its key expired or was removed while it waited.
-                current = self.join(req, rule).await?;
-                continue;
-            };
+            if !line.iter().any(|f| f.key == current.key) {
+                if whole >= current.revision {
+                    // Its key expired or was removed while it waited.
+                    current = self.join(req, rule).await?;
+                    continue;
+                }
+                // Not back yet: it stands where its first revision puts it.
+                let at = line.partition_point(|f| f.created < current.created);
+                line.insert(at, current.found());
+            }
+            let place = line.iter().position(|f| f.key == current.key).unwrap_or_default();
             if let Rule::Permits(count) = rule
                 && let Some(other) = line.iter().filter_map(|f| f.stake.k).find(|k| *k != count)
             {

@@ -27,6 +27,7 @@ impl NatsEngine {
         let last = self.current().await?;
         self.mirror
             .line(line, last)
+            .map(|(found, _)| found)
             .ok_or_else(|| failed("nats: the bucket's watch is being read again"))
     }
 }
