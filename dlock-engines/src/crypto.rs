@@ -1,6 +1,6 @@
 //! rustls's process-wide crypto provider, for the clients that take theirs
-//! from there (mysql_async, redis, zookeeper-client build their configs
-//! with `ClientConfig::builder()`).
+//! from there (mysql_async, redis, zookeeper-client and async-nats build
+//! their configs with `ClientConfig::builder()`).
 //!
 //! rustls picks a process default on its own only when one provider is
 //! compiled in. zookeeper-client's TLS turns on aws-lc-rs beside ring, and so

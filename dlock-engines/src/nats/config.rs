@@ -223,6 +223,9 @@ impl NatsEngine {
             return Err(at.bad("replicas", "1, 3 or 5"));
         }
         let address = config.servers.join(",");
+        // The client takes rustls's process default, and a server may ask
+        // for TLS that the settings did not.
+        crate::crypto::ensure_provider();
         let limit = config.client.connect_timeout;
         let reconnected = std::sync::Arc::new(tokio::sync::Notify::new());
         let told = reconnected.clone();
