@@ -12,7 +12,7 @@
 //! release's message reaching them. A reconnection reads the bucket
 //! again from the start.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -47,6 +47,9 @@ struct Copy {
 
 struct Queue {
     order: BTreeMap<u64, String>,
+    /// The writers' places: whether one is ahead is one look, however long
+    /// the line.
+    writers: BTreeSet<u64>,
     changed: watch::Sender<()>,
 }
 
@@ -54,9 +57,24 @@ impl Default for Queue {
     fn default() -> Self {
         Queue {
             order: BTreeMap::new(),
+            writers: BTreeSet::new(),
             changed: watch::channel(()).0,
         }
     }
+}
+
+/// Where a request's key stands in its line.
+pub(crate) struct Standing {
+    /// Whether the key is in the copy.
+    pub present: bool,
+    /// The revision the copy is whole up to.
+    pub whole: u64,
+    /// Keys ahead of it, counted up to the cap asked for.
+    pub ahead: usize,
+    /// Whether a writer is ahead of it.
+    pub writer_ahead: bool,
+    /// A permit count other than `count` among the first keys of the line.
+    pub other_count: Option<u32>,
 }
 
 /// The copy, shared with the task that keeps it.
@@ -108,7 +126,8 @@ impl Mirror {
         }
     }
 
-    /// A receiver that fires at the next change to `line`.
+    /// A receiver that fires when a key of `line` goes, or changes its
+    /// mode or mark.
     pub fn changes(&self, line: &Line) -> watch::Receiver<()> {
         let mut copy = self.copy.lock().unwrap();
         if copy.lines.len() > 2 * copy.keys.len() + 1024 {
@@ -135,24 +154,61 @@ impl Mirror {
         rx
     }
 
-    /// Resolves once `key` of `line` is gone from the copy, or marked
-    /// asked to let go while it was not: what changes its holder must hear
-    /// of before its next renewal. Its own renewals change neither.
+    /// Resolves once `key` of `line` goes from the copy, or is marked
+    /// asked to let go while it was not: what its holder must hear of
+    /// before its next renewal. Its own renewals change neither. A key not
+    /// in the copy yet (the copy being read again) is waited for first, so
+    /// that its absence then is not taken for a removal over and over.
     pub fn marked(&self, line: &Line, key: &str) -> impl Future<Output = ()> + Send + 'static {
         let mut changes = self.changes(line);
         let (copy, key) = (self.copy.clone(), key.to_owned());
-        let before = marked(&copy.lock().unwrap(), &key);
+        let mut before = marked(&copy.lock().unwrap(), &key);
         async move {
             loop {
                 let now = marked(&copy.lock().unwrap(), &key);
-                if now.is_none() || now != before {
-                    return;
+                match (before, now) {
+                    (Some(_), None) | (Some(false), Some(true)) => return,
+                    _ => before = now,
                 }
                 if changes.changed().await.is_err() {
                     return;
                 }
             }
         }
+    }
+
+    /// Where `key`, first written at `created`, stands in `line`, from a
+    /// copy whole up to `revision`: keys ahead counted up to `cap`, and
+    /// the permit counts of the first `cap` keys checked against `count`;
+    /// `None` if the copy is not whole (it is being read again). A few
+    /// looks, however long the line.
+    pub fn standing(
+        &self,
+        line: &Line,
+        (key, created): (&str, u64),
+        revision: u64,
+        (cap, count): (usize, Option<u32>),
+    ) -> Option<Standing> {
+        let copy = self.copy.lock().unwrap();
+        if copy.whole < revision {
+            return None;
+        }
+        let mut standing = Standing {
+            present: copy.keys.contains_key(key),
+            whole: copy.whole,
+            ahead: 0,
+            writer_ahead: false,
+            other_count: None,
+        };
+        if let Some(queue) = copy.lines.get(line) {
+            standing.ahead = queue.order.range(..created).take(cap).count();
+            standing.writer_ahead = queue.writers.range(..created).next().is_some();
+            standing.other_count = count.and_then(|count| {
+                let first = queue.order.values().take(cap).filter_map(|k| copy.keys.get(k));
+                first.filter_map(|f| f.stake.k).find(|k| *k != count)
+            });
+        }
+        Some(standing)
     }
 
     /// `line`'s live contenders, first in line first, from a copy whole
@@ -210,6 +266,7 @@ impl Copy {
         self.keys.clear();
         for queue in self.lines.values_mut() {
             queue.order.clear();
+            queue.writers.clear();
             queue.changed.send_replace(());
         }
         self.lines.retain(|_, queue| queue.changed.receiver_count() > 0);
@@ -225,6 +282,7 @@ impl Copy {
             && let Some(queue) = self.lines.get_mut(line)
         {
             queue.order.remove(&old.created);
+            queue.writers.remove(&old.created);
         }
         let same = |old: &Found, new: &Stake| old.stake.m == new.m && old.stake.x == new.x;
         let changed = match (&old, &stake) {
@@ -232,6 +290,10 @@ impl Copy {
             (None, None) => false,
             _ => true,
         };
+        // What can let a waiter in or tell a holder something: a key gone,
+        // a mode or a mark changed. A key joining behind, or written again
+        // as it was, wakes no one.
+        let moved = changed && old.is_some();
         if changed
             && let Some(group) = key.split('.').nth(1)
             && let Some(signal) = self.groups.get(group)
@@ -241,11 +303,11 @@ impl Copy {
         if let Some(stake) = stake {
             let created = stake.c.unwrap_or(revision);
             if let Some(line) = &line {
-                self.lines
-                    .entry(line.clone())
-                    .or_default()
-                    .order
-                    .insert(created, key.to_owned());
+                let queue = self.lines.entry(line.clone()).or_default();
+                queue.order.insert(created, key.to_owned());
+                if stake.is_writer() {
+                    queue.writers.insert(created);
+                }
             }
             let found = Found {
                 key: key.to_owned(),
@@ -258,7 +320,9 @@ impl Copy {
         if let Some(line) = &line
             && let Some(queue) = self.lines.get(line)
         {
-            queue.changed.send_replace(());
+            if moved {
+                queue.changed.send_replace(());
+            }
             if queue.order.is_empty() && queue.changed.receiver_count() == 0 {
                 self.lines.remove(line);
             }

@@ -147,16 +147,6 @@ struct Queued {
 }
 
 impl Queued {
-    /// Its key, as its last write left it.
-    fn found(&self) -> Found {
-        Found {
-            key: self.key.clone(),
-            revision: self.revision,
-            created: self.created,
-            stake: self.stake.clone(),
-        }
-    }
-
     /// Whether the last write's lease ran out: the server may have
     /// removed the key, whether or not it did.
     fn lapsed(&self) -> bool {
@@ -289,29 +279,31 @@ impl NatsEngine {
             // last: its own may not have come back yet.
             let before = current.revision - 1;
             self.mirror.caught_up(before, self.limit).await.map_err(failed)?;
-            let Some((mut line, whole)) = self.mirror.line(&current.line, before) else {
+            let (cap, count) = match rule {
+                Rule::Lock => (1, None),
+                Rule::Permits(count) => (count as usize, Some(count)),
+            };
+            let mine = (current.key.as_str(), current.created);
+            let Some(standing) = self.mirror.standing(&current.line, mine, before, (cap, count)) else {
                 keep(req, current);
                 return Ok(waiting(changes));
             };
-            if !line.iter().any(|f| f.key == current.key) {
-                if whole >= current.revision {
-                    // Its key expired or was removed while it waited.
-                    current = self.join(req, rule).await?;
-                    continue;
-                }
-                // Not back yet: it stands where its first revision puts it.
-                let at = line.partition_point(|f| f.created < current.created);
-                line.insert(at, current.found());
+            // A key not back yet stands where its first revision puts it.
+            if !standing.present && standing.whole >= current.revision {
+                // It expired or was removed while it waited.
+                current = self.join(req, rule).await?;
+                continue;
             }
-            let place = line.iter().position(|f| f.key == current.key).unwrap_or_default();
-            if let Rule::Permits(count) = rule
-                && let Some(other) = line.iter().filter_map(|f| f.stake.k).find(|k| *k != count)
-            {
+            if let Some(other) = standing.other_count {
                 self.remove(&current.key, current.revision, false).await?;
                 *state(req).lock() = None;
                 return Err(EngineError::PermitsDiffer { in_use: other });
             }
-            let admitted = place < rule.holding(&line);
+            let admitted = match rule {
+                Rule::Lock if current.stake.is_writer() => standing.ahead == 0,
+                Rule::Lock => !standing.writer_ahead,
+                Rule::Permits(count) => standing.ahead < count as usize,
+            };
             // A key written a third of its lease ago is written again, for
             // the holder it becomes or the waiter it stays.
             let stale = current.sent.elapsed() >= current.lease / 3 || current.lease != req.lease;
@@ -352,7 +344,11 @@ impl NatsEngine {
             return Ok(Renewal::Gone);
         };
         if current.lapsed() {
-            self.let_go(req).await?;
+            // Gone at once, with no call to a server that may not answer:
+            // the key's TTL, no longer than the lease, removes it.
+            let mut gone = current;
+            gone.held = false;
+            keep(req, gone);
             return Ok(Renewal::Gone);
         }
         if !self.rewrite(&mut current, req.lease).await? {
