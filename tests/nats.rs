@@ -357,7 +357,7 @@ async fn bad_settings_and_an_unreachable_server_are_clear_errors() {
 /// Debian's nats-server 2.9, with JetStream: older than per-key TTLs.
 #[tokio::test]
 async fn a_server_too_old_for_per_key_ttls_is_refused_naming_its_version() {
-    let store = dlock_testkit::server::server_dir("nats-old", 0);
+    let store = dlock_testkit::server::server_dir("debian-nats", 0);
     let server = TestServer::start("/usr/sbin/nats-server", |port| {
         let store = store.display().to_string();
         ["-js", "-sd", &store, "-a", "127.0.0.1", "-p", &port.to_string()]

@@ -29,7 +29,12 @@ use dlock_core::kit::Kinds;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 /// One crypto provider for the clients that use rustls's process default.
-#[cfg(any(feature = "mysql", feature = "nats", feature = "redis-tls", feature = "zookeeper-tls"))]
+#[cfg(any(
+    feature = "mysql",
+    feature = "nats",
+    feature = "redis-tls",
+    feature = "zookeeper-tls"
+))]
 mod crypto;
 /// The rustls client config of the engines whose client takes one.
 #[cfg(any(feature = "postgres", feature = "memcached", feature = "zookeeper-tls"))]

@@ -13,6 +13,8 @@ pub struct TestServer {
     pub port: u16,
     program: String,
     args: Vec<String>,
+    /// Where the server logs, whose end a failed start shows.
+    log: Option<std::path::PathBuf>,
     child: Child,
 }
 
@@ -24,12 +26,23 @@ impl TestServer {
 
     /// Starts `program` with `args(port)` on `port` and waits until it accepts.
     pub fn start_at(port: u16, program: &str, args: impl FnOnce(u16) -> Vec<String>) -> Self {
-        let args = args(port);
-        let child = serve_program(program, &args, port);
+        Self::start_logged(port, program, |port| (args(port), None))
+    }
+
+    /// Starts `program` on `port` with the arguments `args(port)` gives,
+    /// and the log they name, whose end a failed start shows.
+    pub fn start_logged(
+        port: u16,
+        program: &str,
+        args: impl FnOnce(u16) -> (Vec<String>, Option<std::path::PathBuf>),
+    ) -> Self {
+        let (args, log) = args(port);
+        let child = serve_program(program, &args, port, log.as_deref());
         TestServer {
             port,
             program: program.to_owned(),
             args,
+            log,
             child,
         }
     }
@@ -54,19 +67,19 @@ impl TestServer {
     /// Starts the same server again on the same port.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = serve_program(&self.program, &self.args, self.port);
+        self.child = serve_program(&self.program, &self.args, self.port, self.log.as_deref());
     }
 }
 
 /// Starts `program` and returns once it accepts on `port` itself: another
 /// server that took the port first (a test elsewhere restarting its own)
 /// must not pass for this one.
-fn serve_program(program: &str, args: &[String], port: u16) -> Child {
+fn serve_program(program: &str, args: &[String], port: u16, log: Option<&Path>) -> Child {
     let pid = std::cell::Cell::new(0);
     serve(
         program,
         Duration::from_secs(30),
-        None,
+        log,
         || {
             let child = spawn(program, args);
             pid.set(child.id());
