@@ -16,6 +16,15 @@
 //! key written before it. A release is one purge of its key; the purge's
 //! message reaching the next in line is the handoff, with no request in
 //! between, and 10,000 waiters on one engine share the one watch.
+//! Measured (`benches/nats.rs`, 16 clients on one lock): handoff p50
+//! 297–317 µs, 1.6–1.8 NATS request round trips, against 434–467 µs for
+//! the same clients polling with a create at the core's 10–200 ms, which
+//! also sent the server 4.4 messages per acquisition to the watch's 2.0;
+//! the server receives nothing from 10,000 waiters while they wait
+//! (`benches/scale.rs`). A watch per waiter, on the key ahead as the etcd
+//! engine does, would cost a consumer (a request to the cluster's meta
+//! leader) per wait; the one watch costs each engine every write to the
+//! bucket.
 //!
 //! **Lease.** Every write sets the key's TTL (`Nats-TTL`, the bucket's
 //! per-key TTLs), so the server removes a dead holder's or waiter's key a
