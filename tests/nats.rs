@@ -28,6 +28,15 @@ fn config(server: &TestServer) -> NatsConfig {
     }
 }
 
+/// The error the engine's startup against `server` ends in.
+async fn refusal(server: &TestServer) -> String {
+    NatsEngine::connect("n", &config(server))
+        .await
+        .err()
+        .expect("refused")
+        .to_string()
+}
+
 /// One try at `name`, which leaves nothing behind: whether it was held
 /// (and then let go).
 async fn free(engine: &NatsEngine, name: &str) -> bool {
@@ -158,11 +167,7 @@ async fn a_server_without_jetstream_is_refused_naming_its_version() {
             .map(String::from)
             .into()
     });
-    let message = NatsEngine::connect("n", &config(&server))
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let message = refusal(&server).await;
     assert!(
         message.contains("without JetStream") && message.contains("2."),
         "{message}"
@@ -364,11 +369,7 @@ async fn a_server_too_old_for_per_key_ttls_is_refused_naming_its_version() {
             .map(String::from)
             .into()
     });
-    let message = NatsEngine::connect("n", &config(&server))
-        .await
-        .err()
-        .expect("refused")
-        .to_string();
+    let message = refusal(&server).await;
     assert!(
         message.contains("nats-server 2.9.") && message.contains("2.11 or later"),
         "{message}"

@@ -43,6 +43,19 @@ impl Connecting<'_> {
         }
     }
 
+    /// The secret a file holds for `field`: its first line, trimmed. A file
+    /// that cannot be read or holds none is an error naming the field; the
+    /// message never holds the secret.
+    pub fn secret_file(&self, field: &str, path: &Path) -> Result<String, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| self.bad(field, format!("cannot read {}: {e}", path.display())))?;
+        let line = text.lines().next().unwrap_or_default().trim();
+        if line.is_empty() {
+            return Err(self.bad(field, format!("{} holds no secret", path.display())));
+        }
+        Ok(line.to_owned())
+    }
+
     /// `call` to the server at `address`, given `limit` to answer: an error
     /// or no answer in time is [`unreachable`](Self::unreachable).
     pub async fn within<T, E: Into<BoxError>>(

@@ -100,22 +100,7 @@ impl DynamoDbConfig {
                 ));
             }
             (Some(secret), None) => Some(secret.clone()),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    at.bad(
-                        "secret_access_key_file",
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                let line = text.lines().next().unwrap_or_default().trim().to_owned();
-                if line.is_empty() {
-                    return Err(at.bad(
-                        "secret_access_key_file",
-                        format!("{} holds no secret", path.display()),
-                    ));
-                }
-                Some(line)
-            }
+            (None, Some(path)) => Some(at.secret_file("secret_access_key_file", path)?),
             (None, None) => None,
         };
         match (&self.access_key_id, secret) {

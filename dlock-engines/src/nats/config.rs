@@ -129,8 +129,7 @@ impl NatsConfig {
             ways.push("token");
         }
         if let Some(path) = &self.nkey_seed_file {
-            let seed = secret(at, "nkey_seed_file", &None, &Some(path.clone()))?.unwrap_or_default();
-            options = options.nkey(seed);
+            options = options.nkey(at.secret_file("nkey_seed_file", path)?);
             ways.push("nkey_seed_file");
         }
         if let Some(path) = &self.credentials_file {
@@ -161,7 +160,7 @@ impl NatsConfig {
     }
 }
 
-/// A secret given inline or in a file (its first line), not both.
+/// A secret given inline or in a file, not both.
 fn secret(
     at: &Connecting<'_>,
     field: &str,
@@ -171,19 +170,7 @@ fn secret(
     match (inline, file) {
         (Some(_), Some(_)) => Err(at.bad(field, format!("set {field} or {field}_file, not both"))),
         (Some(value), None) => Ok(Some(value.clone())),
-        (None, Some(path)) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| at.bad(field, format!("cannot read {}: {e}", path.display())))?;
-            let line = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or_default()
-                .trim();
-            if line.is_empty() {
-                return Err(at.bad(field, format!("{} holds nothing", path.display())));
-            }
-            Ok(Some(line.to_owned()))
-        }
+        (None, Some(path)) => at.secret_file(&format!("{field}_file"), path).map(Some),
         (None, None) => Ok(None),
     }
 }

@@ -145,7 +145,8 @@ pub(crate) struct Stake {
 impl Stake {
     /// A new contender's stake for `req`.
     pub fn new(req: &Request, label: &str, line: &Line, permits: Option<u32>) -> Stake {
-        let hashed = line.names().0.is_none() || line.names().1.is_none();
+        let (group, name) = line.names();
+        let hashed = group.is_none() || name.is_none();
         Stake {
             o: req.owner.to_string(),
             m: match req.mode {

@@ -3,7 +3,7 @@
 //! and renewed with its key. The slot key's first revision is the permit's
 //! fence: it rises for each slot, across its holders.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock_core::kit::{
     EngineError, Lifecycle, LostSignal, Poll, Renewal, Request, RevokedSignal, async_trait,
@@ -20,7 +20,6 @@ pub(crate) struct Slot {
     pub key: String,
     pub revision: u64,
     pub created: u64,
-    pub sent: Instant,
 }
 
 pub(super) struct Permits<'a> {
@@ -53,7 +52,6 @@ impl NatsEngine {
                 c: None,
                 ..current.stake.clone()
             };
-            let sent = Instant::now();
             let mut wrote = self.put(&key, &stake, 0, req.lease).await?;
             if let Wrote::Refused = wrote {
                 // A slot let go leaves its marker: write over it.
@@ -70,7 +68,6 @@ impl NatsEngine {
                     key,
                     revision,
                     created: revision,
-                    sent,
                 }));
             }
         }
@@ -86,11 +83,9 @@ impl NatsEngine {
         lease: Duration,
     ) -> Result<bool, EngineError> {
         let stake = stake.again(slot.created, lease);
-        let sent = Instant::now();
         match self.put(&slot.key, &stake, slot.revision, lease).await? {
             Wrote::Done(revision) => {
                 slot.revision = revision;
-                slot.sent = sent;
                 Ok(true)
             }
             Wrote::Refused => Ok(false),
