@@ -190,7 +190,9 @@ fn scripts_install_provides_what_every_setup_needs() {
 /// the request's kind, once, and a permit's lifecycle knows its count. So
 /// a new kind of request touches the engines that serve it, and no
 /// method's branches in the others. Only a campaign's layout (etcd's and
-/// ZooKeeper's elections) reads the kind, in one place per engine.
+/// ZooKeeper's elections) reads the kind, in one place per engine; a held
+/// write learns whether its hold is a permit's from the core
+/// (`HeldBy::is_permit`).
 #[test]
 fn engines_never_branch_on_the_kind_of_request() {
     for (feature, _) in dlock::engines::ENGINES {

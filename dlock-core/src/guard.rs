@@ -52,6 +52,10 @@ pub struct Guard {
 pub struct HeldLock(Arc<Hold>);
 
 impl HeldLock {
+    pub(crate) fn hold(&self) -> &Hold {
+        &self.0
+    }
+
     /// The lock's group and name.
     pub fn key(&self) -> &LockKey {
         &self.0.req.key
@@ -192,6 +196,18 @@ impl Share {
 impl std::fmt::Debug for Share {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Share").field(&*self.0).finish()
+    }
+}
+
+impl AsRef<HeldLock> for Guard {
+    fn as_ref(&self) -> &HeldLock {
+        &self.held
+    }
+}
+
+impl AsRef<HeldLock> for HeldLock {
+    fn as_ref(&self) -> &HeldLock {
+        self
     }
 }
 

@@ -16,6 +16,7 @@ pub mod certificates;
 pub mod fault_suite;
 mod fixture;
 pub mod fixtures;
+pub mod held_writes;
 pub mod printed;
 pub mod proxy;
 pub mod random_faults;

@@ -84,6 +84,8 @@ pub struct Capabilities {
     pub election_values: bool,
     /// The [`Watch`](super::Watch) facet.
     pub watch: bool,
+    /// The [`HeldWrites`](super::HeldWrites) facet.
+    pub held_writes: bool,
 }
 
 impl Capabilities {
@@ -106,6 +108,7 @@ impl Capabilities {
             hold_at_least,
             election_values,
             watch,
+            held_writes,
         } = engine.facets();
         Capabilities {
             read,
@@ -128,6 +131,7 @@ impl Capabilities {
             hold_at_least: hold_at_least.is_some(),
             election_values: election_values.is_some(),
             watch: watch.is_some(),
+            held_writes: held_writes.is_some(),
         }
     }
 
@@ -147,7 +151,7 @@ impl Capabilities {
     /// the words the guarantee table uses.
     pub fn words(&self) -> String {
         format!(
-            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}{}{}, {}{}, {}, {}",
+            "{}, {}, fence {}, ends with {}, lease unit {:?}, {}, {}{}{}{}, {}{}, {}, {}, {}",
             if self.read { "read write" } else { "write only" },
             self.fairness.as_str(),
             self.fencing.as_str(),
@@ -184,6 +188,11 @@ impl Capabilities {
                 (true, true) => "election with values",
                 (true, false) => "election",
                 (false, _) => "no election",
+            },
+            if self.held_writes {
+                "held writes"
+            } else {
+                "no held writes"
             },
         )
     }

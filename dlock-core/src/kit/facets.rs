@@ -4,6 +4,7 @@
 //! Having the facet is the capability: the core routes each call to it,
 //! and refuses with a typed `Error::Unsupported` where it is missing.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -50,6 +51,8 @@ pub struct Facets<'a> {
     pub election_values: Option<&'a dyn ElectionValues>,
     /// See [`Watch`].
     pub watch: Option<&'a dyn Watch>,
+    /// See [`HeldWrites`].
+    pub held_writes: Option<&'a dyn HeldWrites>,
 }
 
 /// Semaphores: a permit's own [`Lifecycle`], with the same fairness,
@@ -185,3 +188,14 @@ pub trait HoldAtLeast: Engine {
 /// the engine writes where its records read it, as the leader's label;
 /// without, a leader shows its process's label.
 pub trait ElectionValues: Send + Sync {}
+
+/// Writes to the engine's own store that land only while a hold is still
+/// current, checked by the server in the same atomic step as the write (an
+/// etcd transaction comparing the lock key's revision, say). Each engine
+/// offers them through a typed extension of its own, made from a guard with
+/// [`held_by`](super::held_by), which finds the engine's part here by its
+/// type: no generic key-value layer.
+pub trait HeldWrites: Send + Sync {
+    /// What the engine's extension writes through, found by its type.
+    fn store(&self) -> &(dyn Any + Send + Sync);
+}

@@ -55,6 +55,7 @@ mod connecting;
 mod deferred;
 mod engine;
 mod facets;
+mod held;
 mod kinds;
 mod request;
 pub mod session;
@@ -70,9 +71,10 @@ pub use engine::{
     Engine, EngineError, Lifecycle, LostSignal, Poll, Renewal, RevokedSignal, Serving, Wake, Woken,
 };
 pub use facets::{
-    Changed, Control, ElectionValues, Facets, HoldAtLeast, Inspect, List, PermitControl, Semaphores, Watch,
-    unwatched,
+    Changed, Control, ElectionValues, Facets, HeldWrites, HoldAtLeast, Inspect, List, PermitControl,
+    Semaphores, Watch, unwatched,
 };
+pub use held::{HeldBy, held_by};
 pub use kinds::Kinds;
 pub use request::{Kind, OwnerId, Request, RequestState};
 pub use waiters::Waiters;

@@ -144,6 +144,7 @@ impl Engine for Faults {
             hold_at_least,
             election_values,
             watch,
+            held_writes,
         } = self.inner.facets();
         Facets {
             semaphores: semaphores.map(|_| self as _),
@@ -154,6 +155,9 @@ impl Engine for Faults {
             hold_at_least: hold_at_least.map(|_| self as _),
             election_values: election_values.map(|_| self as _),
             watch: watch.map(|_| self as _),
+            // A held write goes to the store itself, past the faults, as a
+            // paused holder's resumed write would.
+            held_writes,
         }
     }
 

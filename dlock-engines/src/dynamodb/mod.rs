@@ -59,6 +59,9 @@
 //! core's bound on each call. A grant retried after its answer was lost
 //! finds its own entry, and takes it as granted.
 //!
+//! **Held writes** (`held.rs`, [`HeldTransaction`]): the user's items in
+//! one transaction after a check of the hold's entry, owner and fence.
+//!
 //! ```toml
 //! [engines.ddb]
 //! kind = "dynamodb"
@@ -72,6 +75,7 @@
 
 mod config;
 mod control;
+mod held;
 mod item;
 mod permits;
 mod records;
@@ -81,8 +85,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
 use dlock_core::kit::{
-    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, Semaphores,
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HeldWrites, HoldAtLeast,
+    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, Semaphores,
     async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
@@ -90,7 +94,9 @@ use dlock_core::{LockKey, LockView, Mode, Only};
 use item::{Entry, FENCE, READERS, Seen, WRITER, entries, entry_value, fence_of, millis, millis_now};
 use update::{Outcome, Update, number, number_of, text};
 
+pub use aws_sdk_dynamodb;
 pub use config::{DynamoDbConfig, register};
+pub use held::HeldTransaction;
 pub use update::CAPACITY_UNITS;
 
 /// The longest name kept in a sort key as it is; longer ones are hashed.
@@ -368,6 +374,7 @@ impl Engine for DynamoDbEngine {
             control: Some(self),
             permit_control: Some(self),
             hold_at_least: Some(self),
+            held_writes: Some(self),
             ..Facets::default()
         }
     }
@@ -521,6 +528,12 @@ impl PermitControl for DynamoDbEngine {
 
 #[async_trait]
 impl HoldAtLeast for DynamoDbEngine {}
+
+impl HeldWrites for DynamoDbEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
+    }
+}
 
 #[cfg(test)]
 mod tests {

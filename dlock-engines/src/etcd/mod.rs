@@ -53,6 +53,9 @@
 //! fires lost and waiters queue again on a new lease. A killed process's
 //! locks are free within the TTL.
 //!
+//! **Held writes** (`held.rs`, [`HeldTxn`]): the user's transaction nested
+//! in one that compares the hold's key with its create revision.
+//!
 //! Config:
 //!
 //! ```toml
@@ -77,6 +80,7 @@
 mod config;
 mod control;
 mod handoff;
+mod held;
 mod queue;
 mod records;
 /// The client crate, for tests and benchmarks that talk to etcd directly.
@@ -94,8 +98,8 @@ use std::time::{Duration, SystemTime};
 use dlock_core::kit::session::Sessions;
 use dlock_core::kit::{
     Changed, Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees,
-    HoldAtLeast, Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState,
-    RevokedSignal, Semaphores, Watch, async_trait,
+    HeldWrites, HoldAtLeast, Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request,
+    RequestState, RevokedSignal, Semaphores, Watch, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 use etcd_client::{
@@ -117,6 +121,7 @@ use waiting::{Ahead, Signal, Watched, Watching};
 use watches::Watches;
 
 pub use config::{EtcdConfig, register};
+pub use held::HeldTxn;
 
 /// A request's state over its whole life.
 struct Requested {
@@ -813,6 +818,7 @@ impl Engine for EtcdEngine {
             hold_at_least: Some(self),
             election_values: Some(self),
             watch: Some(self),
+            held_writes: Some(self),
             // Every facet today; one added later stays missing here until
             // this engine implements it.
             ..Facets::default()
@@ -1071,3 +1077,9 @@ impl HoldAtLeast for EtcdEngine {
 }
 
 impl ElectionValues for EtcdEngine {}
+
+impl HeldWrites for EtcdEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
+    }
+}

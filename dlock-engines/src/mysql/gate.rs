@@ -48,6 +48,11 @@ impl Session {
         sql::exec(&mut self.conn, statement, params).await
     }
 
+    /// The session itself, for a held write's transaction (`held.rs`).
+    pub fn conn(&mut self) -> &mut Conn {
+        &mut self.conn
+    }
+
     /// The server's id of this session, which `IS_USED_LOCK` answers.
     pub fn id(&self) -> u32 {
         self.conn.id()
@@ -205,6 +210,39 @@ impl Sessions {
         let (changed, _) = session.exec(statement, params).await?;
         self.let_go(session, &req.key).await?;
         Ok((changed > 0).then_some(fence))
+    }
+
+    /// A session for a held write of a permit (`held.rs`): its
+    /// `wait_timeout` is the lease, so the server ends a transaction left
+    /// idle that long.
+    pub async fn session(&self, lease: Duration) -> Result<Session, EngineError> {
+        Ok(self.take(lease).await?.0)
+    }
+
+    /// A session holding the gate of `req`'s lock, for a held write of a
+    /// hold through the table (`held.rs`), as a grant holds it: no other
+    /// request becomes a holder meanwhile. Taken only while the hold's row
+    /// (`owner`) is live, waiting up to a lease for a grant or another held
+    /// write to let it go. `None` if the row is not live.
+    pub async fn held_gate(&self, req: &Request, owner: Value) -> Result<Option<Session>, EngineError> {
+        let wait = timeout(req.lease);
+        let params = vec![owner, name(&req.key).to_value(), wait.to_value()];
+        let (session, taken) = self.take_with(req, &sql::await_gate(), params).await?;
+        match taken {
+            Some(1) => Ok(Some(session)),
+            Some(2) => {
+                self.give_back(session);
+                Ok(None)
+            }
+            Some(0) => {
+                self.give_back(session);
+                Err(EngineError::failed(format!(
+                    "the lock's gate stayed busy for {wait} s"
+                )))
+            }
+            // GET_LOCK's NULL: the session was killed while it waited.
+            _ => Err(EngineError::failed("the lock's gate could not be taken")),
+        }
     }
 
     /// Lets the gate of `key` go; true if `session` held it. Only then is

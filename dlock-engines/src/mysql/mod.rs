@@ -97,18 +97,21 @@ mod config;
 mod control;
 mod gate;
 mod gate_records;
+mod held;
 mod permits;
 mod records;
 mod sql;
 mod tls;
+/// The client crate, whose types held writes take ([`HeldTransaction`]).
+pub use mysql_async;
 
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use dlock_core::kit::{
-    Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect,
-    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, Waiters, Wake, Woken,
-    async_trait,
+    Control, Deferrals, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HeldWrites,
+    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, Waiters, Wake,
+    Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 use mysql_async::prelude::{Queryable, ToValue};
@@ -120,6 +123,7 @@ use permits::Permits;
 use sql::{key_and_name, mode_code};
 
 pub use config::{MysqlConfig, register};
+pub use held::HeldTransaction;
 
 /// How often a waiter with only holders ahead looks again, so that a
 /// handoff between processes takes milliseconds, not the core's backed-off
@@ -181,8 +185,9 @@ struct Shared {
 /// What a request remembers.
 struct Mine {
     line: Mutex<Line>,
-    /// A write hold taken at once.
-    gate: Mutex<Option<GateHold>>,
+    /// A write hold taken at once. Locked while its session is used, so
+    /// that a held write never finds it out mid-renewal.
+    gate: tokio::sync::Mutex<Option<GateHold>>,
     /// A permit's slot, read once it is granted (`permits.rs`).
     slot: OnceLock<u32>,
 }
@@ -213,7 +218,7 @@ impl Mine {
                 counted: false,
                 at_head: false,
             }),
-            gate: Mutex::new(None),
+            gate: tokio::sync::Mutex::new(None),
             slot: OnceLock::new(),
         })
     }
@@ -223,13 +228,13 @@ impl Mine {
     }
 
     /// A write hold taken at once, taken out of the request.
-    fn take_gate(req: &Request) -> Option<GateHold> {
+    async fn take_gate(req: &Request) -> Option<GateHold> {
         let waiting = req.state::<Mine>()?;
-        waiting.gate.lock().unwrap_or_else(|e| e.into_inner()).take()
+        waiting.gate.lock().await.take()
     }
 
-    fn keep_gate(req: &Request, hold: GateHold) {
-        *Mine::of(req).gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(hold);
+    async fn keep_gate(req: &Request, hold: GateHold) {
+        *Mine::of(req).gate.lock().await = Some(hold);
     }
 }
 
@@ -311,7 +316,8 @@ impl MysqlEngine {
                 fence,
                 record,
             },
-        );
+        )
+        .await;
         Ok(Some(fence))
     }
 
@@ -398,6 +404,11 @@ fn owner(req: &Request) -> Value {
     req.owner.as_u128().to_be_bytes().to_vec().to_value()
 }
 
+/// `sql::extend`'s parameters for a hold's row.
+fn extend_held(req: &Request) -> Vec<Value> {
+    vec![micros(req.lease), owner(req), 1u8.to_value()]
+}
+
 fn micros(d: Duration) -> Value {
     (d.as_micros() as u64).to_value()
 }
@@ -427,7 +438,7 @@ impl MysqlEngine {
     /// woken at `wake_key`.
     async fn withdraw(&self, req: &Request, wake_key: Vec<u8>) -> Result<(), EngineError> {
         self.stop_waiting(req, &wake_key);
-        if let Some(hold) = Mine::take_gate(req) {
+        if let Some(hold) = Mine::take_gate(req).await {
             self.let_go(req, hold).await?;
         }
         self.run(sql::FORGET, vec![owner(req)]).await?;
@@ -439,18 +450,19 @@ impl MysqlEngine {
     /// session from idling out; a row: its expiry moved on. Either reads
     /// whether the holder was asked to let go, in the same statement.
     async fn renewing(&self, req: &Request) -> Result<Renewal, EngineError> {
-        if let Some(mut hold) = Mine::take_gate(req) {
+        let mut gate = Mine::of(req).gate.lock().await;
+        if let Some(hold) = gate.as_mut() {
             let renewal = hold.session.renew(&req.key).await;
-            if renewal == Renewal::Gone {
+            if renewal == Renewal::Gone
+                && let Some(hold) = gate.take()
+            {
                 // Its record, if written, shows nothing once the gate is gone.
                 hold.record.stop().await;
-            } else {
-                Mine::keep_gate(req, hold);
             }
             return Ok(renewal);
         }
-        let params = vec![micros(req.lease), owner(req), 1u8.to_value()];
-        Ok(match self.run(&sql::extend(), params).await? {
+        drop(gate);
+        Ok(match self.run(&sql::extend(), extend_held(req)).await? {
             (1, None) => Renewal::Held,
             (1, Some(_)) => Renewal::Revoked,
             _ => Renewal::Gone,
@@ -460,7 +472,7 @@ impl MysqlEngine {
     /// Lets go of a hold of a lock or a permit, whose waiters are woken at
     /// `key`.
     async fn let_go_woken(&self, req: &Request, key: Vec<u8>) -> Result<bool, EngineError> {
-        if let Some(hold) = Mine::take_gate(req) {
+        if let Some(hold) = Mine::take_gate(req).await {
             // A failed statement means the session is gone, and the gate with it.
             let released = self.let_go(req, hold).await.unwrap_or(false);
             self.shared.waiting.wake(&key);
@@ -505,6 +517,7 @@ impl Engine for MysqlEngine {
             list: Some(self),
             control: Some(self),
             permit_control: Some(self),
+            held_writes: Some(self),
             ..Facets::default()
         }
     }
@@ -513,7 +526,7 @@ impl Engine for MysqlEngine {
     /// gate, then lets the gate go.
     async fn downgrade(&self, req: &Request) -> Result<bool, EngineError> {
         let (key, name) = key_and_name(&req.key);
-        let downgraded = match Mine::take_gate(req) {
+        let downgraded = match Mine::take_gate(req).await {
             Some(mut hold) => {
                 let params = vec![
                     key.to_value(),
@@ -680,5 +693,11 @@ impl PermitControl for MysqlEngine {
 
     async fn revoke_permits(&self, key: &LockKey, count: u32, only: &Only) -> Result<u32, EngineError> {
         control::revoke(&self.shared.pool, key, Some(count), only).await
+    }
+}
+
+impl HeldWrites for MysqlEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
     }
 }

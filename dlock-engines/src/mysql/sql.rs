@@ -187,6 +187,17 @@ pub fn take_alone() -> String {
 /// fencing token, drawn while the gate is held.
 pub const TAKE_GATE: &str = "SELECT IF(GET_LOCK(?, 0) = 1, UUID_SHORT(), NULL)";
 
+/// The gate, for a held write of a hold through the table (`held.rs`),
+/// only while the hold's row is live: 1 once taken, waiting up to the
+/// seconds given; 0 if still busy then; 2 if the row is not live. Params:
+/// owner, gate, seconds.
+pub fn await_gate() -> String {
+    format!(
+        "SELECT IF(EXISTS (SELECT 1 FROM dlock_queue WHERE owner = ? AND held = 1 AND expires > {NOW}), \
+           GET_LOCK(?, ?), 2)"
+    )
+}
+
 /// Lets the gate go. Param: gate. 1 if this session held it.
 pub const GIVE_GATE: &str = "SELECT RELEASE_LOCK(?)";
 

@@ -412,7 +412,10 @@ async fn follow(
             return Ok(());
         };
         let mut copy = shared.lock().unwrap();
-        if let Some(key) = message.subject.strip_prefix(prefix.as_str()) {
+        // A user's key (`held.rs`) is no part of any line.
+        if let Some(key) = message.subject.strip_prefix(prefix.as_str())
+            && !key.starts_with(super::held::DATA)
+        {
             copy.apply(key, revision, stake);
         }
         if !reading {

@@ -52,6 +52,10 @@
 //! its renewal, sent then, says which. `dlock watch` hears a group's
 //! changes from the same watch ([`Watch`]).
 //!
+//! **Held writes** (`held.rs`, [`HeldPut`]): a user's key `d.<key>` of
+//! the bucket, written with the hold key's revision expected; the watch
+//! leaves such keys out.
+//!
 //! ```toml
 //! [engines.nats]
 //! kind = "nats"
@@ -65,6 +69,7 @@
 
 mod config;
 mod control;
+mod held;
 mod keys;
 mod mirror;
 mod permits;
@@ -75,9 +80,9 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use dlock_core::kit::{
-    Changed, Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast,
-    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
-    Semaphores, Watch, Woken, async_trait,
+    Changed, Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HeldWrites,
+    HoldAtLeast, Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState,
+    RevokedSignal, Semaphores, Watch, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
@@ -89,6 +94,7 @@ use write::Wrote;
 /// The client crate, for tests and benchmarks that talk to NATS directly.
 pub use async_nats;
 pub use config::{NatsConfig, register};
+pub use held::HeldPut;
 
 /// How long the server keeps the marker of a key removed: the watch
 /// learns of a removal from it.
@@ -462,6 +468,7 @@ impl Engine for NatsEngine {
             permit_control: Some(self),
             hold_at_least: Some(self),
             watch: Some(self),
+            held_writes: Some(self),
             ..Facets::default()
         }
     }
@@ -580,6 +587,12 @@ impl PermitControl for NatsEngine {
 
 #[async_trait]
 impl HoldAtLeast for NatsEngine {}
+
+impl HeldWrites for NatsEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
+    }
+}
 
 /// The watch of the bucket already hears every change: a group's is a
 /// signal from it.

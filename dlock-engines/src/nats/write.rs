@@ -27,7 +27,7 @@ fn seconds(ttl: Duration) -> String {
 }
 
 impl NatsEngine {
-    fn subject(&self, key: &str) -> String {
+    pub(crate) fn subject(&self, key: &str) -> String {
         format!("$KV.{}.{key}", self.bucket)
     }
 
@@ -59,7 +59,7 @@ impl NatsEngine {
         self.publish(key, headers, Vec::new(), expected).await
     }
 
-    async fn publish(
+    pub(crate) async fn publish(
         &self,
         key: &str,
         mut headers: HeaderMap,

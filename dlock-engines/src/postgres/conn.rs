@@ -1,7 +1,8 @@
 //! One session of the postgres engine, and the advisory-lock protocol on
 //! it: taking a key now or waiting for it, letting it go, downgrading,
-//! counting a semaphore's slots, pinging; and the book of what the
-//! session holds, which the pool reads to pick a connection.
+//! counting a semaphore's slots, pinging, a held write's transaction; and
+//! the book of what the session holds, which the pool reads to pick a
+//! connection.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -10,7 +11,7 @@ use std::time::Instant;
 
 use dlock_core::Mode;
 use dlock_core::kit::{Deferrals, Deferred, EngineError, OwnerId};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OwnedRwLockWriteGuard, RwLock, watch};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
@@ -99,6 +100,9 @@ pub(super) struct Conn {
     /// Statements that change what the session holds run one at a time, so
     /// that the book and the server's timeout agree.
     order: tokio::sync::Mutex<()>,
+    /// Every statement takes a share; a held write's transaction takes it
+    /// alone, so that no other hold's statement joins the transaction.
+    alone: Arc<RwLock<()>>,
     closed: watch::Receiver<Option<Closed>>,
     /// Ends the session when notified.
     end: Arc<Notify>,
@@ -197,6 +201,7 @@ impl Conn {
         pick: impl FnOnce(&Statements) -> &tokio_postgres::Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Row, EngineError> {
+        let _share = self.alone.read().await;
         self.client
             .query_one(pick(&self.statements), params)
             .await
@@ -209,6 +214,7 @@ impl Conn {
         pick: impl FnOnce(&Statements) -> &tokio_postgres::Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, EngineError> {
+        let _share = self.alone.read().await;
         self.client
             .query(pick(&self.statements), params)
             .await
@@ -279,6 +285,7 @@ impl Conn {
             statements,
             book: Mutex::default(),
             order: tokio::sync::Mutex::new(()),
+            alone: Arc::default(),
             closed,
             end,
             changed: pool_changed.clone(),
@@ -318,6 +325,7 @@ impl Conn {
         key: i64,
         timeout: Option<u64>,
     ) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+        let _share = self.alone.read().await;
         match timeout {
             Some(ms) => self.client.query_one(statement, &[&key, &ms.to_string()]).await,
             None => self.client.query_one(statement, &[&key]).await,
@@ -338,6 +346,7 @@ impl Conn {
         let params: [&(dyn ToSql + Sync); ROW_PARAMS + 1] =
             [&want.key, &group, &name, &permits, &tag.owner, &lease, &ms];
         let count = ROW_PARAMS + usize::from(timeout.is_some());
+        let _share = self.alone.read().await;
         let row = self.client.query_opt(statement, &params[..count]).await?;
         Ok(row.and_then(|row| row.get::<_, Option<i64>>(0)).map(|f| f as u64))
     }
@@ -377,6 +386,7 @@ impl Conn {
             let (fence, micros) = (fence as i64, taken.elapsed().as_micros() as i64);
             let params: [&(dyn ToSql + Sync); ROW_PARAMS + 2] =
                 [&key, &group, &name, &permits, &tag.owner, &lease, &fence, &micros];
+            let _share = conn.alone.read().await;
             // A failed statement may still have written: deleting is harmless.
             match conn.client.execute(&conn.statements.record, &params).await {
                 Ok(written) => written > 0,
@@ -502,6 +512,7 @@ impl Conn {
     /// Turns the exclusive hold on `key` into a shared one in one statement.
     pub async fn downgrade(&self, key: i64) -> Result<bool, EngineError> {
         let _order = self.order.lock().await;
+        let _share = self.alone.read().await;
         match self.client.query_one(&self.statements.downgrade, &[&key]).await {
             Ok(row) => Ok(row.get(1)),
             Err(_) if self.client.is_closed() => Ok(false),
@@ -518,6 +529,7 @@ impl Conn {
             &self.statements.count_give
         };
         let count = count as i32;
+        let _share = self.alone.read().await;
         match self.client.query_one(statement, &[&number, &count]).await {
             Ok(_) => Ok(()),
             Err(_) if self.client.is_closed() => Ok(()),
@@ -527,16 +539,131 @@ impl Conn {
 
     /// One round trip on the session of the hold on `key`: what became of it.
     pub async fn ping(&self, key: i64) -> Result<Ping, EngineError> {
+        let _share = self.alone.read().await;
         match self.client.query_opt(&self.statements.ping, &[&key]).await {
-            Ok(None) => Ok(Ping::Held),
-            Ok(Some(row)) => Ok(match (row.get(0), row.get(1)) {
-                (_, true) => Ping::Forced,
-                (true, false) => Ping::Revoked,
-                (false, false) => Ping::Held,
-            }),
+            Ok(row) => Ok(pinged(row)),
             Err(_) if self.client.is_closed() => Ok(Ping::Gone),
             Err(e) => Err(failed(e)),
         }
+    }
+
+    /// A held write (`held.rs`): `statements`, in order, in one
+    /// transaction on this session, which first checks that the session
+    /// holds `key` (`pg_locks`) and that its holder was not forced out (the
+    /// renewal's `ping`, in the transaction). Rows each changed; `None`,
+    /// with nothing applied, if it no longer holds, or if the session
+    /// ended before the commit was sent. Meanwhile no other statement runs
+    /// on the session; each statement, and each pause between them, ends
+    /// within the session's lease (`idle_session_timeout`, set as the
+    /// transaction's `statement_timeout` and idle timeout), so that a held
+    /// write never keeps the session, and its holds, past it.
+    pub async fn held_write(
+        self: &Arc<Self>,
+        key: i64,
+        statements: &[(&str, &[&(dyn ToSql + Sync)])],
+    ) -> Result<Option<Vec<u64>>, EngineError> {
+        let open = Open {
+            conn: self.clone(),
+            alone: Some(self.alone.clone().write_owned().await),
+        };
+        let key: &[&(dyn ToSql + Sync)] = &[&key];
+        // Pipelined, in this order: one round trip.
+        let checked = tokio::try_join!(
+            self.client.batch_execute(BEGIN_BOUNDED),
+            self.client.query_one(&self.statements.holds, key),
+            self.client.query_opt(&self.statements.ping, key),
+        );
+        let held = match checked {
+            Ok((_, holds, ping)) => holds.get::<_, bool>(0) && pinged(ping) != Ping::Forced,
+            Err(e) if self.ended(&e) => false,
+            Err(e) => {
+                open.rollback().await;
+                return Err(failed(e));
+            }
+        };
+        if !held {
+            open.rollback().await;
+            return Ok(None);
+        }
+        let mut changed = Vec::with_capacity(statements.len());
+        for (index, (statement, params)) in statements.iter().enumerate() {
+            match self.client.execute(*statement, params).await {
+                Ok(rows) => changed.push(rows),
+                // No commit was sent: the server rolled it all back.
+                Err(e) if self.ended(&e) => return Ok(None),
+                Err(e) => {
+                    open.rollback().await;
+                    return Err(EngineError::failed(format!("statement {index}: {}", failed(e))));
+                }
+            }
+        }
+        let committed = self.client.batch_execute("COMMIT").await;
+        drop(open.done());
+        match committed {
+            Ok(()) => Ok(Some(changed)),
+            Err(e) if self.ended(&e) => Err(EngineError::failed(
+                "the session ended before the commit was answered: whether it landed is unknown",
+            )),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Whether `error` says the session is over: closed, or ended by the
+    /// server for its idle timeout (the lease), whose FATAL can come as the
+    /// answer to a request sent before the client saw the socket close.
+    fn ended(&self, error: &tokio_postgres::Error) -> bool {
+        self.client.is_closed() || error.code() == Some(&SqlState::IDLE_SESSION_TIMEOUT)
+    }
+}
+
+/// Opens a held write's transaction, each statement and idle moment of it
+/// bounded by the session's lease.
+const BEGIN_BOUNDED: &str = "BEGIN; SELECT \
+     set_config('statement_timeout', current_setting('idle_session_timeout'), true), \
+     set_config('idle_in_transaction_session_timeout', current_setting('idle_session_timeout'), true)";
+
+/// A held write's open transaction, which has the session to itself. Left
+/// without a commit or a rollback (the caller stopped waiting), it is rolled
+/// back on a task of its own before the session is shared again.
+struct Open {
+    conn: Arc<Conn>,
+    alone: Option<OwnedRwLockWriteGuard<()>>,
+}
+
+impl Open {
+    async fn rollback(self) {
+        let _ = self.conn.client.batch_execute("ROLLBACK").await;
+        drop(self.done());
+    }
+
+    /// The session, shared again.
+    fn done(mut self) -> Option<OwnedRwLockWriteGuard<()>> {
+        self.alone.take()
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let Some(alone) = self.alone.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let conn = self.conn.clone();
+        runtime.spawn(async move {
+            let _ = conn.client.batch_execute("ROLLBACK").await;
+            drop(alone);
+        });
+    }
+}
+
+/// What the renewal's `ping` row says of a hold.
+fn pinged(row: Option<Row>) -> Ping {
+    match row.map(|row| (row.get(0), row.get(1))) {
+        None | Some((false, false)) => Ping::Held,
+        Some((_, true)) => Ping::Forced,
+        Some((true, false)) => Ping::Revoked,
     }
 }
 

@@ -98,6 +98,7 @@
 mod config;
 mod conn;
 mod control;
+mod held;
 mod objects;
 mod permits;
 mod pool;
@@ -106,14 +107,16 @@ mod server;
 mod sql;
 mod waiter;
 mod want;
+/// The client crate, whose types held writes take ([`HeldTransaction`]).
+pub use tokio_postgres;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, Inspect, Lifecycle, List,
-    LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, async_trait,
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HeldWrites, Inspect,
+    Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, Semaphores, async_trait,
 };
 use dlock_core::{LockKey, LockView, Mode, Only};
 
@@ -124,6 +127,7 @@ use waiter::{Stage, Waiter};
 use want::{Tag, Want};
 
 pub use config::{PostgresConfig, register};
+pub use held::HeldTransaction;
 
 /// The postgres engine. See the [module docs](self).
 ///
@@ -283,6 +287,7 @@ impl Engine for PostgresEngine {
             list: Some(self),
             control: Some(self),
             permit_control: Some(self),
+            held_writes: Some(self),
             ..Facets::default()
         }
     }
@@ -452,6 +457,12 @@ impl PermitControl for PostgresEngine {
             asked += control::revoke(&self.pool, keys.slot(slot), only).await?;
         }
         Ok(asked)
+    }
+}
+
+impl HeldWrites for PostgresEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
     }
 }
 

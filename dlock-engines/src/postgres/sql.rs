@@ -57,6 +57,9 @@ pub(super) struct Statements {
     /// holder was asked to let go, and whether it was forced out. No row
     /// (a hold too young to have one): neither.
     pub ping: Statement,
+    /// Whether this session holds key `$1`, as `pg_locks` says: a held
+    /// write's check, beside `ping`.
+    pub holds: Statement,
     /// Whether backend `$1` sleeps in a lock queue.
     pub waiting: Statement,
     /// A semaphore's count, `pg_advisory_lock_shared($1, $2)` in the
@@ -188,6 +191,9 @@ impl Statements {
                  LEFT JOIN {forced} AS f ON f.key = h.key AND f.owner = h.owner \
                  WHERE h.key = $1 AND h.pid = {pid}"
             ),
+            format!(
+                "SELECT EXISTS (SELECT 1 FROM {ADVISORY} WHERE l.key = $1 AND l.pid = {pid} AND l.granted)"
+            ),
             "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_get_activity($1)"
                 .to_owned(),
             "SELECT pg_advisory_lock_shared($1::int4, $2::int4)".to_owned(),
@@ -258,6 +264,7 @@ impl Statements {
             give_back_recorded_setting: [next(), next()],
             downgrade: next(),
             ping: next(),
+            holds: next(),
             waiting: next(),
             count_take: next(),
             count_give: next(),

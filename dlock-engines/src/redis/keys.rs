@@ -68,7 +68,7 @@ pub(crate) fn name_in<'k>(key: &'k str, group: &str) -> Option<(String, &'k str)
     Some((percent_unescape(name)?, tail))
 }
 
-fn escape_into(text: &str, out: &mut String) {
+pub(crate) fn escape_into(text: &str, out: &mut String) {
     percent_escape(text, |c| matches!(c, ':' | '{' | '}'), out);
 }
 

@@ -61,6 +61,10 @@
 //! newcomer only what they leave. A release wakes, on their own engines'
 //! channels, the waiters a free permit now awaits.
 //!
+//! **Held writes** (`held.rs`, [`HeldWrite`]): `scripts/held.lua` renews
+//! the hold as `renew.lua` (or the semaphore's script) does, then writes,
+//! only if it still holds.
+//!
 //! Needs Redis 6.2 or later (`SET ... GET`); a cluster needs 7.0
 //! (`SPUBLISH`).
 //!
@@ -125,6 +129,7 @@
 
 pub(crate) mod config;
 pub(crate) mod connection;
+mod held;
 pub(crate) mod keys;
 mod labels;
 mod notify;
@@ -135,9 +140,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
-    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HoldAtLeast, Inspect,
-    Lifecycle, List, LostSignal, OwnerId, PermitControl, Poll, Renewal, Request, RevokedSignal, Semaphores,
-    Wake, async_trait,
+    Control, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees, HeldWrites, HoldAtLeast,
+    Inspect, Lifecycle, List, LostSignal, OwnerId, PermitControl, Poll, Renewal, Request, RevokedSignal,
+    Semaphores, Wake, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use redis::Script;
@@ -146,6 +151,7 @@ use connection::{Connection, Target};
 use permits::Permits;
 
 pub use config::{RedisClusterConfig, RedisConfig, RedisSentinelConfig, register};
+pub use held::HeldWrite;
 
 /// Locks a listing reads in one pipeline or script call.
 const LIST_BATCH: usize = 1000;
@@ -158,19 +164,31 @@ const LIST_BATCH: usize = 1000;
 const ONLY: &str = include_str!("scripts/only.lua");
 
 fn script(body: &str, settings: &str) -> Script {
+    Script::new(&script_text(body, settings))
+}
+
+fn script_text(body: &str, settings: &str) -> String {
     let (fast, rest) = body
         .split_once("-- helpers --\n")
         .expect("every script marks where its helpers go");
-    Script::new(
-        &[
-            settings,
-            include_str!("scripts/head.lua"),
-            fast,
-            include_str!("scripts/common.lua"),
-            rest,
-        ]
-        .concat(),
-    )
+    [
+        settings,
+        include_str!("scripts/head.lua"),
+        fast,
+        include_str!("scripts/common.lua"),
+        rest,
+    ]
+    .concat()
+}
+
+/// A held write's script (`scripts/held.lua`): `renewal`, a whole script,
+/// made the function `renewed`, then the writes, which begin at ARGV
+/// `writes_from`.
+fn held_script(renewal: &str, writes_from: u8) -> Script {
+    Script::new(&format!(
+        "local writes_from = {writes_from}\nlocal function renewed()\n{renewal}\nend\n{}",
+        include_str!("scripts/held.lua")
+    ))
 }
 
 struct Scripts {
@@ -186,6 +204,10 @@ struct Scripts {
     control: Script,
     /// Whether a holder found gone was forced out.
     forced: Script,
+    /// A lock's held write (`held.rs`).
+    held: Script,
+    /// A permit's held write.
+    held_permit: Script,
 }
 
 /// The Redis engine, on one server, a cluster or behind Sentinel. See the
@@ -268,6 +290,11 @@ impl RedisEngine {
                 release: script(include_str!("scripts/release.lua"), &settings),
                 downgrade: script(include_str!("scripts/downgrade.lua"), &settings),
                 semaphore: Script::new(&[&settings, ONLY, include_str!("scripts/semaphore.lua")].concat()),
+                held: held_script(&script_text(include_str!("scripts/renew.lua"), &settings), 3),
+                held_permit: held_script(
+                    &[&settings, ONLY, include_str!("scripts/semaphore.lua")].concat(),
+                    4,
+                ),
                 inspect: Script::new(include_str!("scripts/inspect.lua")),
                 control: script(&[ONLY, include_str!("scripts/control.lua")].concat(), &settings),
                 forced: Script::new(include_str!("scripts/forced.lua")),
@@ -551,6 +578,7 @@ impl Engine for RedisEngine {
             control: Some(self),
             permit_control: Some(self),
             hold_at_least: Some(self),
+            held_writes: Some(self),
             ..Facets::default()
         }
     }
@@ -742,6 +770,12 @@ impl PermitControl for RedisEngine {
 
 #[async_trait]
 impl HoldAtLeast for RedisEngine {}
+
+impl HeldWrites for RedisEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
+    }
+}
 
 /// What `read` answers for the keys `found[i]` of each `i` in `which`, in
 /// batches of `size`, all sent at once, in their order.

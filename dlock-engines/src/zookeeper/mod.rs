@@ -89,6 +89,7 @@
 
 mod config;
 mod control;
+mod held;
 mod inspect;
 mod keeper;
 mod nodes;
@@ -96,14 +97,16 @@ mod permits;
 mod records;
 mod session;
 mod tls;
+/// The client crate, whose types held writes take ([`HeldMulti`]).
+pub use zookeeper_client;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use dlock_core::kit::{
     Changed, Control, ElectionValues, Engine, EngineError, Expiry, Facets, Fairness, Fencing, Guarantees,
-    Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState, RevokedSignal,
-    Semaphores, Wake, Watch, Woken, async_trait,
+    HeldWrites, Inspect, Lifecycle, List, LostSignal, PermitControl, Poll, Renewal, Request, RequestState,
+    RevokedSignal, Semaphores, Wake, Watch, Woken, async_trait,
 };
 use dlock_core::{LockKey, LockView, Only};
 use tokio::sync::watch;
@@ -118,6 +121,7 @@ use permits::Permits;
 use session::{Session, Sessions};
 
 pub use config::{ZooKeeperConfig, register};
+pub use held::HeldMulti;
 
 /// A request's node: none before it is created or once it is removed.
 type NodeState = RequestState<Node>;
@@ -590,6 +594,7 @@ impl Engine for ZooKeeperEngine {
             permit_control: Some(self),
             election_values: Some(self),
             watch: Some(self),
+            held_writes: Some(self),
             ..Facets::default()
         }
     }
@@ -783,6 +788,12 @@ impl PermitControl for ZooKeeperEngine {
 }
 
 impl ElectionValues for ZooKeeperEngine {}
+
+impl HeldWrites for ZooKeeperEngine {
+    fn store(&self) -> &(dyn std::any::Any + Send + Sync) {
+        self
+    }
+}
 
 /// A listing's children: none where the parent is not made yet; `None` if
 /// the listing failed otherwise.
