@@ -370,6 +370,13 @@ pub use ran::Ran;
 
 #[cfg(feature = "admin")]
 pub mod admin;
+#[cfg(any(
+    feature = "fenced-postgres",
+    feature = "fenced-sqlx",
+    feature = "fenced-redis",
+    feature = "fenced-http"
+))]
+pub mod fenced;
 
 static REGISTRY: OnceCell<Registry> = OnceCell::new();
 

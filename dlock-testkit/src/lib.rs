@@ -14,6 +14,7 @@
 
 pub mod certificates;
 pub mod fault_suite;
+pub mod fenced_row;
 mod fixture;
 pub mod fixtures;
 pub mod held_writes;

@@ -9,7 +9,12 @@
 //! scenarios of [`fault_suite`](mod@crate::fault_suite) each test one fault;
 //! this finds what their mix does.
 //!
-//! It checks what must hold under any faults: no update lost, no fence
+//! The lock's workers also write a second store through dlock's own fenced
+//! adapter: a row of a real PostgreSQL table ([`FencedRow`]), on a server
+//! of its own that no fault touches, its value the count of its writes.
+//!
+//! It checks what must hold under any faults: no update lost (in either
+//! store), no fence
 //! handed out twice (for permits: no write refused to a holder whose
 //! permit was never lost, and no more tokens writing at once than
 //! permits), and no silence (no worker entering) longer than the
@@ -23,7 +28,9 @@ use std::time::{Duration, Instant};
 use dlock_core::kit::{Fairness, Fencing};
 
 use crate::fault_suite::{Paths, Setup, Worker};
-use crate::{Breakable, engine};
+use crate::fenced_row::FencedRow;
+use crate::fixtures::postgres::Postgres;
+use crate::{Breakable, Fixture, engine};
 
 /// Workers contending for the one lock or semaphore.
 const WORKERS: usize = 5;
@@ -47,6 +54,8 @@ pub struct Outcome {
     pub entered: u64,
     /// Writes the store accepted, and reads and writes it refused as stale.
     pub writes: u64,
+    /// Writes the PostgreSQL table's fenced row accepted.
+    pub table_writes: i64,
     /// Stale reads and writes refused.
     pub refused: u64,
     /// Pairs of critical sections open at once (the fence kept them apart).
@@ -116,12 +125,23 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration, what: Con
     let visits = setup.log("random-visits");
     let config = setup.config("10s");
     let forever = ["--cycles", "1000000000"];
+    let (table_url, table) = (tables().server.url(), format!("random_{seed}"));
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    if let Contended::Lock = what {
+        runtime.block_on(FencedRow::create(&table_url, &table));
+    }
+    let on_table = ["--table-url", &table_url, "--table", &table];
     let launch = || match what {
         Contended::Lock => Worker::start(
             &paths.worker,
             &config,
             &path,
-            &[&forever[..], &["--hold-ms", "10", "--on-lost", "ignore"]].concat(),
+            &[
+                &forever[..],
+                &["--hold-ms", "10", "--on-lost", "ignore"],
+                &on_table[..],
+            ]
+            .concat(),
         ),
         Contended::Permits(_) => Worker::start(
             &paths.permit_worker,
@@ -258,6 +278,20 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration, what: Con
                 "{} seed {seed}: an update was lost",
                 F::NAME
             );
+            let (value, writes) =
+                runtime.block_on(async { FencedRow::open(&table_url, &table).await.totals().await });
+            assert_eq!(
+                value,
+                writes,
+                "{} seed {seed}: the fenced PostgreSQL row lost an update",
+                F::NAME
+            );
+            assert!(
+                writes > 0,
+                "{} seed {seed}: the fenced row was never written",
+                F::NAME
+            );
+            out.table_writes = writes;
         }
         Contended::Permits(n) => {
             let report = slot_stores.report();
@@ -303,7 +337,7 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration, what: Con
     assert!(out.entered > 0, "{} seed {seed}: nobody ever entered", F::NAME);
     setup.figure(format!(
         "random faults on {what:?}, seed {seed}, {duration:?} then {quiet:?} quiet: pauses {} kills {} outages {} connection kills {}; \
-         workers started again after a failed start {}; entered {}, writes {}, stale refused {}, overlaps {}, most writers at once {}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
+         workers started again after a failed start {}; entered {}, writes {}, stale refused {}, overlaps {}, most writers at once {}{}; longest silence {:.2?}, one worker's {:.2?} (bound {bound:?})",
         out.faults[0],
         out.faults[1],
         out.faults[2],
@@ -314,8 +348,18 @@ pub fn run<F: Breakable>(paths: &Paths, seed: u64, duration: Duration, what: Con
         out.refused,
         out.overlaps,
         out.most_writers,
+        match what {
+            Contended::Lock => format!(", writes to the fenced PostgreSQL row {} (as many as its value)", out.table_writes),
+            Contended::Permits(_) => String::new(),
+        },
         out.silence,
         out.worker_silence,
     ));
     out
+}
+
+/// The PostgreSQL server of the fenced rows, one for the whole run.
+fn tables() -> &'static Postgres {
+    static TABLES: std::sync::OnceLock<Postgres> = std::sync::OnceLock::new();
+    TABLES.get_or_init(Postgres::start)
 }

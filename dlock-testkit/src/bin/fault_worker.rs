@@ -6,13 +6,16 @@
 //! ```text
 //! fault_worker --config dlock.toml --store /tmp/r [--key k] [--tasks 1]
 //!              [--cycles 1] [--limit N] [--hold-ms 0] [--on-lost cancel|ignore]
+//!              [--table-url postgres://... --table NAME]
 //! ```
 //!
 //! `--tasks` buyers run at once, each `--cycles` times; a buyer only writes
 //! while the store is below `--limit` (a flash sale's stock). Prints
 //! `ready` once its engine is connected, `entered <fence>` on entering each
 //! critical section, and at the end `bought=B sold_out=S refused=R lost=L
-//! failed=F`.
+//! failed=F`. With `--table`, each critical section also reads and writes
+//! back plus one a PostgreSQL row through `dlock::fenced`
+//! ([`FencedRow`]), whatever the file store answered.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -21,11 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dlock::distributed_lock;
+use dlock_testkit::fenced_row::FencedRow;
 use dlock_testkit::store::FencedStore;
 use dlock_testkit::worker_flags::Flags;
 
 struct Work {
     store: FencedStore,
+    row: Option<FencedRow>,
     limit: u64,
     hold: Duration,
 }
@@ -57,8 +62,16 @@ async fn body(work: &Work) -> Result<Outcome, dlock::Error> {
     if value >= work.limit {
         return Ok(Outcome::SoldOut);
     }
+    let row_value = match &work.row {
+        Some(row) => Some(row.read().await),
+        None => None,
+    };
     tokio::time::sleep(work.hold).await;
-    Ok(match work.store.write(fence, value + 1) {
+    let wrote = work.store.write(fence, value + 1);
+    if let (Some(row), Some(read)) = (&work.row, row_value) {
+        row.write(read + 1, fence).await;
+    }
+    Ok(match wrote {
         Ok(()) => Outcome::Bought,
         Err(_) => Outcome::Refused,
     })
@@ -87,7 +100,16 @@ struct Tally {
 async fn main() -> ExitCode {
     let flags = match Flags::parse(
         "fault_worker",
-        &["key", "tasks", "cycles", "limit", "hold-ms", "on-lost"],
+        &[
+            "key",
+            "tasks",
+            "cycles",
+            "limit",
+            "hold-ms",
+            "on-lost",
+            "table-url",
+            "table",
+        ],
     ) {
         Ok(flags) => flags,
         Err(code) => return code,
@@ -98,8 +120,13 @@ async fn main() -> ExitCode {
     let key = flags.text("key", "k").to_owned();
     let (tasks, cycles) = (flags.number("tasks", 1), flags.number("cycles", 1));
     let cancel = flags.text("on-lost", "cancel") == "cancel";
+    let row = match (flags.text("table-url", ""), flags.text("table", "")) {
+        ("", _) | (_, "") => None,
+        (url, name) => Some(FencedRow::open(url, name).await),
+    };
     let work = Arc::new(Work {
         store: FencedStore::open(&flags.store()),
+        row,
         limit: flags.number("limit", u64::MAX),
         hold: Duration::from_millis(flags.number("hold-ms", 0)),
     });
