@@ -78,6 +78,7 @@ fn spread(rate: &Rate) -> String {
 }
 
 /// The median round by rate.
+#[cfg(feature = "redis")]
 fn median_round(mut rounds: Vec<Rate>) -> Rate {
     rounds.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
     rounds.swap_remove(rounds.len() / 2)

@@ -209,6 +209,7 @@
 //! queue = "local"                                               # or "engine": every waiter in the server's queue
 //! call_timeout = "5s"                                           # the longest one engine call may take
 //! deadlock_warning = "10s"                                      # warn when waiting this long for a lock another task here holds
+//! deadlock_check = "1s"                                         # a task holding locks, waiting this long, looks for a cycle of waits
 //! client_name = "billing"                                       # this process's label in holder records; default <host>:<pid>
 //!
 //! [engines.main]
@@ -354,9 +355,9 @@ use once_cell::sync::OnceCell;
 
 pub use dlock_core::kit;
 pub use dlock_core::{
-    Acted, Config, Election, Error, Guard, Guards, HeldLock, HolderRecord, Leader, Lock, LockKey, LockSet,
-    LockView, Locks, LostReason, Mode, Observer, Only, Reached, Registry, Semaphore, Settings, Share, Term,
-    Wait, WaiterRecord, config, held_locks, metrics,
+    Acted, Config, Cycle, Election, Error, Guard, Guards, HeldLock, HolderRecord, Leader, Link, Lock,
+    LockKey, LockSet, LockView, Locks, LostReason, Mode, Observer, Only, Reached, Registry, Semaphore,
+    Settings, Share, Term, WAITS_GROUP, Wait, WaiterRecord, config, held_locks, metrics,
 };
 pub use dlock_core::{BoxError, MIN_LEASE};
 pub use dlock_engines as engines;

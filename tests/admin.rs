@@ -974,3 +974,47 @@ async fn actions_release_and_revoke_with_the_token() {
 fn encode(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
+
+/// What the page shows of cycles of waits in group `ops`: the lines above
+/// its table, and which rows are marked.
+const CYCLES: &str = r#"
+        const section = document.querySelector('section[data-group="ops"]');
+        return {
+            said: section.querySelector("p.deadlocks").innerText,
+            marked: [...section.querySelectorAll("tr.lock.in-cycle td.name")].map((td) => td.title),
+        };
+    "#;
+
+/// Two processes (a registry each) hold one lock of `ops` each and wait
+/// for the other's: while the cycle stands, the page names it and marks
+/// both rows; once its youngest member gave up, the marks go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_marks_a_cycle_of_waits_while_it_stands() {
+    let site = Site::dlock(|admin| admin.groups(["ops"])).await;
+    // Looked for after 12 s, given up on at a second look 3 s later: a
+    // page refreshed every second sees it.
+    let text = config(&site.redis.address(), "member")
+        .replace("[engines.main]", "deadlock_check = \"12s\"\n[engines.main]");
+    let config = Config::parse(&text, []).expect("config");
+    let members = dlock_testkit::deadlocks::CycleOfTwo::start(&config, "ops").await;
+    let driver = Chromedriver::start();
+    let browser = Browser::open(&driver).await;
+    browser.goto(&format!("{}/dlock", site.url)).await;
+    let marked = until(&browser, CYCLES, Duration::from_secs(30), |s| {
+        s["marked"].as_array().is_some_and(|m| m.len() == 2)
+    })
+    .await;
+    let said = marked["said"].as_str().expect("text");
+    assert!(said.starts_with("Deadlock: ops/"), "{marked}");
+    assert!(
+        said.contains("held by member") && said.contains("the first gives up"),
+        "{marked}"
+    );
+    members.one_gave_up().await;
+    let cleared = until(&browser, CYCLES, Duration::from_secs(10), |s| {
+        s["marked"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    assert_eq!(cleared["said"], "", "{cleared}");
+    browser.close().await;
+}

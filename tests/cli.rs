@@ -801,3 +801,50 @@ async fn the_command_asks_and_forces_out_one_permits_holder() {
     assert_eq!(again.status.code(), Some(3), "{again:?}");
     other.release().await.expect("release");
 }
+
+/// A cycle of waits between two processes (a registry each), caught by
+/// `dlock deadlocks` while it stands: its two locks, their holders' labels
+/// and what each waits for. Then its youngest member gives up, the other
+/// goes on, and the command finds none (exit 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlocks_shows_a_cycle_while_it_stands() {
+    let server = TestServer::start("redis-server", |port| redis_args(port, &[]));
+    // Looked for after 12 s, and given up on at a second look 3 s later:
+    // time for the command to see it.
+    let text = redis_config(&format!("redis://{}", server.address()))
+        .replace("[engines.main]", "deadlock_check = \"12s\"\n[engines.main]");
+    let path = config_file("deadlocks", &text);
+    let config = Config::parse(&text, []).expect("config");
+    assert_eq!(config.defaults.deadlock_check, Duration::from_secs(12));
+    let none = dlock(&path, &["deadlocks"]);
+    assert_eq!(none.status.code(), Some(3), "{none:?}");
+    let members = dlock_testkit::deadlocks::CycleOfTwo::start(&config, "order").await;
+    let mut seen = None;
+    for _ in 0..250 {
+        let shown = dlock(&path, &["deadlocks", "order", "--json"]);
+        if shown.status.code() == Some(0) {
+            seen = Some(shown);
+            break;
+        }
+        assert_eq!(shown.status.code(), Some(3), "{shown:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let shown = seen.expect("the cycle shown while it stood");
+    let json: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("json");
+    let links = json[0]["links"].as_array().expect("links");
+    assert_eq!(links.len(), 2, "{json}");
+    for link in links {
+        assert_eq!(link["group"], "order");
+        assert_eq!(link["holder"], "billing 7");
+        assert_eq!(link["owner"].as_str().map(str::len), Some(8), "a digest");
+    }
+    let table = stdout(&dlock(&path, &["deadlocks"]));
+    eprintln!("dlock deadlocks:\n{table}");
+    assert!(
+        table.contains("WAITS FOR") && table.contains("order/a") && table.contains("order/b"),
+        "{table}"
+    );
+    members.one_gave_up().await;
+    let after = dlock(&path, &["deadlocks"]);
+    assert_eq!(after.status.code(), Some(3), "{after:?}");
+}

@@ -1,7 +1,7 @@
 //! The acquisition lifecycle: reenter, or ask the engine and wait, then hold.
 
 use std::future::{Future, poll_fn};
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ pub(crate) async fn acquire(
         };
         // The span is entered around each poll; a wrapper (`instrument`)
         // would move the whole waiting future into itself on every call.
-        let mut waited = pin!(warn_if_stuck_behind_this_process(group, &req, since, waited));
+        let mut waited = pin!(watch_a_long_wait(group, &req, since, waited));
         poll_fn(|cx| span.in_scope(|| waited.as_mut().poll(cx))).await
     };
     // One clock read serves the wait's span, the hold's start and its first renewal.
@@ -93,6 +93,7 @@ pub(crate) async fn acquire(
             let event = match e {
                 Error::Timeout { tried_once: true, .. } => Event::Busy,
                 Error::Timeout { .. } => Event::TimedOut,
+                Error::Deadlock { .. } => Event::Deadlock,
                 _ => Event::Failed,
             };
             group.labels.event(series, event);
@@ -317,6 +318,44 @@ async fn give_up(
     }
 }
 
+/// Runs `waited`. Most waits end at their first poll (an uncontended
+/// grant): then nothing more. A longer one is watched, with no layer
+/// around `waited` itself until then: it may look for a deadlock
+/// (`deadlock.rs`), and warns if it is stuck behind this process.
+async fn watch_a_long_wait<T>(
+    group: &Arc<Group>,
+    req: &Request,
+    since: Instant,
+    waited: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let mut waited = pin!(waited);
+    if let Some(out) = at_once(waited.as_mut()).await {
+        return out;
+    }
+    let warned = warn_if_stuck_behind_this_process(group, req, since, waited);
+    crate::deadlock::watched(group, req, since, warned, take_wait).await
+}
+
+/// A deadlock look's wait for one of its task's holds: a lock of its own,
+/// tried once (`deadlock.rs`).
+fn take_wait(waits: Arc<Group>, name: String) -> Pin<Box<dyn Future<Output = Option<Guard>> + Send>> {
+    Box::pin(async move {
+        let lease = waits.settings.lease;
+        let limits = Limits::default();
+        acquire(
+            &waits,
+            name.into(),
+            Mode::Write,
+            Kind::Lock,
+            Wait::TRY_ONCE,
+            lease,
+            limits,
+        )
+        .await
+        .ok()
+    })
+}
+
 /// Runs `waited`; if it takes `deadlock_warning` and another task of this
 /// process holds the lock, says so: the classic trap is a holder awaiting a
 /// task it spawned that asks for the same lock.
@@ -324,9 +363,8 @@ async fn warn_if_stuck_behind_this_process<T>(
     group: &Group,
     req: &Request,
     since: Instant,
-    waited: impl Future<Output = T>,
+    mut waited: std::pin::Pin<&mut impl Future<Output = T>>,
 ) -> T {
-    let mut waited = std::pin::pin!(waited);
     tokio::select! {
         biased;
         out = &mut waited => return out,
@@ -347,6 +385,15 @@ async fn warn_if_stuck_behind_this_process<T>(
         );
     }
     waited.await
+}
+
+/// `fut`'s output if it finishes at its first poll.
+async fn at_once<F: Future>(mut fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+    poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
 }
 
 fn never() -> crate::kit::Wake {

@@ -113,6 +113,12 @@ pub struct Defaults {
     /// moves again (hand the task a share instead; see `Share`).
     #[serde(with = "humantime_serde")]
     pub deadlock_warning: Duration,
+    /// A task that holds locks and has waited this long for another looks
+    /// for a cycle of such waits across processes (`Error::Deadlock`), and
+    /// again every half of it while it waits (a quarter, to confirm a
+    /// cycle seen once); `"0s"` never looks.
+    #[serde(with = "humantime_serde")]
+    pub deadlock_check: Duration,
     /// The label every engine's holds carry in its records, unless the
     /// engine's own `client_name` says otherwise; default: `<host>:<pid>`.
     /// Each engine's table is given it as `client_name`.
@@ -176,6 +182,7 @@ impl Default for Defaults {
             queue: Queue::Local,
             call_timeout: Duration::from_secs(5),
             deadlock_warning: Duration::from_secs(10),
+            deadlock_check: Duration::from_secs(1),
             client_name: None,
         }
     }
@@ -310,6 +317,8 @@ pub struct Settings {
     pub call_timeout: Duration,
     /// See [`Defaults::deadlock_warning`].
     pub deadlock_warning: Duration,
+    /// See [`Defaults::deadlock_check`].
+    pub deadlock_check: Duration,
 }
 
 impl Default for Settings {
@@ -329,6 +338,7 @@ impl Defaults {
             queue: group.queue.unwrap_or(self.queue),
             call_timeout: self.call_timeout,
             deadlock_warning: self.deadlock_warning,
+            deadlock_check: self.deadlock_check,
         }
     }
 }

@@ -77,6 +77,22 @@ pub enum Error {
         key: LockKey,
     },
 
+    /// Waiting for the lock closed a cycle of waits between tasks, of this
+    /// process or others, each holding a lock the next one waits for. Each
+    /// member picks the same one to give up, the youngest wait: this one.
+    /// Its request was withdrawn; once it lets go of what it holds, the
+    /// others go on. The cycle names each lock and its holder's label.
+    #[error(
+        "lock {key}: waiting for it closes a cycle of waits ({cycle}); this task's wait is the \
+         youngest in it, so it gives up and the others go on"
+    )]
+    Deadlock {
+        /// The lock this task waited for.
+        key: LockKey,
+        /// The cycle, from this task's link on.
+        cycle: crate::Cycle,
+    },
+
     /// A semaphore was asked for with another number of permits than its
     /// current holders and waiters use. Every client of a semaphore must give
     /// the same count; a new count takes over once the semaphore is idle.

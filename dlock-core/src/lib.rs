@@ -16,6 +16,7 @@
 mod acquire;
 mod audit;
 pub mod config;
+mod deadlock;
 mod election;
 mod error;
 pub mod guard;
@@ -36,6 +37,7 @@ mod typo;
 mod watchdog;
 
 pub use config::{Config, MIN_LEASE, Settings, Wait};
+pub use deadlock::{Cycle, Link, WAITS_GROUP};
 pub use election::{Election, Leader, Observer, Term};
 pub use error::{BoxError, Error, LostReason};
 pub use guard::{Guard, HeldLock, Share, held_locks, with_shares};

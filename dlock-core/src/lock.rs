@@ -106,6 +106,16 @@ impl Locks {
         Ok(views)
     }
 
+    /// The cycles of waits through a lock of this group, as
+    /// [`Registry::deadlocks`](crate::Registry::deadlocks) finds them on
+    /// every engine of its registry.
+    pub async fn deadlocks(&self) -> Result<Vec<crate::Cycle>, Error> {
+        let group = &self.group;
+        let mut cycles = crate::deadlock::cycles(&group.engines, group.settings.call_timeout).await?;
+        cycles.retain(|cycle| cycle.links.iter().any(|link| *link.group == *group.name));
+        Ok(cycles)
+    }
+
     /// Listens for changes to this group's locks and semaphores with the
     /// engine's own watch, and answers once the server listens: the future
     /// resolves at the first change after that, or when the engine can tell

@@ -67,11 +67,14 @@ pub enum Event {
     Lost,
     /// A holder learnt it was asked to let go (counted once per hold).
     Revoked,
+    /// A wait closed a cycle of waits and gave up (`Error::Deadlock`):
+    /// counted once per cycle, by the member that gives up.
+    Deadlock,
 }
 
 impl Event {
     /// Every event, in label order.
-    pub const ALL: [Event; 11] = [
+    pub const ALL: [Event; 12] = [
         Event::Attempt,
         Event::Acquired,
         Event::Reentered,
@@ -83,6 +86,7 @@ impl Event {
         Event::RenewalFailed,
         Event::Lost,
         Event::Revoked,
+        Event::Deadlock,
     ];
 
     /// The `event` label's value: `"attempt"`, `"timed_out"`, ...
@@ -99,6 +103,7 @@ impl Event {
             Event::RenewalFailed => "renewal_failed",
             Event::Lost => "lost",
             Event::Revoked => "revoked",
+            Event::Deadlock => "deadlock",
         }
     }
 }

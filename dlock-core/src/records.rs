@@ -238,7 +238,7 @@ fn span_millis<S: Serializer>(span: &Option<Duration>, out: S) -> Result<S::Ok, 
 }
 
 /// Milliseconds since the Unix epoch: what a script or a page reads.
-fn millis<S: Serializer>(time: &Option<SystemTime>, out: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn millis<S: Serializer>(time: &Option<SystemTime>, out: S) -> Result<S::Ok, S::Error> {
     let ms = time.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
     match ms {
         Some(ms) => out.serialize_some(&(ms.as_millis() as u64)),

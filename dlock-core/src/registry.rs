@@ -19,9 +19,30 @@ pub(crate) struct Group {
     pub capabilities: Capabilities,
     pub settings: Settings,
     pub labels: Labels,
+    /// Every engine of the registry, by name: where a deadlock's waits
+    /// are looked for (`deadlock.rs`).
+    pub engines: Arc<Engines>,
 }
 
+/// A registry's engines, by their configured names.
+pub(crate) type Engines = BTreeMap<String, Arc<dyn Engine>>;
+
 impl Group {
+    /// A group named `name` on this group's engine, with its settings:
+    /// where the core keeps records of its own (a deadlock's waits).
+    pub fn beside(&self, name: &str) -> Group {
+        let name: Arc<str> = name.into();
+        Group {
+            labels: Labels::new(name.clone(), self.engine_name.clone()),
+            name,
+            engine_name: self.engine_name.clone(),
+            engine: self.engine.clone(),
+            capabilities: self.capabilities,
+            settings: self.settings,
+            engines: self.engines.clone(),
+        }
+    }
+
     /// Names this group's engine, its address and the lock in an engine failure.
     pub fn engine_error(&self, req: &Request, error: EngineError) -> Error {
         self.engine_error_at(req.key.clone(), req.permits(), error)
@@ -108,7 +129,7 @@ impl Group {
 /// registry: `dlock::init` builds it from config, `dlock::install` takes
 /// one built by hand.
 pub struct Registry {
-    engines: BTreeMap<String, Arc<dyn Engine>>,
+    engines: Arc<Engines>,
     default_engine: String,
     config: Config,
     /// One context per (group, engine), so its metric handles are registered
@@ -158,6 +179,7 @@ impl Registry {
         config.defaults.queue = settings.queue;
         config.defaults.call_timeout = settings.call_timeout;
         config.defaults.deadlock_warning = settings.deadlock_warning;
+        config.defaults.deadlock_check = settings.deadlock_check;
         config.check()?;
         Self::new(
             BTreeMap::from([(name.to_owned(), engine)]),
@@ -174,12 +196,12 @@ impl Registry {
     ) -> Result<Self, Error> {
         let registry = Registry {
             default_engine,
-            engines,
+            engines: Arc::new(engines),
             config,
             groups: Mutex::default(),
         };
         let defaults = &registry.config.defaults;
-        for (name, engine) in &registry.engines {
+        for (name, engine) in registry.engines.iter() {
             let caps = engine.capabilities();
             if let Some(ttl) = caps.waiter_ttl
                 && ttl < defaults.poll.max_interval() * 3
@@ -208,6 +230,12 @@ impl Registry {
             }
         }
         Ok(registry)
+    }
+
+    /// Its engines, and the call timeout of its defaults: what a search
+    /// for deadlocks reads (`deadlock.rs`).
+    pub(crate) fn engines_and_call_timeout(&self) -> (&Engines, Duration) {
+        (&self.engines, self.config.defaults.call_timeout)
     }
 
     /// The engine configured as `name`.
@@ -254,6 +282,7 @@ impl Registry {
             capabilities: engine.capabilities(),
             engine,
             settings: self.config.defaults.settings(config),
+            engines: self.engines.clone(),
         }
     }
 }

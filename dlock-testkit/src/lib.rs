@@ -13,6 +13,7 @@
 //! ```
 
 pub mod certificates;
+pub mod deadlocks;
 pub mod fault_suite;
 pub mod fenced_row;
 mod fixture;

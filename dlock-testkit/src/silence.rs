@@ -170,6 +170,7 @@ pub async fn assert_calls_end_in_time_while_silent(
         queue: Queue::Engine,
         call_timeout: CALL_TIMEOUT,
         deadlock_warning: Duration::from_secs(10),
+        deadlock_check: Duration::from_secs(1),
     };
     let registry = Registry::with_engine("main", engine, settings).expect("registry");
     let group = format!("silence-{}", std::process::id());

@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 
 use super::Shown;
 use super::listing::{Listing, Page};
-use crate::{Acted, Error, LockView, Locks, Only, Reached};
+use crate::{Acted, Cycle, Error, LockView, Locks, Only, Reached};
 
 /// Why a request got no view.
 pub(super) enum Failure {
@@ -124,6 +124,15 @@ pub(super) async fn show(
     Query(Named { name }): Query<Named>,
 ) -> Result<Json<LockView>, Failure> {
     Ok(Json(shown.locks(&group)?.get(name).inspect().await?))
+}
+
+/// `GET /api/locks/{group}/deadlocks`: the cycles of waits through the
+/// group's locks, as `dlock deadlocks GROUP --json` prints them.
+pub(super) async fn deadlocks(
+    State(shown): State<Arc<Shown>>,
+    Path(group): Path<String>,
+) -> Result<Json<Vec<Cycle>>, Failure> {
+    Ok(Json(shown.locks(&group)?.deadlocks().await?))
 }
 
 /// `?name=&permits=&if_fence=&if_owner=`: the lock an action is for (or

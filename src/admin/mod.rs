@@ -21,6 +21,7 @@
 //! | `GET /api` | `{"groups": [...], "actions": bool}`: what the page shows |
 //! | `GET /api/locks/{group}` | a page of the group's listing (below) |
 //! | `GET /api/locks/{group}/lock?name=NAME` | one lock's view, as `dlock show GROUP/NAME --json` prints it, unwrapped from its one-element array |
+//! | `GET /api/locks/{group}/deadlocks` | the cycles of waits through the group's locks, as `dlock deadlocks GROUP --json` prints them; the page marks their rows and names each cycle above the table |
 //! | `POST /api/locks/{group}/release?name=NAME[&permits=N][&if_fence=F][&if_owner=D]` | [`Lock::force_release_only`](crate::Lock::force_release_only) (with `permits`, [`Semaphore::force_release_only`](crate::Semaphore::force_release_only)), with [`Admin::actions`] only |
 //! | `POST /api/locks/{group}/revoke?name=NAME[&permits=N][&if_fence=F][&if_owner=D]` | [`Lock::revoke_only`](crate::Lock::revoke_only) (with `permits`, [`Semaphore::revoke_only`](crate::Semaphore::revoke_only)), with [`Admin::actions`] only |
 //!
@@ -158,6 +159,7 @@ impl<'r> Admin<'r> {
             .route("/api", get(api::overview))
             .route("/api/locks/{group}", get(api::list))
             .route("/api/locks/{group}/lock", get(api::show))
+            .route("/api/locks/{group}/deadlocks", get(api::deadlocks))
             .route("/api/locks/{group}/release", post(api::release))
             .route("/api/locks/{group}/revoke", post(api::revoke))
             .with_state(Arc::new(shown))

@@ -44,6 +44,7 @@ pub const SETTINGS: Settings = Settings {
     queue: Queue::Engine,
     call_timeout: Duration::from_secs(5),
     deadlock_warning: Duration::from_secs(10),
+    deadlock_check: Duration::from_secs(1),
 };
 
 /// What a case works with: the engine under test, seen by two clients.
@@ -348,6 +349,8 @@ macro_rules! conformance_suite {
             a_campaign_shows_its_value_where_the_engine_keeps_one [Election],
             a_leader_cut_off_stops_and_the_next_leads [Election, Lease],
             a_leader_asked_to_step_down_lets_the_next_lead [Election, Revoke],
+            a_deadlock_between_two_clients_is_broken [Listed],
+            a_deadlock_among_three_clients_is_broken [Listed],
         }
     };
     (@tests $factory:expr; $($case:ident [$($need:ident),*],)*) => {

@@ -13,8 +13,15 @@
 //! (`#[distributed_lock(keys = [..])]`); `--order written` takes them by
 //! hand, the payer's first, holding it `--hold-ms` before asking for the
 //! payee's: the order that deadlocks. Prints `ready` once connected, and at
-//! the end `done=D timed_out=T refused=R failed=F` and `net <i>=<change>...`,
-//! the change it made to each account.
+//! the end `done=D timed_out=T deadlocks=K refused=R failed=F` and `net
+//! <i>=<change>...`, the change it made to each account; `deadlocks`
+//! counts transfers given up as a cycle's youngest wait.
+//!
+//! `--ring <i>/<n>` makes one move instead, from account `i` to account
+//! `(i + 1) % n`, in nested attribute calls, asking for the payee's lock
+//! only once every account of the ring is held: the workers of a ring of
+//! `n` deadlock. Prints `ring done <ms>` or `ring gave-up <ms> <cycle>`,
+//! `<ms>` the wait for the payee's lock.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -71,15 +78,47 @@ async fn in_one_set(bank: &Bank, from: usize, to: usize, amount: u64) -> Result<
     move_money(bank, from, to, amount).await
 }
 
-async fn in_written_order(bank: &Bank, from: usize, to: usize, amount: u64) -> Result<Outcome, dlock::Error> {
+/// The payer's lock, then inside it, `--hold-ms` later (or once the
+/// whole ring is held), the payee's.
+#[distributed_lock(group = "account", key = "<from>")]
+async fn in_written_order(
+    bank: &Bank,
+    from: usize,
+    to: usize,
+    amount: u64,
+    ring: Option<usize>,
+) -> Result<Outcome, dlock::Error> {
+    match ring {
+        Some(n) => {
+            every_account_held(n).await?;
+            let _ = ASKED.set(std::time::Instant::now());
+        }
+        None => tokio::time::sleep(bank.hold).await,
+    }
+    to_the_payee(bank, from, to, amount).await
+}
+
+#[distributed_lock(group = "account", key = "<to>")]
+async fn to_the_payee(bank: &Bank, from: usize, to: usize, amount: u64) -> Result<Outcome, dlock::Error> {
+    move_money(bank, from, to, amount).await
+}
+
+/// When a ring's worker asked for the payee's lock.
+static ASKED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Until each of accounts `0..n` has a holder, by the records.
+async fn every_account_held(n: usize) -> Result<(), dlock::Error> {
     let accounts = dlock::locks("account");
-    let payer = accounts.get(from.to_string()).lock().await?;
-    tokio::time::sleep(bank.hold).await;
-    let payee = accounts.get(to.to_string()).lock().await?;
-    let outcome = move_money(bank, from, to, amount).await;
-    payee.release().await?;
-    payer.release().await?;
-    outcome
+    loop {
+        let mut held = 0;
+        for i in 0..n {
+            held += usize::from(!accounts.get(i.to_string()).inspect().await?.holders.is_empty());
+        }
+        if held == n {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// xorshift64*: the same transfers for the same seed, no dependency.
@@ -98,7 +137,7 @@ impl Draws {
 async fn main() -> ExitCode {
     let flags = match Flags::parse(
         "transfer_worker",
-        &["accounts", "transfers", "seed", "hold-ms", "order"],
+        &["accounts", "transfers", "seed", "hold-ms", "order", "ring"],
     ) {
         Ok(flags) => flags,
         Err(code) => return code,
@@ -115,16 +154,30 @@ async fn main() -> ExitCode {
             .collect(),
         hold: Duration::from_millis(flags.number("hold-ms", 1)),
     };
+    if let Some((i, n)) = flags.text("ring", "").split_once('/') {
+        let (i, n): (usize, usize) = (i.parse().expect("--ring i/n"), n.parse().expect("--ring i/n"));
+        let answer = in_written_order(&bank, i, (i + 1) % n, 1, Some(n)).await;
+        let waited = ASKED.get().map_or(0, |asked| asked.elapsed().as_millis());
+        match answer {
+            Ok(_) => println!("ring done {waited}"),
+            Err(dlock::Error::Deadlock { cycle, .. }) => println!("ring gave-up {waited} {cycle}"),
+            Err(e) => {
+                eprintln!("transfer_worker: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let seed = flags.number("seed", 1);
     let mut draws = Draws(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut net = vec![0i64; accounts as usize];
-    let (mut done, mut timed_out, mut refused, mut failed) = (0, 0, 0, 0);
+    let (mut done, mut timed_out, mut deadlocks, mut refused, mut failed) = (0, 0, 0, 0, 0);
     for _ in 0..transfers {
         let from = draws.below(accounts) as usize;
         let to = (from + 1 + draws.below(accounts - 1) as usize) % accounts as usize;
         let amount = 1 + draws.below(10);
         let outcome = if written {
-            in_written_order(&bank, from, to, amount).await
+            in_written_order(&bank, from, to, amount, None).await
         } else {
             in_one_set(&bank, from, to, amount).await
         };
@@ -136,6 +189,7 @@ async fn main() -> ExitCode {
             }
             Ok(Outcome::Refused) => refused += 1,
             Err(dlock::Error::Timeout { .. }) => timed_out += 1,
+            Err(dlock::Error::Deadlock { .. }) => deadlocks += 1,
             Err(e) => {
                 eprintln!("transfer_worker: {e}");
                 failed += 1;
@@ -146,6 +200,6 @@ async fn main() -> ExitCode {
     }
     let changes: Vec<String> = net.iter().enumerate().map(|(i, n)| format!("{i}={n}")).collect();
     println!("net {}", changes.join(" "));
-    println!("done={done} timed_out={timed_out} refused={refused} failed={failed}");
+    println!("done={done} timed_out={timed_out} deadlocks={deadlocks} refused={refused} failed={failed}");
     ExitCode::SUCCESS
 }

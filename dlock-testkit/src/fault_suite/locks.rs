@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dlock_core::kit::Fencing;
+use dlock_core::kit::{Fencing, Records};
 
 use crate::store::{FencedStore, Report};
 use crate::{Breakable, Fixture};
 
 use super::harness::{Paths, Setup, Summary, Worker, finish_all};
-use super::{CALM_LEASE, LONG, crashes, fencing, outage};
+use super::{CALM_LEASE, LONG, crashes, fencing, offers, outage};
 
 /// A holder SIGKILLed mid-hold: a waiter gets in once the lease (or the
 /// session) runs out, and no sooner than the engine allows.
@@ -249,6 +249,8 @@ pub struct Transfers {
     pub done: u64,
     /// Transfers given up when a lock's wait ran out.
     pub timed_out: u64,
+    /// Transfers given up as the youngest wait of a cycle.
+    pub deadlocks: u64,
 }
 
 /// 4 processes × 500 transfers between 10 accounts in random directions,
@@ -262,7 +264,8 @@ pub fn transfers_across_four_processes<F: Breakable>(paths: &Paths) {
         made,
         Transfers {
             done: 2_000,
-            timed_out: 0
+            timed_out: 0,
+            deadlocks: 0,
         }
     );
     setup.figure(format!(
@@ -328,6 +331,7 @@ pub fn transfers<F: Fixture>(
         assert_eq!((count("refused"), count("failed")), (0, 0), "{tally}");
         made.done += count("done");
         made.timed_out += count("timed_out");
+        made.deadlocks += count("deadlocks");
         let net = printed
             .iter()
             .find(|l| l.starts_with("net "))
@@ -347,4 +351,66 @@ pub fn transfers<F: Fixture>(
         );
     }
     made
+}
+
+/// Rings of 2 and 3 processes, each taking its account's lock and, inside
+/// it (nested attribute calls), once every account of the ring is held,
+/// the next one's: a deadlock. The cycle is found within 2 s, exactly one
+/// process gives up with `Error::Deadlock`, and the others finish.
+pub fn a_ring_of_processes_finds_its_deadlock<F: Breakable>(paths: &Paths) {
+    let setup = Setup::<F>::start(paths, "ring");
+    let scenario = "a_ring_of_processes_finds_its_deadlock";
+    if !offers(&setup.fixture, scenario, "no records it can list", |c| {
+        c.records == Records::Listed
+    }) {
+        return;
+    }
+    let config = setup.config_leased(CALM_LEASE, "30s", "engine");
+    for n in [2, 3] {
+        let stores: Vec<(PathBuf, FencedStore)> =
+            (0..n).map(|i| setup.store(&format!("ring{n}-{i}"))).collect();
+        for (_, store) in &stores {
+            store.write(0, 100).expect("opening balance");
+        }
+        let prefix = stores[0].0.with_file_name(format!("ring{n}"));
+        let workers = (0..n)
+            .map(|i| {
+                let (count, ring) = (n.to_string(), format!("{i}/{n}"));
+                let args = ["--accounts", &count, "--ring", &ring];
+                Worker::start(&setup.paths.transfer_worker, &config, &prefix, &args)
+            })
+            .collect();
+        let rings: Vec<String> = finish_all(workers, LONG, true)
+            .into_iter()
+            .map(|printed| {
+                printed
+                    .into_iter()
+                    .find(|l| l.starts_with("ring "))
+                    .expect("the worker's outcome")
+            })
+            .collect();
+        let gave_up: Vec<&String> = rings.iter().filter(|l| l.starts_with("ring gave-up ")).collect();
+        assert_eq!(gave_up.len(), 1, "exactly one gives up: {rings:?}");
+        assert_eq!(
+            rings.iter().filter(|l| l.starts_with("ring done ")).count(),
+            n - 1,
+            "{rings:?}"
+        );
+        let waited = |line: &str| -> u64 {
+            line.split_whitespace()
+                .nth(2)
+                .and_then(|ms| ms.parse().ok())
+                .expect("ms")
+        };
+        let found = waited(gave_up[0]);
+        assert!(found < 2_500, "the cycle was found after {found} ms: {rings:?}");
+        let cycle = gave_up[0].splitn(4, ' ').nth(3).unwrap_or_default();
+        setup.figure(format!(
+            "a ring of {n} processes, nested attribute calls: the cycle found after {:.2} s, one gave up, the others done after {:.2} s at most: {cycle}",
+            found as f64 / 1000.0,
+            rings.iter().filter(|l| l.starts_with("ring done ")).map(|l| waited(l)).max().unwrap_or(0) as f64 / 1000.0,
+        ));
+        let total: u64 = stores.iter().map(|(_, store)| store.value()).sum();
+        assert_eq!(total, 100 * n as u64, "money is neither made nor lost");
+    }
 }

@@ -39,6 +39,7 @@ macro_rules! fault_suite {
             servers_gone_silent_bound_every_call,
             flash_sale_across_four_processes,
             transfers_across_four_processes,
+            a_ring_of_processes_finds_its_deadlock,
             permits_in_a_flash_sale_across_four_processes,
             permit_holder_killed_returns_its_permit_in_time,
             permit_holder_paused_past_its_lease_learns_it_lost,

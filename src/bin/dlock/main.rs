@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use bulk::Bulk;
 use clap::{Parser, Subcommand};
-use dlock::{Acted, Config, Error, LockView, Locks, Only, Reached, Registry};
+use dlock::{Acted, Config, Cycle, Error, LockView, Locks, Only, Reached, Registry};
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -20,6 +20,7 @@ Exit codes:
   1  an engine could not answer (unreachable, or it cannot do what was asked)
   2  bad usage or bad config
   3  nothing held: `show` found the lock free, `locks` found no lock held,
+     `deadlocks` found no cycle,
      `release` and `revoke` found no holder (with --if-fence or --if-owner:
      none with that fence or owner, so whoever holds now was left alone)";
 
@@ -97,6 +98,12 @@ enum Command {
         #[arg(long)]
         watch: bool,
     },
+    /// The cycles of waits between tasks holding locks, in every engine
+    /// whose records can be listed, or those through a lock of GROUP: each
+    /// lock, its holder's label and owner digest, what it waits for. A
+    /// wait shows once it has lasted `deadlock_check`; the cycle's youngest
+    /// wait gives up with `Error::Deadlock`, and the cycle is gone.
+    Deadlocks { group: Option<String> },
     /// Asks every holder of GROUP/NAME to let go; each hears it at once
     /// where its engine tells holders (docs/guarantees.md says which),
     /// else at its next renewal, and lets go as its code decides.
@@ -165,6 +172,8 @@ enum Outcome {
     Acts(Vec<Result<Acted, Error>>),
     /// A command that printed as it went, and how it ended.
     Printed(ExitCode),
+    /// The cycles of waits found.
+    Cycles(Vec<Cycle>),
 }
 
 fn main() -> ExitCode {
@@ -193,6 +202,14 @@ fn main() -> ExitCode {
             (Acted { lock, ..acted }.to_string(), nothing)
         }
         Ok(Outcome::Acts(acts)) => return bulk::report(acts, cli.json),
+        Ok(Outcome::Cycles(cycles)) if cli.json => (
+            serde_json::to_string_pretty(&cycles).expect("cycles serialize"),
+            cycles.is_empty(),
+        ),
+        Ok(Outcome::Cycles(cycles)) => (
+            show::cycles(&cycles, std::time::SystemTime::now()),
+            cycles.is_empty(),
+        ),
         Ok(Outcome::Printed(code)) => return code,
         Err(e) => return fail(&e),
     };
@@ -339,6 +356,13 @@ async fn run(cli: &Cli) -> Result<Outcome, Error> {
             return leader::run(&election, *watch, cli.json)
                 .await
                 .map(Outcome::Printed);
+        }
+        Command::Deadlocks { group } => {
+            let cycles = match group {
+                Some(group) => registry.locks(group).deadlocks().await?,
+                None => registry.deadlocks().await?,
+            };
+            return Ok(Outcome::Cycles(cycles));
         }
         Command::Revoke { lock, only } => {
             let (group, name) = group_and_name(lock)?;

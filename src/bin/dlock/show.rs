@@ -12,7 +12,7 @@ const SHOWN: usize = 120;
 use std::time::{Duration, SystemTime};
 
 use comfy_table::Table;
-use dlock::LockView;
+use dlock::{Cycle, LockView};
 
 /// Every view's holders and waiters, `now` being the time of reading.
 pub fn table(views: &[LockView], now: SystemTime) -> String {
@@ -73,6 +73,36 @@ pub fn table(views: &[LockView], now: SystemTime) -> String {
         return "nothing held\n".to_owned();
     }
     format!("{table}\n")
+}
+
+/// Each cycle of waits: a line per lock, its holder and what the holder
+/// waits for, the one that gives up first.
+pub fn cycles(cycles: &[Cycle], now: SystemTime) -> String {
+    let mut out = String::new();
+    for (n, cycle) in cycles.iter().enumerate() {
+        out.push_str(&format!(
+            "cycle {} of {} (the first gives up):\n",
+            n + 1,
+            cycles.len()
+        ));
+        let mut table = Table::new();
+        table.load_style(comfy_table::presets::NOTHING);
+        table.set_header(["LOCK", "HOLDER", "OWNER", "WAITS FOR", "SINCE"]);
+        for (i, link) in cycle.links.iter().enumerate() {
+            let next = &cycle.links[(i + 1) % cycle.links.len()];
+            table.add_row([
+                escaped(&format!("{}/{}", link.group, link.name)),
+                text(&link.holder),
+                link.owner.clone(),
+                escaped(&format!("{}/{}", next.group, next.name)),
+                link.waiting_since
+                    .map_or_else(|| "-".into(), |since| ago(now, since)),
+            ]);
+        }
+        out.push_str(&table.to_string());
+        out.push('\n');
+    }
+    out
 }
 
 fn text(field: &Option<String>) -> String {

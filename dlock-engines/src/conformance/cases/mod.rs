@@ -13,12 +13,14 @@ use tokio::time::{Instant, sleep, timeout};
 use super::Harness;
 
 mod control;
+mod deadlocks;
 mod election;
 mod jobs;
 mod locks;
 mod records;
 mod semaphore;
 pub use control::*;
+pub use deadlocks::*;
 pub use election::*;
 pub use jobs::*;
 pub use locks::*;
