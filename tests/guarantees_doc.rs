@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 const NOT_TESTS: &[&str] = &[
     "call_timeout",             // setting
     "connect_timeout",          // engine setting
+    "deadlock_check",           // setting
+    "dlock_fence",              // a fenced table's column
     "flush_all",                // memcached command
     "idle_session_timeout",     // PostgreSQL setting
     "password_file",            // engine setting
