@@ -22,9 +22,9 @@ use super::{RedisEngine, keys, millis};
 ///
 /// let guard = dlock::lock("jobs", "import").lock().await?;
 /// let held = HeldWrite::of(&guard)?;
-/// let cursor = held.beside("cursor");
+/// let (cursor, stats) = (held.beside("cursor"), held.beside("stats"));
 /// // Err(Lost) if the hold has ended: then nothing was written.
-/// held.set(&cursor, "4096").hset(&held.beside("stats"), "rows", "4096").commit().await?;
+/// held.set(&cursor, "4096").hset(&stats, "rows", "4096").commit().await?;
 /// # Ok(())
 /// # }
 /// ```
