@@ -363,7 +363,7 @@ async fn warn_if_stuck_behind_this_process<T>(
     group: &Group,
     req: &Request,
     since: Instant,
-    mut waited: std::pin::Pin<&mut impl Future<Output = T>>,
+    mut waited: Pin<&mut impl Future<Output = T>>,
 ) -> T {
     tokio::select! {
         biased;
@@ -388,7 +388,7 @@ async fn warn_if_stuck_behind_this_process<T>(
 }
 
 /// `fut`'s output if it finishes at its first poll.
-async fn at_once<F: Future>(mut fut: std::pin::Pin<&mut F>) -> Option<F::Output> {
+async fn at_once<F: Future>(mut fut: Pin<&mut F>) -> Option<F::Output> {
     poll_fn(|cx| match fut.as_mut().poll(cx) {
         std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
         std::task::Poll::Pending => std::task::Poll::Ready(None),
