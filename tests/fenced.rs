@@ -208,6 +208,52 @@ mod tokio_postgres_adapter {
             other => panic!("expected the server's error, got {other:?}"),
         }
     }
+
+    /// The interleaving a fenced write alone lets through: holder 5 reads,
+    /// holder 6 takes over and reads the same value, holder 5 writes, then
+    /// holder 6: both would be accepted and 5's update lost. With each
+    /// read fenced first (an empty `set`), 5's write comes after token 6
+    /// and is refused.
+    #[tokio::test]
+    async fn a_fenced_read_keeps_a_stale_write_from_losing_an_update() {
+        let table = Table::made().await;
+        let client = client().await;
+        let token = |fence| Token { fence, slot: None };
+        let fenced_read = |fence| {
+            let (table, client) = (&table, &client);
+            async move {
+                table
+                    .fenced
+                    .update(client, "", &[], &"held", token(fence))
+                    .await?;
+                Ok::<_, FenceError<tokio_postgres::Error>>(table.row("held").await.and_then(|(v, _)| v))
+            }
+        };
+        let write = |value: String, fence| {
+            let (table, client) = (&table, &client);
+            async move {
+                table
+                    .fenced
+                    .update(client, "v = $1", &[&value], &"held", token(fence))
+                    .await
+            }
+        };
+        let stale_read = fenced_read(5).await.expect("holder 5 reads");
+        let taker_read = fenced_read(6).await.expect("holder 6 reads");
+        assert_eq!(stale_read, taker_read);
+        match write(format!("{stale_read:?} + 5"), 5).await {
+            Err(FenceError::Stale { token: 5, seen: 6 }) => {}
+            other => panic!("expected holder 5's write refused, got {other:?}"),
+        }
+        write(format!("{taker_read:?} + 6"), 6)
+            .await
+            .expect("holder 6 writes");
+        assert_eq!(table.row("held").await, Some((Some("None + 6".into()), 6)));
+        match fenced_read(5).await {
+            Err(FenceError::Stale { token: 5, seen: 6 }) => {}
+            other => panic!("expected a stale read refused, got {other:?}"),
+        }
+    }
 }
 
 #[cfg(feature = "fenced-sqlx")]

@@ -1,9 +1,10 @@
 //! The random fault run's second store: one row of a real PostgreSQL
-//! table, written through `dlock::fenced`'s adapter. A worker reads the
-//! row's value, and later writes it back plus one, fenced by its token,
-//! counting the write in the same statement: while fences keep stale
-//! holders out, the value equals the count of writes; a stale holder's
-//! write let through would lose an update, and the two would part.
+//! table, read and written through `dlock::fenced`'s adapter. A worker
+//! reads the row's value, and later writes it back plus one, both fenced
+//! by its token, counting the write in the same statement: while fences
+//! keep stale holders out, the value equals the count of writes; a stale
+//! holder's write let through would lose an update, and the two would
+//! part.
 
 use dlock::fenced::Token;
 use dlock::fenced::postgres::FencedTable;
@@ -43,11 +44,19 @@ impl FencedRow {
         row
     }
 
-    /// The row's value, read unfenced (a reader learns nothing it could
-    /// spoil).
-    pub async fn read(&self) -> i64 {
+    /// The row's value, read after raising its fence to `fence`; `None`
+    /// if a later holder has raised it past. Fenced, because a holder
+    /// that took over and read before a stale holder's write landed would
+    /// otherwise write after it, and both writes would count.
+    pub async fn read(&self, fence: u64) -> Option<i64> {
+        let token = Token { fence, slot: None };
+        match self.table.update(&self.client, "", &[], &1_i32, token).await {
+            Ok(()) => {}
+            Err(dlock::fenced::FenceError::Stale { .. }) => return None,
+            Err(other) => panic!("the fenced row: {other}"),
+        }
         let sql = format!("SELECT value FROM \"{}\" WHERE id = 1", self.name);
-        self.client.query_one(&sql, &[]).await.expect("read").get(0)
+        Some(self.client.query_one(&sql, &[]).await.expect("read").get(0))
     }
 
     /// Writes `value` and counts the write, if `fence` is not below the

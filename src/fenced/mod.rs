@@ -16,6 +16,16 @@
 //! A token equal to the highest seen is accepted: it is the same holder
 //! writing again.
 //!
+//! **Read, then write.** A fence refuses a stale holder's write only once
+//! a later holder's token has reached the storage. A later holder that
+//! reads before the stale holder's write lands, and writes after it,
+//! loses that write, though both were accepted. So where a write depends
+//! on a value read before it, fence the read too: with a PostgreSQL table,
+//! a fenced update with an empty `set` before the `SELECT`; over HTTP,
+//! the token's headers on the read as well. The stale holder's write then
+//! comes after the later token and is refused. A write computed by the
+//! storage itself (`balance = balance - $1`) needs no fenced read.
+//!
 //! **Permits.** A semaphore's fence rises per slot ([`Guard::slot`]), so
 //! each adapter fences on (slot, token): key a PostgreSQL row or a Redis
 //! key by the slot as well, and the HTTP headers carry the slot, which the

@@ -29,6 +29,10 @@
 //! look takes the row `FOR SHARE` so that, under `READ COMMITTED`, it reads
 //! the fence a concurrent writer committed, not the statement's snapshot.
 //!
+//! To read a value that a later write depends on, raise the fence first:
+//! an update with an empty `set` does only that (the [`fenced`](super)
+//! module says why).
+//!
 //! For a permit, key the row by the slot ([`Token::slot`]) as well: each
 //! slot's rows are fenced by that slot's tokens alone.
 
@@ -87,12 +91,17 @@ impl FencedTable {
     /// using the first `params` parameters: the key is parameter
     /// `params + 1`, the token `params + 2`. It answers one row: how many
     /// rows it updated (`bigint`) and the row's fence (`bigint`, `NULL` if
-    /// no row has the key, and not looked at when one was updated).
+    /// no row has the key, and not looked at when one was updated). An
+    /// empty `set` only raises the fence: a fenced read's first step.
     pub fn sql(&self, set: &str, params: usize) -> String {
         let (table, key, fence) = (&self.table, &self.key, &self.fence);
         let (key_param, token_param) = (params + 1, params + 2);
+        let set = match set.trim() {
+            "" => String::new(),
+            set => format!("{set}, "),
+        };
         format!(
-            "WITH updated AS (UPDATE {table} SET {set}, {fence} = ${token_param} \
+            "WITH updated AS (UPDATE {table} SET {set}{fence} = ${token_param} \
              WHERE {key} = ${key_param} AND {fence} <= ${token_param} RETURNING 1), \
              current AS (SELECT {fence} FROM {table} WHERE {key} = ${key_param} FOR SHARE) \
              SELECT (SELECT count(*) FROM updated), (SELECT {fence} FROM current)"

@@ -63,7 +63,7 @@ async fn body(work: &Work) -> Result<Outcome, dlock::Error> {
         return Ok(Outcome::SoldOut);
     }
     let row_value = match &work.row {
-        Some(row) => Some(row.read().await),
+        Some(row) => row.read(fence).await,
         None => None,
     };
     tokio::time::sleep(work.hold).await;
