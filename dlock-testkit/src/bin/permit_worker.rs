@@ -12,6 +12,9 @@
 //!               --permits 3 [--key k] [--tasks 1] [--cycles 1] [--stay-ms 0]
 //! ```
 //!
+//! `SIGUSR1` ends the stay at once, this visit's and every later one's: a
+//! test lets a holder go when it has seen what it needed.
+//!
 //! Prints `ready` once its engine is connected, `entered <fence>` on taking
 //! each permit, `sound-refused <fence>` when the store refused the write
 //! of a holder whose permit was never lost, and at the end `bought=B
@@ -29,6 +32,8 @@ use dlock::Semaphore;
 use dlock_testkit::store::SlotStores;
 use dlock_testkit::visits::Visits;
 use dlock_testkit::worker_flags::Flags;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
 
 /// How a visit ended.
 enum Visit {
@@ -38,11 +43,12 @@ enum Visit {
     SoundRefused,
 }
 
-/// One visit; `refused` counts the writes the store refused.
+/// One visit, staying `stay` or until `go`; `refused` counts the writes
+/// the store refused.
 async fn visit(
     semaphore: &Semaphore,
     (visits, slots): (&Visits, &SlotStores),
-    stay: Duration,
+    (stay, mut go): (Duration, watch::Receiver<bool>),
     refused: &AtomicU64,
 ) -> Result<Visit, dlock::Error> {
     let guard = semaphore.acquire().await?;
@@ -55,7 +61,10 @@ async fn visit(
         .expect("a permit holds one of the semaphore's slots");
     store.mark(fence, "enter");
     let read = store.read(fence);
-    let whole = visits.stay_holding(&guard, stay).await;
+    let whole = tokio::select! {
+        whole = visits.stay_holding(&guard, stay) => whole,
+        _ = go.wait_for(|go| *go) => !guard.is_lost(),
+    };
     let wrote = read.and_then(|value| store.write(fence, value + 1));
     store.mark(fence, "exit");
     let released = guard.release().await;
@@ -87,6 +96,14 @@ async fn main() -> ExitCode {
         Ok(flags) => flags,
         Err(code) => return code,
     };
+    let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
+    let (let_go, go) = watch::channel(false);
+    tokio::spawn(async move {
+        usr1.recv().await;
+        let_go.send_replace(true);
+        // Kept alive, so that waiting on `go` never sees it closed.
+        std::future::pending::<()>().await;
+    });
     if let Err(code) = flags.connect().await {
         return code;
     }
@@ -100,11 +117,16 @@ async fn main() -> ExitCode {
     let counts: Arc<[AtomicU64; 5]> = Arc::new(Default::default());
     let mut running = tokio::task::JoinSet::new();
     for _ in 0..tasks {
-        let (semaphore, visits, slots, counts) =
-            (semaphore.clone(), visits.clone(), slots.clone(), counts.clone());
+        let (semaphore, visits, slots, counts, go) = (
+            semaphore.clone(),
+            visits.clone(),
+            slots.clone(),
+            counts.clone(),
+            go.clone(),
+        );
         running.spawn(async move {
             for _ in 0..cycles {
-                let ended = match visit(&semaphore, (&visits, &slots), stay, &counts[3]).await {
+                let ended = match visit(&semaphore, (&visits, &slots), (stay, go.clone()), &counts[3]).await {
                     Ok(Visit::Whole) => 0,
                     Ok(Visit::Lost) => 1,
                     Ok(Visit::SoundRefused) => 4,
