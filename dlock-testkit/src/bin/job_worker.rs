@@ -5,12 +5,12 @@
 //!
 //! ```text
 //! job_worker --config dlock.toml --store runs.log [--job-ms 100]
-//!            [--first-period K --periods N --period-ms P]
+//!            [--start-ms T --periods N --period-ms P]
 //!            [--tries N --every-ms M]
 //! ```
 //!
-//! On a schedule it fires at the start of periods K..K+N of P ms each, by
-//! its own clock; otherwise it fires now, and again after a skip, up to
+//! On a schedule it fires at the start of periods 0..N of P ms each, the
+//! first starting at T ms since the Unix epoch, by its own clock; otherwise it fires now, and again after a skip, up to
 //! `--tries` times. A run appends `run <period> <pid>` to the store and
 //! prints `entered <period>`; each firing then prints `ran <period>` or
 //! `skipped <period>`.
@@ -68,14 +68,7 @@ fn wall() -> Duration {
 async fn main() -> ExitCode {
     let flags = match Flags::parse(
         "job_worker",
-        &[
-            "job-ms",
-            "first-period",
-            "periods",
-            "period-ms",
-            "tries",
-            "every-ms",
-        ],
+        &["job-ms", "start-ms", "periods", "period-ms", "tries", "every-ms"],
     ) {
         Ok(flags) => flags,
         Err(code) => return code,
@@ -99,10 +92,10 @@ async fn main() -> ExitCode {
         }
         periods => {
             let length = flags.number("period-ms", 6000);
-            let first = flags.number("first-period", 0);
+            let first = flags.number("start-ms", 0);
             let mut result = Ok(());
-            for period in first..first + periods {
-                let start = Duration::from_millis(length * period);
+            for period in 0..periods {
+                let start = Duration::from_millis(first + length * period);
                 tokio::time::sleep(start.saturating_sub(wall())).await;
                 if let Err(e) = fire(period, &runs, job).await {
                     result = Err(e);
