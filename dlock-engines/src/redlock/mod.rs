@@ -213,7 +213,9 @@ impl RedLockEngine {
             let answers = self
                 .on_all(Call::Script(&self.scripts.control), &[&key], &[how, &owner])
                 .await;
-            let held = answers.iter().any(|a| matches!(a, Ok(1)));
+            // A copy on a minority is no hold: a release that a majority
+            // answered may still be on its way to the last master.
+            let held = self.majority(&answers);
             if let Some(error) = self.unreachable(answers) {
                 return Err(error);
             }
