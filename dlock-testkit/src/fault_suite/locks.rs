@@ -117,24 +117,36 @@ pub fn server_restarted_with_a_holder_and_waiters<F: Breakable>(paths: &Paths) {
         holder.lost, 1,
         "the holder kept a lock across the outage: {holder:?}"
     );
-    let (mut bought, mut refused) = (0, 0);
+    let (mut bought, mut refused, mut lost) = (0, 0, 0);
     let mut summaries = Vec::new();
     for waiter in waiters {
         let summary = waiter.finish(LONG);
         assert_eq!(summary.failed, 0, "a waiter gave up: {summary:?}");
         bought += summary.bought;
         refused += summary.refused;
+        lost += summary.lost;
         summaries.push(summary);
     }
-    // A best-effort fence starts again after a restart: the store then
-    // refuses the waiters' writes, and nothing stale gets through.
+    // Each waiter is granted its turn. A server just started again may
+    // answer a renewal later than the 1 s lease on a busy machine
+    // (DynamoDB Local's JVM, with another restarting beside it): that
+    // waiter hears it lost and writes nothing, as it must. A best-effort
+    // fence starts again after a restart: the store then refuses the
+    // waiters' writes, and nothing stale gets through.
     match fencing(&setup.fixture) {
-        Fencing::Strict => assert_eq!(bought, 3, "every waiter got its turn and wrote: {summaries:?}"),
-        _ => assert_eq!(bought + refused, 3, "every waiter got its turn: {summaries:?}"),
+        Fencing::Strict => {
+            assert_eq!(refused, 0, "a fence handed out twice: {summaries:?}");
+            assert_eq!(bought + lost, 3, "every waiter got its turn: {summaries:?}");
+        }
+        _ => assert_eq!(
+            bought + refused + lost,
+            3,
+            "every waiter got its turn: {summaries:?}"
+        ),
     }
     let report = store.report();
     setup.figure(format!(
-        "server down 1.5 s with 1 holder and 3 waiters: holder lost, all 3 waiters done {:.2?} after the crash; writes accepted {bought}, refused by the fence {refused}; overlaps {}",
+        "server down 1.5 s with 1 holder and 3 waiters: holder lost, all 3 waiters done {:.2?} after the crash; writes accepted {bought}, refused by the fence {refused}, waiters that lost their turn's hold {lost}; overlaps {}",
         restarted_at.elapsed(),
         report.overlaps,
     ));
