@@ -50,10 +50,8 @@ impl FencedRow {
     /// otherwise write after it, and both writes would count.
     pub async fn read(&self, fence: u64) -> Option<i64> {
         let token = Token { fence, slot: None };
-        match self.table.update(&self.client, "", &[], &1_i32, token).await {
-            Ok(()) => {}
-            Err(dlock::fenced::FenceError::Stale { .. }) => return None,
-            Err(other) => panic!("the fenced row: {other}"),
+        if !applied(self.table.update(&self.client, "", &[], &1_i32, token).await) {
+            return None;
         }
         let sql = format!("SELECT value FROM \"{}\" WHERE id = 1", self.name);
         Some(self.client.query_one(&sql, &[]).await.expect("read").get(0))
@@ -64,15 +62,11 @@ impl FencedRow {
     pub async fn write(&self, value: i64, fence: u64) -> bool {
         let token = Token { fence, slot: None };
         let set = "value = $1, writes = writes + 1";
-        match self
-            .table
-            .update(&self.client, set, &[&value], &1_i32, token)
-            .await
-        {
-            Ok(()) => true,
-            Err(dlock::fenced::FenceError::Stale { .. }) => false,
-            Err(other) => panic!("the fenced row: {other}"),
-        }
+        applied(
+            self.table
+                .update(&self.client, set, &[&value], &1_i32, token)
+                .await,
+        )
     }
 
     /// The row's value and its count of writes.
@@ -80,5 +74,14 @@ impl FencedRow {
         let sql = format!("SELECT value, writes FROM \"{}\" WHERE id = 1", self.name);
         let row = self.client.query_one(&sql, &[]).await.expect("read");
         (row.get(0), row.get(1))
+    }
+}
+
+/// Whether a fenced statement applied: `false` if its token was stale.
+fn applied(outcome: Result<(), dlock::fenced::FenceError<tokio_postgres::Error>>) -> bool {
+    match outcome {
+        Ok(()) => true,
+        Err(dlock::fenced::FenceError::Stale { .. }) => false,
+        Err(other) => panic!("the fenced row: {other}"),
     }
 }

@@ -208,57 +208,44 @@ pub async fn assert_calls_end_in_time_while_silent(
     // All at once, each bound from its own start: calls in flight together
     // must each end in time, and the check takes its longest bound, not
     // their sum.
+    // Each check runs `call` if its engine offers it.
+    macro_rules! check {
+        ($on:expr, $what:literal, $bound:expr, $call:expr) => {
+            when($on, timed($what, $bound, async { $call.await }))
+        };
+    }
     let checks = tokio::join!(
-        when(
-            true,
-            timed("acquire", WAIT + within_call, async {
-                locks.get("other").lock().await
-            })
-        ),
-        when(
-            true,
-            timed("try", within_call, async { locks.get("tried").try_lock().await })
-        ),
+        check!(true, "acquire", WAIT + within_call, locks.get("other").lock()),
+        check!(true, "try", within_call, locks.get("tried").try_lock()),
         // A release lets a renewal in flight end first: two calls.
-        when(
-            true,
-            timed("release", CALL_TIMEOUT + within_call, async {
-                released.release().await
-            })
-        ),
-        when(
+        check!(true, "release", CALL_TIMEOUT + within_call, released.release()),
+        check!(
             records != Records::None,
-            timed("inspect", within_call, async {
-                locks.get("held").inspect().await
-            })
+            "inspect",
+            within_call,
+            locks.get("held").inspect()
         ),
-        when(
-            records == Records::Listed,
-            timed("list", within_call, async { locks.list().await })
-        ),
-        when(
+        check!(records == Records::Listed, "list", within_call, locks.list()),
+        check!(
             control,
-            timed("force release", within_call, async {
-                locks.get("held").force_release().await
-            })
+            "force release",
+            within_call,
+            locks.get("held").force_release()
         ),
-        when(
-            control,
-            timed("revoke", within_call, async { locks.get("held").revoke().await })
-        ),
-        when(
+        check!(control, "revoke", within_call, locks.get("held").revoke()),
+        // A campaign waits forever: it gives up once the engine has
+        // failed for a lease, with the call then under way.
+        check!(
             election,
-            // A campaign waits forever: it gives up once the engine has
-            // failed for a lease, with the call then under way.
-            timed("campaign", LEASE + within_call, async {
-                locks.election("other-leader").campaign().await
-            })
+            "campaign",
+            LEASE + within_call,
+            locks.election("other-leader").campaign()
         ),
-        when(
+        check!(
             election,
-            timed("observe", within_call, async {
-                locks.election("leader").observe().next().await
-            })
+            "observe",
+            within_call,
+            locks.election("leader").observe().next()
         ),
     );
     let checks: Vec<Result<String, String>> = [
