@@ -170,12 +170,7 @@ impl Server<'_> {
             Server::ZooKeeper(s) => format!("kind = \"zookeeper\"\nconnect = \"{}\"", s.address()),
             Server::Nats(n) => n.engine_config(),
         };
-        let path = std::env::temp_dir().join(format!(
-            "dlock-scale-{}-{}-{}.toml",
-            std::process::id(),
-            self.name(),
-            defaults.len()
-        ));
+        let path = dlock_testkit::server::scratch(&format!("scale-{}-{}.toml", self.name(), defaults.len()));
         let text = format!("[defaults]\n{defaults}\n\n[engines.main]\n{engine}\n");
         std::fs::write(&path, text).expect("config");
         path

@@ -15,7 +15,7 @@ use dlock_testkit::server::{TestServer, free_port};
 
 /// A config file for the Redis at `url`, labelled `billing 7`.
 fn config_file(tag: &str, body: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("dlock-cli-{tag}-{}.toml", std::process::id()));
+    let path = dlock_testkit::server::scratch(&format!("cli-{tag}.toml"));
     std::fs::write(&path, body).expect("write config");
     path
 }
@@ -286,7 +286,7 @@ async fn a_silent_server_fails_the_command_within_connect_timeout() {
 /// where it looked. An engine of `kind = "memory"` is asked for, and runs.
 #[test]
 fn without_an_engine_the_command_refuses_rather_than_call_a_lock_free() {
-    let here = std::env::temp_dir().join(format!("dlock-cli-nowhere-{}", std::process::id()));
+    let here = dlock_testkit::server::scratch("cli-nowhere");
     std::fs::create_dir_all(&here).expect("a folder with no config");
     let run = |args: &[&str]| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dlock"));

@@ -337,13 +337,12 @@ async fn an_unknown_engine_override_is_an_error() {
 
 #[tokio::test]
 async fn the_global_registry_is_initialised_once() {
-    let path = std::env::temp_dir().join(format!("dlock-config-{}.toml", std::process::id()));
+    let path = dlock_testkit::server::scratch("config.toml");
     std::fs::write(&path, GOOD).expect("write config");
     dlock::init_from_file(&path).await.expect("init");
     assert_eq!(dlock::locks("payment").engine(), "side");
     let (field, _) = field_of(dlock::init(Config::default()).await);
     assert_eq!(field, "init");
-    std::fs::remove_file(path).ok();
 }
 
 /// An error is one line, and a key one slip away from a known one (a

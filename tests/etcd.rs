@@ -126,7 +126,7 @@ struct Section {
 
 impl Section {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("dlock-etcd-{name}-{}", std::process::id()));
+        let dir = dlock_testkit::server::scratch(&format!("etcd-{name}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("section dir");
         std::fs::write(dir.join("counter"), "0").expect("counter");

@@ -27,14 +27,13 @@ fn ten_items_ten_thousand_buyers_none_oversold() {
 
 #[test]
 fn a_bad_config_fails_at_startup_naming_the_field() {
-    let path = std::env::temp_dir().join(format!("flash-sale-bad-{}.toml", std::process::id()));
+    let path = dlock_testkit::server::scratch("flash-sale-bad.toml");
     std::fs::write(&path, "[engines.main]\nkind = \"redys\"\n").expect("write");
     let output = Command::new(example("flash_sale"))
         .arg("--config")
         .arg(&path)
         .output()
         .expect("run");
-    std::fs::remove_file(&path).ok();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -29,8 +29,7 @@ impl Operated {
             "[defaults]\nclient_name = \"ops 1\"\n[engines.main]\n{}\n[groups.ops]\n",
             fixture.engine_config()
         );
-        let config =
-            std::env::temp_dir().join(format!("dlock-operator-{}-{}.toml", F::NAME, std::process::id()));
+        let config = dlock_testkit::server::scratch(&format!("operator-{}.toml", F::NAME));
         std::fs::write(&config, &text).expect("write config");
         let parsed = Config::parse(&text, []).expect("config");
         let kinds = dlock::engines::kinds();

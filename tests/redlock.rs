@@ -173,7 +173,7 @@ async fn a_master_restarted_empty_lets_two_hold_and_the_fence_refuses_the_older(
         .await
         .expect("the second holder takes masters 0, 3, 4");
     assert!(!old.is_lost(), "the first holder does not know yet");
-    let dir = std::env::temp_dir().join(format!("dlock-redlock-{}", std::process::id()));
+    let dir = dlock_testkit::server::scratch("redlock");
     std::fs::create_dir_all(&dir).expect("dir");
     let store = FencedStore::create(&dir.join("store"));
     store.write(new.fence(), 1).expect("the newer holder writes");

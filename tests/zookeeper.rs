@@ -359,7 +359,7 @@ async fn curator_and_dlock_share_a_semaphore_and_never_exceed_its_permits() {
     // Long beside an admission through Curator's internal mutex (several
     // round trips, each slow on a busy machine), so that 3 do overlap.
     const STAY: Duration = Duration::from_millis(100);
-    let log = std::env::temp_dir().join(format!("dlock-zk-visits-{}", std::process::id()));
+    let log = dlock_testkit::server::scratch("zk-visits");
     let _ = std::fs::remove_file(&log);
     let path = "/locks/interop/shared%permits";
     let curators: Vec<_> = (0..2)

@@ -32,7 +32,7 @@ pub fn certificates() -> PathBuf {
     // A folder per call: tests in one process run side by side.
     static MADE: AtomicUsize = AtomicUsize::new(0);
     let made = MADE.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("dlock-tls-{}-{made}", std::process::id()));
+    let dir = crate::server::scratch(&format!("tls-{made}"));
     std::fs::create_dir_all(&dir).expect("cert dir");
     authority(&dir, "ca", "/CN=dlock test CA");
     authority(&dir, "other-ca", "/CN=dlock test CA that signed nothing");

@@ -3,8 +3,10 @@
 //! so a server in a `static` does not outlive its test binary.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A server process on a loopback port, killed when dropped.
@@ -14,7 +16,7 @@ pub struct TestServer {
     program: String,
     args: Vec<String>,
     /// Where the server logs, whose end a failed start shows.
-    log: Option<std::path::PathBuf>,
+    log: Option<PathBuf>,
     child: Child,
 }
 
@@ -34,7 +36,7 @@ impl TestServer {
     pub fn start_logged(
         port: u16,
         program: &str,
-        args: impl FnOnce(u16) -> (Vec<String>, Option<std::path::PathBuf>),
+        args: impl FnOnce(u16) -> (Vec<String>, Option<PathBuf>),
     ) -> Self {
         let (args, log) = args(port);
         let child = serve_program(program, &args, port, log.as_deref());
@@ -299,7 +301,7 @@ pub fn server_user(users: &[&str]) -> Option<(u32, u32)> {
 }
 
 /// Gives `paths` to `user` (from [`server_user`]), if there is one.
-pub fn hand_over(user: Option<(u32, u32)>, paths: &[&std::path::Path]) {
+pub fn hand_over(user: Option<(u32, u32)>, paths: &[&Path]) {
     if let Some((uid, gid)) = user {
         for path in paths {
             std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown a server's file");
@@ -307,37 +309,77 @@ pub fn hand_over(user: Option<(u32, u32)>, paths: &[&std::path::Path]) {
     }
 }
 
-/// A fresh, empty `<tmp>/<prefix>-<pid>-<port>-<n>` for a server's files. Those
-/// of test processes that are gone are removed first: a server kept in a
-/// `static` is killed by its watcher, but nothing removes its directory.
-pub fn server_dir(prefix: &str, port: u16) -> std::path::PathBuf {
+/// A fresh, empty folder for a server's files, in this process's
+/// [`scratch`] folder.
+pub fn server_dir(prefix: &str, port: u16) -> PathBuf {
     server_dir_in(&std::env::temp_dir(), prefix, port)
 }
 
-/// [`server_dir`] under `tmp` instead of the temporary directory.
-pub fn server_dir_in(tmp: &Path, prefix: &str, port: u16) -> std::path::PathBuf {
-    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+/// [`server_dir`] under `base` instead of the temporary directory.
+pub fn server_dir_in(base: &Path, prefix: &str, port: u16) -> PathBuf {
+    // Numbered: a server that ended in this process may have had the same
+    // port, and its owner removes its folder only after the kill that freed
+    // the port, maybe while this one is being made.
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let dir = scratch_in(base, &format!("{prefix}-{port}-{made}"));
+    std::fs::create_dir_all(&dir).expect("server directory");
+    dir
+}
+
+/// `<tmp>/dlock-test-<pid>/<name>`: where a test puts its files.
+pub fn scratch(name: &str) -> PathBuf {
+    scratch_in(&std::env::temp_dir(), name)
+}
+
+/// [`scratch`] under `base` instead of the temporary directory.
+///
+/// The process's folder is removed with all in it once the process has
+/// exited, by a shell loop like a server's watcher: servers kept in a
+/// `static` are never dropped, and their files (an etcd's is 120 MB) filled
+/// the disk over a few runs. Those of processes whose loop was killed too
+/// are removed when the next is made.
+pub fn scratch_in(base: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    static MADE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let root = base.join(format!("dlock-test-{}", std::process::id()));
+    let mut made = MADE.lock().expect("scratch folders");
+    if !made.contains(&root) {
+        remove_those_of_gone_processes(base);
+        // Servers running as another user reach their own folders inside.
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .recursive(true)
+            .create(&root)
+            .expect("a test process's folder");
+        let sweeper = format!(
+            "while kill -0 {} 2>/dev/null; do sleep 0.5; done; sleep 1; rm -rf -- \"$0\"; sleep 1; rm -rf -- \"$0\"",
+            std::process::id()
+        );
+        let mut sweeper = Command::new("sh")
+            .args(["-c", &sweeper])
+            .arg(&root)
+            // Not holding this process's output open: a test reading it to
+            // the end would wait for the sweeper, which waits for it.
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the folder's sweeper");
+        std::thread::spawn(move || sweeper.wait());
+        made.push(root.clone());
+    }
+    root.join(name)
+}
+
+fn remove_those_of_gone_processes(base: &Path) {
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
         let name = entry.file_name();
-        let Some(rest) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix)?.strip_prefix('-'))
-        else {
-            continue;
-        };
-        let owner = rest.split('-').next().unwrap_or_default();
-        if !std::path::Path::new("/proc").join(owner).exists() {
+        let owner = name.to_str().and_then(|n| n.strip_prefix("dlock-test-"));
+        if owner.is_some_and(|pid| !Path::new("/proc").join(pid).exists()) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    // Numbered too: a server that ended in this process may have had the
-    // same port, and its owner removes its folder only after the kill that
-    // freed the port, maybe while this one is being made.
-    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = tmp.join(format!("{prefix}-{}-{port}-{made}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("server directory");
-    dir
 }
 
 /// A port nothing listens on now, picked at random below the range the OS
@@ -371,7 +413,7 @@ pub fn free_port() -> u16 {
 /// An example program of this workspace (the `dlock-examples` package),
 /// built by the workspace's `cargo test` next to the test binaries
 /// (`target/<profile>/examples/<name>`).
-pub fn example(name: &str) -> std::path::PathBuf {
+pub fn example(name: &str) -> PathBuf {
     let test = std::env::current_exe().expect("test path");
     let dir = test.parent().and_then(|d| d.parent()).expect("target dir");
     let path = dir.join("examples").join(name);
@@ -438,12 +480,11 @@ fn processes_under(roots: &[u32]) -> Vec<u32> {
 
 /// A new file, readable by its owner alone, holding `secret` and a line
 /// end: a password file as a secret store would mount it.
-pub fn secret_file(secret: &str) -> std::path::PathBuf {
+pub fn secret_file(secret: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     static MADE: AtomicUsize = AtomicUsize::new(0);
     let made = MADE.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("dlock-secret-{}-{made}", std::process::id()));
+    let path = scratch(&format!("secret-{made}"));
     std::fs::write(&path, format!("{secret}\n")).expect("write a secret file");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("secret file mode");
     path
@@ -476,5 +517,55 @@ mod tests {
         assert!(!listens(1, port), "pid 1 does not hold this test's port");
         drop(listener);
         assert!(!listens(std::process::id(), port));
+    }
+
+    /// Run by the test below in a process of its own.
+    #[test]
+    #[ignore = "a step of a_process_leaves_no_scratch_folder_behind"]
+    fn make_a_scratch_folder_and_exit() {
+        let base = PathBuf::from(std::env::var("DLOCK_SCRATCH_BASE").expect("run by the test below"));
+        let dir = server_dir_in(&base, "etcd", 1);
+        std::fs::write(dir.join("data"), "x").expect("write");
+        println!("made {}", dir.display());
+    }
+
+    #[test]
+    fn a_process_leaves_no_scratch_folder_behind() {
+        let base = scratch("bases");
+        std::fs::create_dir_all(&base).expect("base");
+        // One of a process long gone (above the largest pid), whose sweeper
+        // was killed with it.
+        let gone = base.join("dlock-test-4194305");
+        std::fs::create_dir_all(gone.join("etcd-1-0")).expect("a gone process's folder");
+        let out = Command::new(std::env::current_exe().expect("this test binary"))
+            .args([
+                "--exact",
+                "server::tests::make_a_scratch_folder_and_exit",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("DLOCK_SCRATCH_BASE", &base)
+            .output()
+            .expect("run the step");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        let made = printed
+            .lines()
+            .find_map(|l| l.strip_prefix("made "))
+            .unwrap_or_else(|| panic!("the step printed no folder: {printed}"));
+        assert!(
+            !gone.exists(),
+            "a gone process's folder is removed when the next is made"
+        );
+        let root = Path::new(made).parent().expect("the process's folder").to_owned();
+        assert_eq!(
+            root.parent(),
+            Some(base.as_path()),
+            "{made} is in the step's own folder"
+        );
+        wait_until(
+            Duration::from_secs(10),
+            || !root.exists(),
+            || format!("{} is still there after its process exited", root.display()),
+        );
     }
 }

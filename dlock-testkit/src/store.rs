@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_stale_token_is_refused_even_after_it_read_first() {
-        let path = std::env::temp_dir().join(format!("dlock-store-{}", std::process::id()));
+        let path = crate::server::scratch("store");
         let store = FencedStore::create(&path);
         store.mark(5, "enter");
         assert_eq!(store.read(5), Ok(0)); // the old holder reads...

@@ -58,7 +58,7 @@ impl Chromedriver {
         let turn = ONE_AT_A_TIME
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let dir = std::env::temp_dir().join(format!("dlock-admin-chromium-{}", std::process::id()));
+        let dir = dlock_testkit::server::scratch("chromium");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let log = dir.join("chromedriver.log");
