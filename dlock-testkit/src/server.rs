@@ -261,19 +261,36 @@ pub fn spawn_watched(mut command: Command, program: &str) -> Child {
         .process_group(0)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {program} (scripts/test installs it): {e}"));
-    let watcher = format!(
-        "while kill -0 {parent} 2>/dev/null && kill -0 {child} 2>/dev/null; do sleep 0.5; done; env kill -KILL -- -{child} 2>/dev/null",
-        parent = std::process::id(),
-        child = child.id()
+    after_exit(
+        Some(child.id()),
+        &format!("env kill -KILL -- -{} 2>/dev/null", child.id()),
+        "",
     );
-    let mut watcher = Command::new("sh")
-        .args(["-c", &watcher])
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start the server's watcher");
-    // Reaped in the background so it leaves no zombie.
-    std::thread::spawn(move || watcher.wait());
     child
+}
+
+/// Runs the shell command `then` (`$0` being `arg`) in a small loop of its
+/// own once this test process has exited, or process `or_gone` has.
+fn after_exit(or_gone: Option<u32>, then: &str, arg: impl AsRef<std::ffi::OsStr>) {
+    let also = or_gone
+        .map(|pid| format!(" && kill -0 {pid} 2>/dev/null"))
+        .unwrap_or_default();
+    let script = format!(
+        "while kill -0 {} 2>/dev/null{also}; do sleep 0.5; done; {then}",
+        std::process::id()
+    );
+    let mut looped = Command::new("sh")
+        .args(["-c", &script])
+        .arg(arg)
+        // Not holding this process's output open: a parent reading it to
+        // the end would wait for the loop, which waits for this process.
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a loop watching the test process");
+    // Reaped in the background so it leaves no zombie.
+    std::thread::spawn(move || looped.wait());
 }
 
 /// Whether the tests run as root: some servers refuse to, or must be told
@@ -352,21 +369,13 @@ pub fn scratch_in(base: &Path, name: &str) -> PathBuf {
             .recursive(true)
             .create(&root)
             .expect("a test process's folder");
-        let sweeper = format!(
-            "while kill -0 {} 2>/dev/null; do sleep 0.5; done; sleep 1; rm -rf -- \"$0\"; sleep 1; rm -rf -- \"$0\"",
-            std::process::id()
+        // After the servers' watchers have killed them; again for a file a
+        // dying server wrote meanwhile.
+        after_exit(
+            None,
+            "sleep 1; rm -rf -- \"$0\"; sleep 1; rm -rf -- \"$0\"",
+            &root,
         );
-        let mut sweeper = Command::new("sh")
-            .args(["-c", &sweeper])
-            .arg(&root)
-            // Not holding this process's output open: a test reading it to
-            // the end would wait for the sweeper, which waits for it.
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the folder's sweeper");
-        std::thread::spawn(move || sweeper.wait());
         made.push(root.clone());
     }
     root.join(name)
